@@ -1,0 +1,298 @@
+"""Start, inspect and stop a local Ray head for Ray Client use.
+
+The head runs as ``ray start --head`` in its own session (``setsid``), so every
+process it spawns (GCS, raylet, client server, dashboard leftovers, workers)
+shares one session id; ``stop_head`` signals exactly those processes and never
+runs ``ray stop`` (which would stop every Ray process of the user).
+
+Token auth (Ray 2.60): the head is started with ``RAY_AUTH_MODE=token`` and
+``RAY_AUTH_TOKEN_PATH``.  A Ray Client needs the same two variables
+(``client_env``); without ``RAY_AUTH_MODE=token`` it never sends the token and
+``ray.init("ray://...")`` retries for ~30 s before a bare
+``ConnectionError("ray client connection timeout")`` (RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S=1
+and RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S=1 shorten that to ~3 s, same message).
+``check_client_access`` tells "refused for lack of token" (AuthError) apart
+from "unreachable" (RuntimeUnavailable) in ~10 ms.
+Nothing here imports ray at module import time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STATE_FILE = "head.json"
+TOKEN_FILE = "auth_token"
+START_TIMEOUT_S = 60.0
+MAX_TEMP_DIR_LEN = 45  # session dir + socket name must stay < 108 chars (AF_UNIX)
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    gcs_address: str
+    client_address: str  # "ray://127.0.0.1:PORT"
+    temp_dir: str
+    token_path: str | None  # None: the head runs without token auth
+    pid_file: str  # state_dir/head.json
+
+
+def _free_port(host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+
+
+def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _resolve_token(state_dir: Path) -> str:
+    """Token file the head will use: $RAY_AUTH_TOKEN_PATH, $RAY_AUTH_TOKEN (copied
+    into state_dir), ~/.ray/auth_token, else a new token in state_dir (mode 0600)."""
+    env_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if env_path and Path(env_path).is_file():
+        return str(Path(env_path).resolve())
+    own = state_dir / TOKEN_FILE
+    env_token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    default = Path.home() / ".ray" / "auth_token"
+    if not env_token and default.is_file() and default.read_text().strip():
+        return str(default)
+    if env_token or not own.is_file():
+        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(env_token or secrets.token_hex(32))
+    return str(own)
+
+
+def _matches_dir(args: list[str], temp_dir: str) -> bool:
+    return any(a == temp_dir or temp_dir + "/" in a or a.endswith("=" + temp_dir) for a in args)
+
+
+def _scan(sid: int, temp_dir: str) -> dict[int, str]:
+    """Live processes of one head: same session id, or temp dir on the command line."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp session ...
+        if fields[0] in ("Z", "X"):
+            continue
+        if int(fields[3]) == sid or _matches_dir(args, temp_dir):
+            found[int(entry)] = " ".join(a for a in args if a)[:200]
+    return found
+
+
+def _read_state(state_dir: str | os.PathLike[str]) -> dict | None:
+    try:
+        return json.loads((Path(state_dir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _wait_gone(sid: int, temp_dir: str, pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = pids & set(_scan(sid, temp_dir))
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _kill_head(sid: int, temp_dir: str, grace: float) -> None:
+    procs = _scan(sid, temp_dir)
+    # Same order as `ray stop`: raylet first, then the rest, GCS last.
+    raylets = [p for p, c in procs.items() if "raylet/raylet" in c]
+    gcs = [p for p, c in procs.items() if "gcs_server" in c]
+    rest = [p for p in procs if p not in raylets and p not in gcs]
+    deadline = time.monotonic() + grace
+    for group in (raylets, rest, gcs):
+        _signal(group, signal.SIGTERM)
+        _wait_gone(sid, temp_dir, set(group), max(0.0, min(2.0, deadline - time.monotonic())))
+    _wait_gone(sid, temp_dir, set(procs), max(0.0, deadline - time.monotonic()))
+    for _ in range(3):  # workers may have been forked meanwhile: rescan
+        left = _scan(sid, temp_dir)
+        if not left:
+            return
+        _signal(list(left), signal.SIGKILL)
+        _wait_gone(sid, temp_dir, set(left), 3.0)
+
+
+def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = None, temp_dir: str | None = None,
+               resources: dict | None = None, state_dir: str, auth: bool = True, node_ip: str = "127.0.0.1",
+               timeout: float = START_TIMEOUT_S) -> HeadInfo:
+    """Start a Ray head (GCS + Ray Client server) and record it in state_dir/head.json.
+
+    Port 0 picks a free port. temp_dir None: a fresh /tmp/rtXXXX, removed by stop_head.
+    auth: token auth with the token from _resolve_token; False starts with RAY_AUTH_MODE=disabled.
+    Raises RuntimeError (with the tail of `ray start` output) if the client port is not
+    accepting connections within `timeout` s; whatever had started is stopped again."""
+    sdir = Path(state_dir).resolve()
+    sdir.mkdir(parents=True, exist_ok=True)
+    if _read_state(sdir) is not None:
+        status = head_status(sdir)
+        if status and status["running"]:
+            raise RuntimeError(f"a Ray head is already running for {sdir} ({status['client_address']}); stop it first")
+        stop_head(sdir)
+    port = port or _free_port()
+    client_port = client_port or _free_port(avoid=(port,))
+    if _port_open("127.0.0.1", port) or _port_open("127.0.0.1", client_port):
+        raise RuntimeError(f"port {port} or {client_port} is already in use on 127.0.0.1")
+    own_temp = temp_dir is None
+    tdir = tempfile.mkdtemp(prefix="rt", dir="/tmp") if temp_dir is None else os.path.abspath(temp_dir)
+    if len(tdir) > MAX_TEMP_DIR_LEN:
+        raise ValueError(f"temp_dir {tdir!r} is too long (> {MAX_TEMP_DIR_LEN} chars): Ray's Unix socket paths would exceed 107 chars")
+    os.makedirs(tdir, exist_ok=True)
+    token_path = _resolve_token(sdir) if auth else None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+           f"--ray-client-server-port={client_port}", f"--node-ip-address={node_ip}",
+           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}"]
+    if num_cpus is not None:
+        cmd.append(f"--num-cpus={num_cpus}")
+    if resources:
+        cmd.append(f"--resources={json.dumps(resources)}")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    sid = proc.pid  # setsid(): the session id of everything `ray start` spawns
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        ok = proc.returncode == 0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        ok = False
+    while ok and not _port_open("127.0.0.1", client_port):
+        if time.monotonic() - t0 > timeout:
+            ok = False
+            out += f"\nRay Client server port {client_port} did not accept connections within {timeout:.0f} s"
+        time.sleep(0.2)
+    if not ok:
+        _kill_head(sid, tdir, grace=2.0)
+        if own_temp and not os.path.exists(os.path.join(tdir, "session_latest")):
+            shutil.rmtree(tdir, ignore_errors=True)  # nothing logged: do not leave an empty dir
+        tail = "\n".join(out.strip().splitlines()[-15:])
+        raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}); logs in {tdir}/session_latest/logs:\n{tail}")
+
+    info = HeadInfo(gcs_address=f"{node_ip}:{port}", client_address=f"ray://127.0.0.1:{client_port}",
+                    temp_dir=tdir, token_path=token_path, pid_file=str(sdir / STATE_FILE))
+    state = asdict(info) | {"session_id": sid, "pids": sorted(_scan(sid, tdir)), "own_temp_dir": own_temp,
+                            "client_port": client_port, "started_at": time.time(),
+                            "start_seconds": round(time.monotonic() - t0, 2)}
+    (sdir / "head.json.tmp").write_text(json.dumps(state, indent=2))
+    (sdir / "head.json.tmp").replace(sdir / STATE_FILE)
+    return info
+
+
+def stop_head(state_dir: str | os.PathLike[str], grace: float = 10.0) -> bool:
+    """Stop only the processes of the head recorded in state_dir (SIGTERM, then SIGKILL
+    after `grace` s) and remove head.json. False if nothing was recorded."""
+    state = _read_state(state_dir)
+    path = Path(state_dir) / STATE_FILE
+    if state is not None:
+        _kill_head(int(state["session_id"]), state["temp_dir"], grace)
+    path.unlink(missing_ok=True)
+    if state is None:
+        return False
+    if state.get("own_temp_dir"):
+        shutil.rmtree(state["temp_dir"], ignore_errors=True)
+    return True
+
+
+def client_env(info: HeadInfo) -> dict[str, str]:
+    """Variables a Ray Client process needs for this head (set them before `import ray`).
+
+    RAY_AUTH_MODE=token is required: with an explicit ray:// address Ray 2.60 does
+    not enable auth on its own, even when a token file exists. A RAY_AUTH_TOKEN
+    variable in the client environment must be unset or equal to the token."""
+    if info.token_path is None:
+        return {"RAY_AUTH_MODE": "disabled"}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": info.token_path}
+
+
+def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
+    """What a CLI prints about the head recorded in state_dir; None if none is."""
+    state = _read_state(state_dir)
+    if state is None:
+        return None
+    alive = sorted(_scan(int(state["session_id"]), state["temp_dir"]))
+    running = bool(alive) and _port_open("127.0.0.1", int(state["client_port"]))
+    info = HeadInfo(**{k: state[k] for k in HeadInfo.__dataclass_fields__})
+    env = client_env(info)
+    auth = "token" if info.token_path else "disabled"
+    env_text = " ".join(f"{k}={v}" for k, v in env.items())
+    text = "\n".join([
+        f"Ray head: {'running' if running else 'NOT running'} ({len(alive)} processes alive)",
+        f"  Ray Client address: {info.client_address}",
+        f"  GCS address:        {info.gcs_address}",
+        f"  temp dir:           {info.temp_dir}",
+        f"  auth:               {auth}" + (f" (token file {info.token_path})" if info.token_path else ""),
+        f"  connect with:       {env_text} soul ... --address {info.client_address}",
+    ])
+    return {"running": running, "client_address": info.client_address, "gcs_address": info.gcs_address,
+            "temp_dir": info.temp_dir, "token_path": info.token_path, "auth_mode": auth,
+            "pids": state.get("pids", []), "pids_alive": alive, "client_env": env, "text": text}
+
+
+def check_client_access(client_address: str, timeout: float = 5.0) -> None:
+    """Ping the Ray Client server the way ray.init("ray://...") would, with this
+    process's auth settings. Raises AuthError (token missing/wrong, ~10 ms) or
+    RuntimeUnavailable (nothing answers within `timeout`) instead of Ray's
+    ~30 s "ray client connection timeout". Imports ray (and grpc) lazily."""
+    import grpc
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import ray_client_pb2_grpc
+    from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
+
+    from soul_runtime.errors import AuthError, RuntimeUnavailable
+
+    target = client_address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not _port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
+        raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
+    channel = init_grpc_channel(target, asynchronous=False)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
+        stub.ClusterInfo(ClusterInfoRequest(type=ClusterInfoType.PING), timeout=timeout)
+    except grpc.FutureTimeoutError as e:
+        raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+            mode = os.environ.get("RAY_AUTH_MODE", "unset")
+            raise AuthError(f"{client_address} refused the connection: {e.details()} (RAY_AUTH_MODE={mode}; set "
+                            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the cluster's token file)") from e
+        raise RuntimeUnavailable(f"Ray Client server at {client_address}: {e.code().name}: {e.details()}") from e
+    finally:
+        channel.close()

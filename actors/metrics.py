@@ -1,0 +1,62 @@
+"""Metrics through ``ray.util.metrics`` (exported by Ray's metrics agent / Prometheus).
+
+Outside a Ray process the same calls are counted in memory only, so the logic
+stays testable without Ray.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from . import raycalls
+
+LATENCY_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+
+
+class Metrics:
+    def __init__(self, ray_metrics: dict[str, Any] | None) -> None:
+        self._m = ray_metrics
+        self.local: Counter[str] = Counter()
+
+    @classmethod
+    def create(cls) -> Metrics:
+        if not raycalls.metrics_available():
+            return cls(None)
+        try:
+            return cls({
+                "turns": raycalls.counter("soul_turns_total", "Turns and observes applied", ("kind",)),
+                "turn_latency": raycalls.histogram("soul_turn_latency_seconds", "Turn latency", LATENCY_S, ("kind",)),
+                "recall_latency": raycalls.histogram("soul_recall_latency_seconds", "Recall latency per layer",
+                                                     LATENCY_S, ("layer",)),
+                "writes": raycalls.counter("soul_memory_writes_total", "Memory writes by layer and op",
+                                           ("layer", "op")),
+                "activations": raycalls.counter("soul_activations_total", "Soul activations"),
+                "passivations": raycalls.counter("soul_passivations_total", "Soul passivations"),
+            })
+        except Exception:  # metrics must never break serving
+            return cls(None)
+
+    def _inc(self, name: str, tags: dict[str, str] | None = None) -> None:
+        self.local[name + (":" + ",".join(tags.values()) if tags else "")] += 1
+        if self._m is not None:
+            self._m[name].inc(1.0, tags=tags)
+
+    def turn(self, kind: str, seconds: float) -> None:
+        self._inc("turns", {"kind": kind})
+        if self._m is not None:
+            self._m["turn_latency"].observe(seconds, tags={"kind": kind})
+
+    def recall(self, layer: str, seconds: float) -> None:
+        self.local[f"recalls:{layer}"] += 1
+        if self._m is not None:
+            self._m["recall_latency"].observe(seconds, tags={"layer": layer})
+
+    def write(self, layer: str, op: str) -> None:
+        self._inc("writes", {"layer": layer, "op": op})
+
+    def activation(self) -> None:
+        self._inc("activations")
+
+    def passivation(self) -> None:
+        self._inc("passivations")

@@ -1,0 +1,186 @@
+"""The turn orchestrator: per soul, a sequence number and strict order; across souls, concurrency.
+
+An asyncio actor (plain class here, made remote in runtime.py). For each soul it
+holds a FIFO lock: turn n+1 is sent to the soul's host only after turn n was
+acknowledged (its writes and buffer checkpoint durable). Souls do not wait for
+each other. Its state is only a cache: after a restart it re-reads each soul's
+last sequence number from the host, and the host deduplicates retried requests
+by request id, so no turn is lost or applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import ray.exceptions
+
+from soul_runtime.errors import InvalidInput, NotFound, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.text import check_id
+
+from . import raycalls
+from .placement import rendezvous
+from .settings import RuntimeConfig
+
+RETRIES = 40
+
+
+def host_name(i: int) -> str:
+    return f"soul-host-{i}"
+
+
+def dedicated_name(soul_id: str) -> str:
+    return f"soul-dedicated-{soul_id}"
+
+
+def _cause(e: BaseException) -> BaseException:
+    if isinstance(e, ray.exceptions.RayTaskError):
+        inner = getattr(e, "cause", None)
+        if isinstance(inner, BaseException):
+            return inner
+    return e
+
+
+class TurnOrchestrator:
+    def __init__(self, config: dict[str, Any], host_class: Any = None) -> None:
+        self.cfg = RuntimeConfig.from_dict(config)
+        self.config = config
+        self.host_class = host_class
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.next_seq: dict[str, int] = {}
+        self.registry = Path(self.cfg.data_dir) / "dedicated.json"
+        self.dedicated: dict[str, str] = self._load_registry()
+        self.hosts = [host_name(i) for i in range(self.cfg.hosts)]
+        self._handles: dict[str, Any] = {}
+
+    def _load_registry(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self.registry.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def _save_registry(self) -> None:
+        self.registry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.registry.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.dedicated))
+        os.replace(tmp, self.registry)
+
+    def host_of(self, soul_id: str) -> str:
+        return self.dedicated.get(soul_id) or rendezvous(soul_id, self.hosts)
+
+    def _handle(self, name: str) -> Any:
+        h = self._handles.get(name)
+        if h is None:
+            h = raycalls.get_actor(name, self.cfg.namespace)
+            if h is None:
+                raise RuntimeUnavailable(f"soul host {name} is not running")
+            self._handles[name] = h
+        return h
+
+    async def _call(self, name: str, method: str, *args: Any) -> Any:
+        """Call a host, retrying while it is dead or restarting (the calls are idempotent)."""
+        for attempt in range(RETRIES):
+            try:
+                return await raycalls.call(self._handle(name), method, *args)
+            except raycalls.ACTOR_DIED:
+                self._handles.pop(name, None)
+                if attempt == RETRIES - 1:
+                    raise RuntimeUnavailable(f"soul host {name} stays unavailable") from None
+                await asyncio.sleep(min(2.0, 0.1 * (attempt + 1)))
+            except ray.exceptions.RayTaskError as e:
+                raise _cause(e) from None
+        raise AssertionError("unreachable")
+
+    def _lock(self, soul_id: str) -> asyncio.Lock:
+        lock = self.locks.get(soul_id)
+        if lock is None:
+            lock = self.locks[soul_id] = asyncio.Lock()
+        return lock
+
+    async def submit(self, soul_id: str, op: str, payload: dict[str, Any], request_id: str) -> Any:
+        """Run one turn (or observe) of a soul in order; returns its TurnResult."""
+        check_id(soul_id, what="soul id")
+        if not request_id:
+            raise InvalidInput("request_id is required")
+        async with self._lock(soul_id):
+            name = self.host_of(soul_id)
+            for _ in range(RETRIES):
+                if soul_id not in self.next_seq:
+                    self.next_seq[soul_id] = int(await self._call(name, "last_seq", soul_id)) + 1
+                seq = self.next_seq[soul_id]
+                try:
+                    result = await self._call(name, "run", soul_id, op, seq, request_id, payload)
+                except OutOfOrder as e:  # another orchestrator incarnation got there first
+                    self.next_seq[soul_id] = e.expected
+                    continue
+                except SoulError:
+                    raise
+                except Exception as e:
+                    raise TurnFailed(f"turn of {soul_id} failed: {e.__class__.__name__}: {e}") from None
+                self.next_seq[soul_id] = max(seq, int(result.seq) + 1)
+                return result
+            raise TurnFailed(f"turn of {soul_id} could not be ordered after {RETRIES} attempts")
+
+    async def exclusive(self, soul_id: str, method: str, *args: Any) -> Any:
+        """A host call ordered with the soul's turns (forget, import)."""
+        check_id(soul_id, what="soul id")
+        async with self._lock(soul_id):
+            return await self._call(self.host_of(soul_id), method, soul_id, *args)
+
+    async def read(self, soul_id: str, method: str, *args: Any) -> Any:
+        """A read from the soul's host (traces); not ordered with turns."""
+        if method not in ("trace", "traces", "last_seq"):
+            raise InvalidInput(f"unknown read {method!r}")
+        return await self._call(self.host_of(soul_id), method, soul_id, *args)
+
+    # ---- hot souls ---------------------------------------------------------------------
+    async def dedicate(self, soul_id: str) -> str:
+        """Move a soul onto its own actor (capped by the ``soul_slot`` resource)."""
+        check_id(soul_id, what="soul id")
+        async with self._lock(soul_id):
+            if soul_id in self.dedicated:
+                return self.dedicated[soul_id]
+            if len(self.dedicated) >= self.cfg.max_dedicated:
+                raise InvalidInput(f"already {len(self.dedicated)} dedicated souls (max_dedicated)")
+            await self._call(self.host_of(soul_id), "passivate", soul_id)
+            name = dedicated_name(soul_id)
+            cfg = {**self.config, "host_capacity": 1}
+            raycalls.create(self.host_class, name, self.cfg.namespace, (name, cfg), resources={"soul_slot": 1},
+                            num_cpus=0, max_restarts=-1, max_concurrency=2, lifetime="detached")
+            try:
+                await asyncio.wait_for(self._call(name, "ping"), timeout=60)
+            except asyncio.TimeoutError:
+                raise RuntimeUnavailable("no 'soul_slot' resource free for a dedicated soul actor") from None
+            self.dedicated[soul_id] = name
+            self._save_registry()
+            return name
+
+    async def undedicate(self, soul_id: str) -> bool:
+        async with self._lock(soul_id):
+            name = self.dedicated.get(soul_id)
+            if name is None:
+                return False
+            await self._call(name, "passivate", soul_id)
+            handle = self._handles.pop(name, None) or raycalls.get_actor(name, self.cfg.namespace)
+            del self.dedicated[soul_id]
+            self._save_registry()
+            if handle is not None:
+                raycalls.kill(handle)
+            return True
+
+    async def placement(self, soul_id: str) -> dict[str, Any]:
+        if soul_id in self.dedicated:
+            return {"host": self.dedicated[soul_id], "dedicated": True}
+        return {"host": self.host_of(soul_id), "dedicated": False}
+
+    async def ping(self) -> str:
+        return "ok"
+
+    async def config_dict(self) -> dict[str, Any]:
+        return self.config
+
+
+__all__ = ["TurnOrchestrator", "NotFound"]

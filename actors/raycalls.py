@@ -1,0 +1,150 @@
+"""Every call into Ray goes through here, so the actor logic stays testable without Ray.
+
+Errors from Ray are mapped onto the project's exception tree at this boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import ray
+import ray.exceptions
+
+from soul_runtime.errors import AuthError, NotFound, RuntimeUnavailable, SoulError, TurnFailed
+
+T = TypeVar("T")
+
+ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+def is_initialized() -> bool:
+    return bool(ray.is_initialized())
+
+
+def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
+         env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> bool:
+    """Start or join Ray. Returns True when this call started a local Ray instance."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"namespace": namespace, "ignore_reinit_error": True, "log_to_driver": False}
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
+    if address is None:
+        kwargs.update(include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 2)
+        if resources:
+            kwargs["resources"] = resources
+        ray.init(**kwargs)
+        return True
+    if address.startswith("ray://"):
+        from .local_cluster import check_client_access  # fails fast: missing token vs. dead address
+        check_client_access(address)
+    try:
+        ray.init(address=address, **kwargs)
+    except ConnectionError as e:
+        msg = str(e)
+        raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}") from None
+    except Exception as e:  # ray raises many kinds here; one clear line for the caller
+        if "auth" in str(e).lower() or "token" in str(e).lower():
+            raise AuthError(f"Ray at {address} refused the connection: {str(e).splitlines()[0]}") from None
+        raise RuntimeUnavailable(f"cannot connect to Ray at {address}: {str(e).splitlines()[0]}") from None
+    return False
+
+
+def shutdown() -> None:
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def actor_class(cls: type, **options: Any) -> Any:
+    """Make a plain class a Ray actor class with the given options (the one place this happens)."""
+    return ray.remote(cls).options(**options)
+
+
+def create(cls: type, name: str, namespace: str, args: Sequence[Any], **options: Any) -> Any:
+    """Get the named actor, creating it when absent (concurrent creators get the same one)."""
+    return ray.remote(cls).options(name=name, namespace=namespace, get_if_exists=True, **options).remote(*args)
+
+
+def get_actor(name: str, namespace: str) -> Any | None:
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+def kill(handle: Any, *, no_restart: bool = True) -> None:
+    ray.kill(handle, no_restart=no_restart)
+
+
+def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Submit a method call; returns an ObjectRef."""
+    return getattr(handle, method).remote(*args, **kwargs)
+
+
+def _unwrap(e: Exception) -> Exception:
+    if isinstance(e, ray.exceptions.RayTaskError):
+        cause = e.as_instanceof_cause()
+        inner = getattr(cause, "cause", None) or getattr(e, "cause", None)
+        if isinstance(inner, SoulError):
+            return inner
+        if isinstance(cause, SoulError):
+            return cause
+    return e
+
+
+def translate(e: BaseException) -> BaseException:
+    """A Ray exception as the project's own (SoulErrors raised in actors come back as themselves)."""
+    if isinstance(e, ray.exceptions.GetTimeoutError):
+        return TurnFailed("no answer in time")
+    if isinstance(e, ray.exceptions.RayTaskError):
+        err = _unwrap(e)
+        if err is e:
+            return TurnFailed(f"remote call failed: {str(e).splitlines()[0]}")
+        return err
+    if isinstance(e, ACTOR_DIED):
+        return RuntimeUnavailable(f"actor died: {str(e).splitlines()[0]}")
+    return e
+
+
+def get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` with our errors: a SoulError raised in an actor is re-raised as itself."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError, *ACTOR_DIED) as e:
+        raise translate(e) from None
+
+
+def retrying(fn: Callable[[], T], *, attempts: int = 30, delay_s: float = 0.2) -> T:
+    """Run ``fn`` again while the actor it calls is dead or restarting (idempotent calls only)."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except ACTOR_DIED:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay_s * min(8, 1 + i))
+        except RuntimeUnavailable:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay_s * min(8, 1 + i))
+    raise AssertionError("unreachable")
+
+
+def metrics_available() -> bool:
+    return ray.is_initialized()
+
+
+def counter(name: str, description: str, tag_keys: tuple[str, ...] = ()) -> Any:
+    from ray.util import metrics
+    return metrics.Counter(name, description=description, tag_keys=tag_keys)
+
+
+def histogram(name: str, description: str, boundaries: list[float], tag_keys: tuple[str, ...] = ()) -> Any:
+    from ray.util import metrics
+    return metrics.Histogram(name, description=description, boundaries=boundaries, tag_keys=tag_keys)
+
+
+__all__ = ["NotFound", "init", "shutdown", "create", "get_actor", "kill", "call", "get", "retrying"]

@@ -1,0 +1,381 @@
+"""The runtime a user connects to: actors started on demand, soul handles.
+
+This is the one module that makes the plain actor classes remote and the one
+the public API (``soul_runtime.connect``) lands in.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgpack
+
+from soul_runtime.clock import to_timestamp
+from soul_runtime.config import SoulConfig
+from soul_runtime.errors import ConfigError, InvalidInput
+from soul_runtime.memory import EXPORT_FORMAT, merge_recalls, parse_stores
+from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
+from soul_runtime.soul import TurnResult
+from soul_runtime.text import check_id, check_text
+from soul_runtime.trace import TurnTrace
+
+from . import raycalls
+from .orchestrator import TurnOrchestrator, host_name
+from .placement import shard_index
+from .settings import RuntimeConfig, default_data_dir
+from .soul_host import SoulHost, store_name
+from .store_actor import LayerShard
+
+ORCHESTRATOR = "soul-orchestrator"
+T = TypeVar("T")
+
+
+def _now() -> float:
+    import time
+    return time.time()
+
+
+class Runtime:
+    """A connection to soul-runtime on Ray. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, cfg: RuntimeConfig, *, started_ray: bool, detached: bool) -> None:
+        self.cfg = cfg
+        self.started_ray = started_ray
+        self.detached = detached
+        self._actors: dict[str, Any] = {}
+        self._start_actors()
+
+    # ---- actors ----------------------------------------------------------------------
+    def _opts(self, **kw: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {"max_restarts": -1, "num_cpus": 0}
+        if self.detached:
+            base["lifetime"] = "detached"
+        base.update(kw)
+        return base
+
+    def _start_actors(self) -> None:
+        cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
+        Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+        created = []
+        for layer in ("episodic", "semantic", "procedural"):
+            for i in range(cfg.shards(layer)):
+                name = store_name(layer, i)
+                created.append(raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
+                                                                      cfg.store_capacity),
+                                               **self._opts(max_task_retries=-1)))
+        for i in range(cfg.hosts):
+            created.append(raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
+                                           **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1)))
+        self.orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
+                                            **self._opts(max_task_retries=-1, max_concurrency=1000))
+        # keep the handles: a non-detached actor dies when its last handle goes away
+        self._keep = created + [self.orchestrator]
+        raycalls.get([raycalls.call(a, "ping") for a in created], timeout=300)
+        running = raycalls.get(raycalls.call(self.orchestrator, "config_dict"), timeout=120)
+        if running.get("data_dir") != cfg.data_dir:
+            raise ConfigError(f"this Ray namespace {ns!r} already serves data_dir {running.get('data_dir')!r}; "
+                              f"connect with that data_dir or another namespace")
+
+    def store(self, layer: str, soul_id: str) -> Any:
+        name = store_name(layer, shard_index(soul_id, self.cfg.shards(layer), layer))
+        h = self._actors.get(name)
+        if h is None:
+            h = self._actors[name] = raycalls.get_actor(name, self.cfg.namespace)
+        return h
+
+    # ---- public ----------------------------------------------------------------------
+    def soul(self, soul_id: str) -> SoulHandle:
+        return SoulHandle(self, check_id(soul_id, what="soul id"))
+
+    def async_soul(self, soul_id: str) -> AsyncSoulHandle:
+        return AsyncSoulHandle(self, check_id(soul_id, what="soul id"))
+
+    def dedicate(self, soul_id: str) -> str:
+        """Give a hot soul its own actor (needs free ``soul_slot`` resources)."""
+        return str(raycalls.get(raycalls.call(self.orchestrator, "dedicate", check_id(soul_id)), timeout=120))
+
+    def undedicate(self, soul_id: str) -> bool:
+        return bool(raycalls.get(raycalls.call(self.orchestrator, "undedicate", check_id(soul_id)), timeout=120))
+
+    def placement(self, soul_id: str) -> dict[str, Any]:
+        return dict(raycalls.get(raycalls.call(self.orchestrator, "placement", check_id(soul_id))))
+
+    def souls(self) -> list[str]:
+        root = Path(self.cfg.data_dir) / "souls"
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+    def stats(self) -> dict[str, Any]:
+        hosts = [raycalls.get_actor(host_name(i), self.cfg.namespace) for i in range(self.cfg.hosts)]
+        active = raycalls.get([raycalls.call(h, "active_souls") for h in hosts if h is not None])
+        return {"souls": len(self.souls()), "active": sum(len(a) for a in active), "hosts": self.cfg.hosts,
+                "shards": {layer: self.cfg.shards(layer) for layer in ("episodic", "semantic", "procedural")},
+                "data_dir": self.cfg.data_dir, "namespace": self.cfg.namespace}
+
+    def shutdown_actors(self) -> None:
+        """Stop this runtime's actors (for detached actors on a cluster)."""
+        names = [ORCHESTRATOR] + [host_name(i) for i in range(self.cfg.hosts)] + [
+            store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
+            for i in range(self.cfg.shards(layer))]
+        refs = []
+        for name in names:
+            h = raycalls.get_actor(name, self.cfg.namespace)
+            if h is not None and name.startswith("soul-store"):
+                refs.append(raycalls.call(h, "flush"))
+        raycalls.get(refs, timeout=60)
+        for name in names:
+            h = raycalls.get_actor(name, self.cfg.namespace)
+            if h is not None:
+                raycalls.kill(h)
+
+    def close(self) -> None:
+        try:  # save the vector indices now rather than rebuilding them on the next start
+            shards = [raycalls.get_actor(store_name("episodic", i), self.cfg.namespace)
+                      for i in range(self.cfg.episodic_shards)]
+            raycalls.get([raycalls.call(h, "flush") for h in shards if h is not None], timeout=30)
+        except Exception:  # closing must not fail because an actor is gone
+            pass
+        if self.started_ray:
+            raycalls.shutdown()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class _Plan(Generic[T]):
+    """A remote call and what to do with its answer, shared by the sync and async handles."""
+
+    ref: Any
+    then: Callable[[Any], T]
+
+
+def _turn_payload(text: str, user: str | None, at: Any) -> dict[str, Any]:
+    check_text(text, what="turn text")
+    return {"text": text, "user": user, "at": None if at is None else to_timestamp(at)}
+
+
+class _Plans:
+    def __init__(self, rt: Runtime, soul_id: str) -> None:
+        self.rt = rt
+        self.soul_id = soul_id
+
+    def _orch(self, method: str, *args: Any) -> Any:
+        return raycalls.call(self.rt.orchestrator, method, *args)
+
+    def turn(self, text: str, user: str | None, at: Any, request_id: str | None) -> _Plan[TurnResult]:
+        payload = _turn_payload(text, user, at)
+        rid = request_id or uuid.uuid4().hex
+        return _Plan(self._orch("submit", self.soul_id, "turn", payload, rid), lambda r: r)
+
+    def observe(self, messages: Sequence[dict[str, Any]], at: Any, session: str | None,
+                request_id: str | None) -> _Plan[TurnResult]:
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise InvalidInput("messages must be a list of {speaker, text, id} dicts")
+        payload = {"messages": list(messages), "at": None if at is None else to_timestamp(at), "session": session}
+        rid = request_id or uuid.uuid4().hex
+        return _Plan(self._orch("submit", self.soul_id, "observe", payload, rid), lambda r: r)
+
+    def recall(self, query: str, k: int, at: Any, stores: Iterable[str] | None) -> _Plan[list[RecalledItem]]:
+        check_text(query, what="query")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
+            raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
+        now = to_timestamp(at) if at is not None else _now()
+        layers = parse_stores(stores)
+        refs = [raycalls.call(self.rt.store(s.value, self.soul_id), "recall", self.soul_id, query, k, now)
+                for s in layers]
+        return _Plan(refs, lambda lists: merge_recalls(lists, k))
+
+    def _read(self, layer: str, method: str, *args: Any, **kw: Any) -> Any:
+        return raycalls.call(self.rt.store(layer, self.soul_id), "read", self.soul_id, method, *args, **kw)
+
+    def facts(self, entity: str | None) -> _Plan[list[Fact]]:
+        return _Plan(self._read("semantic", "facts", entity), list)
+
+    def fact_history(self, entity: str, attribute: str) -> _Plan[list[FactVersion]]:
+        check_text(entity, what="entity", max_chars=200)
+        check_text(attribute, what="attribute", max_chars=200)
+        return _Plan(self._read("semantic", "history", entity, attribute), list)
+
+    def procedures(self, task_class: str | None) -> _Plan[list[Procedure]]:
+        return _Plan(self._read("procedural", "procedures", task_class), list)
+
+    def episodes(self, since: Any, until: Any, session: str | None, sessions_ago: int | None) -> _Plan[list[Episode]]:
+        return _Plan(self._read("episodic", "episodes", since=None if since is None else to_timestamp(since),
+                                until=None if until is None else to_timestamp(until), session=session,
+                                sessions_ago=sessions_ago), list)
+
+    def stats(self) -> _Plan[dict[str, Any]]:
+        refs = [self._read(s.value, "stats") for s in LAYERS]
+
+        def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for p in parts:
+                out.update(p)
+            return out
+        return _Plan(refs, merge)
+
+    def export(self) -> _Plan[bytes]:
+        refs = [self._read(s.value, "export") for s in LAYERS]
+
+        def pack(parts: list[dict[str, Any]]) -> bytes:
+            data = {"format": EXPORT_FORMAT, **{s.value: p for s, p in zip(LAYERS, parts, strict=True)}}
+            return bytes(msgpack.packb(data, use_bin_type=True))
+        return _Plan(refs, pack)
+
+    def import_(self, blob: bytes) -> _Plan[None]:
+        if not isinstance(blob, (bytes, bytearray)):
+            raise InvalidInput("import takes the bytes of an export")
+        return _Plan(self._orch("exclusive", self.soul_id, "import_", bytes(blob)), lambda r: None)
+
+    def forget(self) -> _Plan[dict[str, int]]:
+        return _Plan(self._orch("exclusive", self.soul_id, "forget"), dict)
+
+    def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
+        if turn_id is not None:
+            return _Plan(self._orch("read", self.soul_id, "trace", turn_id), lambda t: t)
+        if not isinstance(last, int) or last < 1:
+            raise InvalidInput("last must be an int >= 1")
+        return _Plan(self._orch("read", self.soul_id, "traces", last), list)
+
+
+class SoulHandle:
+    """A soul on the runtime. Every method blocks until its answer is there.
+
+    ``turn`` and ``observe`` are strictly ordered per soul; reads see every
+    acknowledged turn's writes.
+    """
+
+    def __init__(self, rt: Runtime, soul_id: str, timeout: float | None = 600.0) -> None:
+        self.id = soul_id
+        self._p = _Plans(rt, soul_id)
+        self.timeout = timeout
+
+    def _run(self, plan: _Plan[T]) -> T:
+        return plan.then(raycalls.get(plan.ref, timeout=self.timeout))
+
+    def turn(self, text: str, user: str | None = None, at: Any = None, *, request_id: str | None = None
+             ) -> TurnResult:
+        return self._run(self._p.turn(text, user, at, request_id))
+
+    def observe(self, messages: Sequence[dict[str, Any]], at: Any = None, session: str | None = None, *,
+                request_id: str | None = None) -> TurnResult:
+        return self._run(self._p.observe(messages, at, session, request_id))
+
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Iterable[str] | None = None
+               ) -> list[RecalledItem]:
+        return self._run(self._p.recall(query, k, at, stores))
+
+    def facts(self, entity: str | None = None) -> list[Fact]:
+        return self._run(self._p.facts(entity))
+
+    def fact_history(self, entity: str, attribute: str) -> list[FactVersion]:
+        return self._run(self._p.fact_history(entity, attribute))
+
+    def procedures(self, task_class: str | None = None) -> list[Procedure]:
+        return self._run(self._p.procedures(task_class))
+
+    def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
+                 sessions_ago: int | None = None) -> list[Episode]:
+        return self._run(self._p.episodes(since, until, session, sessions_ago))
+
+    def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
+        """One turn's trace by id, or the last ``last`` traces (oldest first)."""
+        return self._run(self._p.trace(turn_id, last))
+
+    def forget(self) -> dict[str, int]:
+        return self._run(self._p.forget())
+
+    def stats(self) -> dict[str, Any]:
+        return self._run(self._p.stats())
+
+    def export(self) -> bytes:
+        return self._run(self._p.export())
+
+    def import_(self, blob: bytes) -> None:
+        self._run(self._p.import_(blob))
+
+
+def _async_method(name: str) -> Callable[..., Awaitable[Any]]:
+    """An async twin of ``SoulHandle.<name>``: same arguments, same plan, awaited."""
+    import inspect
+    sig = inspect.signature(getattr(SoulHandle, name))
+
+    async def method(self: AsyncSoulHandle, *args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        values = list(bound.arguments.values())[1:]
+        try:
+            return await self._run(getattr(self._p, name)(*values))
+        except Exception as e:
+            raise raycalls.translate(e) from None
+    method.__name__ = name
+    method.__doc__ = getattr(SoulHandle, name).__doc__
+    return method
+
+
+class AsyncSoulHandle:
+    """The same API as :class:`SoulHandle`, as coroutines (for asyncio servers)."""
+
+    def __init__(self, rt: Runtime, soul_id: str) -> None:
+        self.id = soul_id
+        self._p = _Plans(rt, soul_id)
+
+    async def _run(self, plan: _Plan[T]) -> T:
+        import asyncio
+        ref = plan.ref
+        if isinstance(ref, list):
+            return plan.then(list(await asyncio.gather(*ref)))
+        return plan.then(await ref)
+
+    turn = _async_method("turn")
+    observe = _async_method("observe")
+    recall = _async_method("recall")
+    facts = _async_method("facts")
+    fact_history = _async_method("fact_history")
+    procedures = _async_method("procedures")
+    episodes = _async_method("episodes")
+    trace = _async_method("trace")
+    forget = _async_method("forget")
+    stats = _async_method("stats")
+    export = _async_method("export")
+    import_ = _async_method("import_")
+
+
+def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
+            config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None, **options: Any) -> Runtime:
+    """Connect to soul-runtime.
+
+    ``address``: ``None`` starts (or joins, in this process) a local Ray — the
+    embedded default; ``"auto"`` joins a running cluster from one of its nodes;
+    ``"ray://host:port"`` connects over Ray Client. ``options`` are
+    :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …).
+    """
+    if config is None:
+        kw: dict[str, Any] = dict(options)
+        if soul_config is not None:
+            kw["soul"] = soul_config
+        config = RuntimeConfig(data_dir=str(Path(data_dir or default_data_dir()).expanduser().resolve())
+                               if address in (None, "auto") else str(data_dir or default_data_dir()),
+                               namespace=namespace, **kw)
+    if address is not None and not isinstance(address, str):
+        raise ConfigError("address must be None, 'auto' or 'ray://host:port'")
+    if isinstance(address, str) and address != "auto" and not address.startswith("ray://") and ":" not in address:
+        raise ConfigError(f"address {address!r} is not 'auto', 'ray://host:port' or 'host:port'")
+    env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+                                                       "SOUL_ANTHROPIC_MODEL")}
+    started = raycalls.init(address, namespace=config.namespace, env_vars=env or None,
+                            resources={"soul_slot": config.max_dedicated} if address is None else None)
+    try:
+        return Runtime(config, started_ray=started, detached=address is not None)
+    except BaseException:
+        if started:
+            raycalls.shutdown()
+        raise

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Start the Ray head node of a soul-runtime cluster (Ray 2.60, token auth on).
+#
+# Environment (all optional except SOUL_DATA_DIR):
+#   SOUL_DATA_DIR        shared durable storage mounted at the same path on EVERY node
+#                        (NFS, CephFS, EFS, a RWX volume...). Required.
+#   RAY_PORT             GCS port                              (default 6379)
+#   RAY_CLIENT_PORT      Ray Client server port (ray://)       (default 10001)
+#   NUM_CPUS             CPUs Ray may schedule on this node    (default: detected)
+#   SOUL_SLOTS           dedicated hot-soul actors this node admits; exported as the
+#                        custom resource {"soul_slot": N}     (default 0 = none on the head)
+#   NODE_IP              address other nodes/clients use        (default: first of `hostname -I`)
+#   RAY_TEMP_DIR         Ray session/log dir; keep it short (Unix sockets < 108 chars)
+#   RAY_AUTH_MODE        token (default) or disabled (only on a fully trusted network)
+#   RAY_AUTH_TOKEN_PATH  token file (default ~/.ray/auth_token; generated if missing)
+#   RAY_AUTH_TOKEN       the token itself; takes precedence over RAY_AUTH_TOKEN_PATH
+#   RAY_BLOCK=1          run in the foreground (systemd, containers)
+# Extra arguments are passed to `ray start` (e.g. --autoscaling-config=...).
+set -euo pipefail
+
+RAY_PORT="${RAY_PORT:-6379}"
+RAY_CLIENT_PORT="${RAY_CLIENT_PORT:-10001}"
+NUM_CPUS="${NUM_CPUS:-}"
+SOUL_SLOTS="${SOUL_SLOTS:-0}"
+RAY_TEMP_DIR="${RAY_TEMP_DIR:-/tmp/ray}"
+NODE_IP="${NODE_IP:-$(hostname -I 2>/dev/null | awk '{print $1}')}"
+NODE_IP="${NODE_IP:-127.0.0.1}"
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+: "${SOUL_DATA_DIR:?set SOUL_DATA_DIR to shared storage mounted at the same path on every node}"
+
+mkdir -p "$SOUL_DATA_DIR"
+if ! touch "$SOUL_DATA_DIR/.write-test" 2>/dev/null; then
+    echo "error: SOUL_DATA_DIR=$SOUL_DATA_DIR is not writable" >&2
+    exit 1
+fi
+rm -f "$SOUL_DATA_DIR/.write-test"
+fstype="$(stat -f -c %T "$SOUL_DATA_DIR" 2>/dev/null || echo unknown)"
+case "$fstype" in  # a node-local filesystem is fine for a one-node cluster only
+    ext2/ext3|ext4|xfs|btrfs|tmpfs|overlayfs|zfs)
+        echo "warning: SOUL_DATA_DIR is on a local '$fstype' filesystem; with more than one node it must be shared storage" >&2 ;;
+esac
+export SOUL_DATA_DIR  # inherited by the raylet and so by every actor on this node
+
+if [[ "$RAY_AUTH_MODE" == "token" && -z "${RAY_AUTH_TOKEN:-}" ]]; then
+    export RAY_AUTH_TOKEN_PATH="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
+    if [[ ! -s "$RAY_AUTH_TOKEN_PATH" ]]; then
+        mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"
+        (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32), end="")' > "$RAY_AUTH_TOKEN_PATH")
+        echo "generated a new cluster token in $RAY_AUTH_TOKEN_PATH (copy it to every worker and client)" >&2
+    fi
+fi
+
+args=(--head --port="$RAY_PORT" --ray-client-server-port="$RAY_CLIENT_PORT"
+      --node-ip-address="$NODE_IP" --temp-dir="$RAY_TEMP_DIR"
+      --include-dashboard=false --disable-usage-stats)
+if [[ -n "$NUM_CPUS" ]]; then args+=(--num-cpus="$NUM_CPUS"); fi
+if [[ "$SOUL_SLOTS" != "0" ]]; then args+=(--resources="{\"soul_slot\": $SOUL_SLOTS}"); fi
+if [[ "${RAY_BLOCK:-0}" == "1" ]]; then args+=(--block); fi
+
+cat <<EOF
+soul-runtime head
+  GCS (workers join):   $NODE_IP:$RAY_PORT
+  Ray Client (clients): ray://$NODE_IP:$RAY_CLIENT_PORT
+  shared data dir:      $SOUL_DATA_DIR
+  auth:                 RAY_AUTH_MODE=$RAY_AUTH_MODE${RAY_AUTH_TOKEN_PATH:+ token file $RAY_AUTH_TOKEN_PATH}
+Workers:  RAY_HEAD_ADDRESS=$NODE_IP:$RAY_PORT SOUL_DATA_DIR=$SOUL_DATA_DIR cluster/start-worker.sh
+Clients:  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<copy of the token> soul ... --address ray://$NODE_IP:$RAY_CLIENT_PORT
+EOF
+
+exec ray start "${args[@]}" "$@"

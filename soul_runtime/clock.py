@@ -1,0 +1,41 @@
+"""Turning what callers pass as a time into UTC epoch seconds. No clock is read here."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+from .errors import InvalidInput
+
+DAY = 86_400.0
+
+TimeLike = "datetime | float | int | str"
+
+
+def to_timestamp(value: object) -> float:
+    """A ``datetime`` (naive = UTC), epoch seconds, or an ISO-8601 string → epoch seconds."""
+    if isinstance(value, bool):
+        raise InvalidInput(f"not a time: {value!r}")
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.timestamp()
+    if isinstance(value, (int, float)):
+        v = float(value)
+        if not math.isfinite(v) or v < 0 or v > 32503680000:  # year 3000
+            raise InvalidInput(f"time out of range: {value!r}")
+        return v
+    if isinstance(value, str):
+        try:
+            return to_timestamp(datetime.fromisoformat(value.strip().replace("Z", "+00:00")))
+        except ValueError:
+            raise InvalidInput(f"not an ISO-8601 time: {value!r}") from None
+    raise InvalidInput(f"not a time: {value!r}")
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def day_label(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%d %b %Y")

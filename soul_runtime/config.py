@@ -1,0 +1,123 @@
+"""Configuration: small keyword-only frozen dataclasses, validated on creation.
+
+Every threshold of the write, recall and retention policies lives here with its
+default; the README's configuration reference is generated from these fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .errors import ConfigError
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """Write, recall and retention policy thresholds of the three layers."""
+
+    # episodic
+    half_life_days: float = 30.0
+    """Recency half-life: an episode this old weighs half as much as a new one."""
+    recency_floor: float = 0.35
+    """Lowest recency weight (so old but exact matches still surface)."""
+    decay_days: float = 365.0
+    """Episodes older than this drop out of recall unless promoted."""
+    merge_similarity: float = 0.95
+    """Cosine similarity above which a new episode merges into a stored one (same session)."""
+    dense_weight: float = 0.6
+    """Weight of the dense score in the hybrid episodic score (lexical gets the rest)."""
+    max_episode_chars: int = 400
+    # semantic
+    promotion_observations: int = 3
+    """Distinct episodes a stated fact must be seen in before it is promoted."""
+    # procedural
+    procedure_successes: int = 3
+    """Successful runs with the same step pattern that create a procedure."""
+    rollout_clean_runs: int = 3
+    """Clean runs a new procedure version needs before it replaces the active one."""
+    # retention (days; 0 = keep forever)
+    episodic_ttl_days: float = 0.0
+    archived_fact_ttl_days: float = 0.0
+    # recall
+    default_k: int = 10
+    min_score: float = 0.05
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            _check(isinstance(v, (int, float)) and not isinstance(v, bool), f"{f.name} must be a number, got {v!r}")
+            _check(math.isfinite(v), f"{f.name} must be finite, got {v!r}")
+            _check(v >= 0, f"{f.name} must be >= 0, got {v!r}")
+        _check(self.half_life_days > 0, "half_life_days must be > 0")
+        _check(self.decay_days > 0, "decay_days must be > 0")
+        _check(0.0 <= self.recency_floor <= 1.0, "recency_floor must be in [0, 1]")
+        _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
+        _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
+        for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",
+                     "max_episode_chars"):
+            v = getattr(self, name)
+            _check(float(v).is_integer() and v >= 1, f"{name} must be a whole number >= 1, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnConfig:
+    """The turn loop: context budget, buffer and persistence filter."""
+
+    context_tokens: int = 8000
+    """Model input budget: system prompt + memories + buffer + user text + reply."""
+    reply_tokens: int = 600
+    memory_tokens: int = 1200
+    """At most this many tokens of recalled memories go into the context."""
+    recall_k: int = 12
+    min_persist_chars: int = 8
+    """Exchanges shorter than this (user text) are never persisted."""
+    session_gap_minutes: int = 240
+    """A turn this long after the previous one starts a new session (the buffer is cleared)."""
+    history_for_extraction: int = 6
+    """Buffer messages shown to the extractor (to resolve confirmations, corrections, answers)."""
+    max_text_chars: int = 100_000
+    trace_keep: int = 10_000
+    """Traces kept per soul (oldest dropped first)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            _check(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{f.name} must be an int >= 0, got {v!r}")
+        _check(self.context_tokens > self.reply_tokens + 64, "context_tokens must exceed reply_tokens + 64")
+        _check(self.memory_tokens < self.context_tokens, "memory_tokens must be below context_tokens")
+        _check(self.recall_k >= 1, "recall_k must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoulConfig:
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+    persona: str = "You are Atlas, a helpful assistant with a long-term memory."
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.memory, MemoryConfig), "memory must be a MemoryConfig")
+        _check(isinstance(self.turn, TurnConfig), "turn must be a TurnConfig")
+        _check(isinstance(self.persona, str), "persona must be a string")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory)},
+                "turn": {f.name: getattr(self.turn, f.name) for f in fields(self.turn)},
+                "persona": self.persona}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SoulConfig:
+        try:
+            return cls(memory=MemoryConfig(**d.get("memory", {})), turn=TurnConfig(**d.get("turn", {})),
+                       persona=d.get("persona", cls().persona))
+        except TypeError as e:
+            raise ConfigError(f"unknown configuration key: {e}") from None
+
+
+__all__ = ["MemoryConfig", "TurnConfig", "SoulConfig", "replace"]

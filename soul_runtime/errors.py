@@ -1,0 +1,79 @@
+"""The one exception hierarchy of soul-runtime.
+
+::
+
+    SoulError                      every error this project raises on purpose
+    ├── InvalidInput               bad text, vector, id, file or message (ValueError too)
+    │   └── ConfigError            an invalid configuration value
+    ├── NotFound                   an unknown soul, turn, fact or procedure (KeyError too)
+    ├── StorageError               the record of truth could not be read or written
+    ├── ModelError                 the language model failed (after retries)
+    │   └── ModelTimeout           ... by taking too long
+    ├── EmbedderError              the embedder is missing or does not match an index
+    ├── TurnFailed                 a turn was not applied; nothing of it is stored
+    │   └── OutOfOrder             a turn arrived with a sequence number that is not next
+    └── RuntimeUnavailable         the Ray runtime cannot be reached or refused us
+        └── AuthError              ... because the cluster's auth token is missing or wrong
+
+Nothing already stored is changed when one of these is raised by a write.
+"""
+
+from __future__ import annotations
+
+
+class SoulError(Exception):
+    """Base class of every error raised on purpose by soul-runtime."""
+
+
+class InvalidInput(SoulError, ValueError):
+    """Input that can never be accepted: fix the call, do not retry it."""
+
+
+class ConfigError(InvalidInput):
+    """An invalid configuration value."""
+
+
+class NotFound(SoulError, KeyError):
+    """An unknown soul, turn, fact or procedure."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we do not
+        return str(self.args[0]) if self.args else "not found"
+
+
+class StorageError(SoulError):
+    """The durable record could not be read or written."""
+
+
+class ModelError(SoulError):
+    """The language model failed after its retries."""
+
+
+class ModelTimeout(ModelError):
+    """The language model did not answer in time."""
+
+
+class EmbedderError(SoulError):
+    """The embedder is unavailable or does not match the stored index."""
+
+
+class TurnFailed(SoulError):
+    """A turn was not applied; none of its writes are stored."""
+
+
+class OutOfOrder(TurnFailed):
+    """A turn's sequence number is not the soul's next one."""
+
+    def __init__(self, message: str, expected: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:
+        return (self.__class__, (str(self), self.expected))
+
+
+class RuntimeUnavailable(SoulError):
+    """The Ray runtime could not be reached."""
+
+
+class AuthError(RuntimeUnavailable):
+    """The cluster refused the connection for lack of its auth token."""

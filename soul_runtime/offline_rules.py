@@ -1,0 +1,563 @@
+"""Pure text rules of the offline model: no I/O, no clocks, no randomness.
+
+Normalisation, chit-chat and instruction detection, fact-statement patterns,
+confirmation / correction / retraction parsing, task / steps / outcome detection
+and the first→third person rewriting used for episode summaries. Everything here
+is a plain function of its arguments so the offline model is fully deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GENERIC_SPEAKERS = frozenset({"", "user", "human", "you", "me", "speaker", "unknown"})
+STOPWORDS = frozenset("""
+a an the and or but if so to of in on at for with from by as is are was were be been being am do does did
+have has had i me my mine myself we us our you your yours he him his she her they them their it its this that
+these those there here what which who whom whose when where why how not no yes yeah yep ok okay oh wow hey hi
+hello thanks thank please just really very too also still much many more most some any all can could would
+should will shall may might must about into over then than up out off get got go going gonna wanna im it's
+that's i've i'd i'll i'm you're you've you'd don't didn't can't won't isn't lol haha cool great awesome nice
+amazing good love glad happy sure totally agree well kind lot bit thing things stuff see talk soon bye later
+care doing been new anything something everything day time hear sounds sound looks look let's one like know
+mean guess feel think way pretty super such even ever right now today yet again always never bad fine welcome
+""".split())
+OPINION = frozenset("so really very pretty super too great awesome amazing cool nice good bad fine fun special "
+                    "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
+PRONOUNS = frozenset("it that this them him her you me us those these they he she there something".split())
+SECRET = re.compile(r"password|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn", re.I)
+
+# ---- normalisation -------------------------------------------------------------
+
+
+def collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def normalise(text: str) -> str:
+    """Lower-case, straight quotes, possessive 's dropped, punctuation out, spaces collapsed."""
+    t = re.sub(r"'s\b", "", text.replace("\u2019", "'").replace("\u2018", "'").lower())
+    return collapse(re.sub(r"[^\w\s'-]", " ", t).replace("'", ""))
+
+
+def clean_value(value: str) -> str:
+    v = collapse(value.replace("\u2019", "'")).strip(" \"'`")
+    v = re.sub(r"[\s,;:.!?\u2014\u2013-]+$", "", v)
+    v = re.sub(r"\s+(?:now|these days|nowadays|by the way|btw)$", "", v, flags=re.I)
+    return v.strip(" \"'`")
+
+
+def entity_key(display: str) -> str:
+    """"The Tendril" → "tendril": lower-case, spaces collapsed, no leading article."""
+    return re.sub(r"^the\s+", "", collapse(display).lower())
+
+
+def attribute_key(words: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", words.lower().replace("'s", "").replace("favorite", "favourite")).strip("_")
+
+
+def stem(word: str) -> str:
+    w = word.lower().strip("'")
+    plural = len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is"))
+    return w[:-3] + "y" if len(w) > 4 and w.endswith("ies") else w[:-1] if plural else w
+
+
+_STOP_NORM = frozenset(w.replace("'s", "").replace("'", "") for w in STOPWORDS)
+
+
+def content_words(text: str) -> list[str]:
+    return [stem(w) for w in normalise(text).split() if len(w) > 1 and w not in _STOP_NORM and not w.isdigit()]
+
+
+def split_sentences(text: str) -> list[str]:
+    return [p.strip() for p in re.split(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+", text.replace("\u2019", "'").strip()) if p.strip()]
+
+
+def split_clauses(sentence: str) -> list[str]:
+    parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+)?(?:I|I'm|my|My)\b)"
+                     r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)", sentence)
+    return [p.strip(" ,") for p in parts if p and p.strip(" ,")]
+
+
+_FILLER = re.compile(
+    r"^(?:(?i:hey there|hey|hi|hello|yo|wow|whoa|oh|ah|aw+|haha\w*|hehe\w*|lol|yeah|yep|yes|yup|sure|ok(?:ay)?|"
+    r"well|so|um+|uh+|hmm+|omg|gosh|honestly|anyway|by the way|btw|fyi|also|and|but|just so you know|"
+    r"totally agree|i agree|agreed|cool|great|awesome|nice|thanks|thank you|morning|good morning|noted|oh well)"
+    r"(?=\W|$)(?:,?\s*[A-Z][a-z]+(?=\s*[,!.]))?\s*[,!.:;\u2014\u2013-]*\s*)+")
+
+
+def strip_fillers(sentence: str) -> str:
+    s = _FILLER.sub("", sentence.strip()).strip()
+    return s[:1].upper() + s[1:] if s else s
+
+
+# ---- chit-chat, questions, instructions -----------------------------------------
+_CHIT = re.compile(
+    r"^(?:(?:it's |it is |so )?(?:good|great|nice|lovely) (?:to )?(?:see|hear from|talk to|chat with|hear) you|"
+    r"how (?:are|have|is) (?:you|it|things|life)|what's up|whats up|how's it going|how's everything|"
+    r"(?:thanks?|thank you|thx|ty|cheers)\b|(?:bye|goodbye|see you|see ya|talk (?:to you )?soon|take care|"
+    r"catch you later|have a (?:good|great|nice))|(?:lol|lmao|haha\w*|omg|wow|aw+|yay|same|me too|no worries|"
+    r"you're welcome|np|sounds (?:good|great|fun|amazing|awesome|lovely)|good (?:morning|night|evening)|"
+    r"that's (?:\w+ )?(?:great|cool|awesome|amazing|nice|wonderful|sweet|good|fantastic|lovely|true|fair|"
+    r"funny|hilarious|sad|tough|rough|kind|sweet of you)|anything new|what now))")
+
+
+def is_question(sentence: str) -> bool:
+    return sentence.rstrip(" \"')").endswith("?")
+
+
+def is_hypothetical(sentence: str) -> bool:
+    return bool(re.match(r"^(?:if|maybe|perhaps|what if|suppose|imagine|hopefully|i wonder|i wish)\b",
+                         sentence.strip(), re.I)) or bool(re.search(r"\b(?:might|could|would) be\b", sentence, re.I))
+
+
+def is_chit_sentence(sentence: str) -> bool:
+    """Greetings, thanks, small talk; a short sentence with no first person, name or number and ≤1 content word."""
+    s = strip_fillers(sentence)
+    cw = content_words(s)
+    if not s or not cw or _CHIT.match(s.lower()):
+        return len(cw) <= 2
+    anchor = re.search(r"\b(?:I|I'm|I've|I'd|my|we|our|me)\b|\S\s+[A-Z][a-z]+|\d", s)
+    return len(s.split()) <= 6 and len(cw) <= 1 and not anchor
+
+
+def is_chit_chat(text: str) -> bool:
+    """True when no sentence carries anything beyond greetings, thanks and small talk."""
+    return all(is_chit_sentence(s) or (is_question(s) and len(content_words(strip_fillers(s))) <= 1)
+               for s in split_sentences(text))
+
+
+_INSTRUCTION = re.compile(
+    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.!?]{0,40}\b(?:instructions?|prompts?|rules|guidelines|"
+    r"guardrails|directives?|training|previous|prior|above|earlier)\b|\bdisregard\b|\bsystem prompt\b|"
+    r"\bfrom now on,?\s+(?:you\b|(?:\w+\s+)?(?:always|never|must|should|only|do not|don't|approve|reply|"
+    r"respond|answer|ignore|treat|obey)\b)|\bhenceforth\b|\byou (?:must|should|will|shall) (?:always|never)\b|"
+    r"(?:^|[.!?]\s+|\bnow\s+|\byou\s+(?:will\s+|should\s+|must\s+)?)act as\b|\bpretend (?:to be|you(?:'re| are))\b|"
+    r"\b(?:your|the) new instructions?\b|\bnew instructions?:|\bremember that you (?:should|must|will|always|never)\b|"
+    r"\byou are now (?:an? )?(?:assistant|ai|bot|model|dan|unrestricted|free|jailbroken)\b|"
+    r"\bdeveloper mode\b|\bjailbreak\b|\bdo anything now\b", re.I | re.M)
+
+
+def is_instruction(text: str) -> bool:
+    return bool(_INSTRUCTION.search(text.replace("\u2019", "'")))
+
+
+def echoes(text: str, sources: tuple[str, ...] | list[str]) -> bool:
+    """Does ``text`` repeat (contain, or is contained in) one of ``sources`` (persona / recalled "[store id] …" lines)?"""
+    n = normalise(re.sub(r"^\s*\[[^\]]*\]", "", text))
+    lines = [normalise(re.sub(r"^\s*\[[^\]]*\]", "", line)) for src in sources for line in src.splitlines()]
+    return len(n.split()) >= 3 and any(m and (n in m or (len(m.split()) >= 3 and m in n)) for m in lines)
+
+
+# ---- fact statements ------------------------------------------------------------
+@dataclass(frozen=True)
+class Statement:
+    entity: str  # display form ("Tendril", "Maya")
+    attribute: str  # display words ("production database", "likes")
+    value: str
+    key: str = ""  # attribute key when it is not just the snake_case of ``attribute``
+
+    @property
+    def attribute_key(self) -> str:
+        return self.key or attribute_key(self.attribute)
+
+
+_ENT = r"(?P<ent>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*){0,3}|[a-z]+-\d+)"
+_IS = r"\s+(?:is|are)\s+(?:now\s+)?(?P<val>.+)$"
+_NAME = re.compile(r"^(?i:my name is|i'm|i am|call me|this is)\s+(?P<name>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b(?P<rest>.*)$")
+_NOT_NAMES = frozenset("not so just really here back off also sorry glad happy good fine ok okay thinking "
+                       "going doing feeling still".split())
+_ROLE = re.compile(r"^(?i:i'm|i am|i work as|i'm working as)\s+(?:an?)\s+(?P<role>.+?)"
+                   r"(?:\s+(?P<prep>on|in|at|with|for|of)\s+(?:the\s+)?(?P<rest>.+))?$")
+_ROLE_BAD = frozenset("bit little lot big huge great good real total bad mess wreck part fan kind sort "
+                      "couple few while".split())
+_TEAM = re.compile(r"^(?i:i'm|i am|i work|i'm working)\s+(?i:on|in|with|for)\s+(?:the\s+)?(?P<team>.+?\bteam)$")
+_WORK_AT = re.compile(r"^(?i:i work|i'm working|i am working)\s+(?i:at|for)\s+(?P<org>[A-Z].*)$")
+_FROM = re.compile(r"^(?i:i'm|i am|i come)\s+(?i:originally\s+)?from\s+(?P<val>[A-Z].*)$")
+_LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i just moved)\s+(?i:in|to)\s+(?P<val>[A-Z].*)$")
+_PREF1 = re.compile(r"^(?i:i)\s+(?:(?i:really|also|just|totally|absolutely|still|much|do)\s+)?"
+                    r"(?P<verb>(?i:prefer|like|love|enjoy|hate|dislike|use))\s+(?P<val>.+)$")
+_PREF3 = re.compile(r"^" + _ENT + r"\s+(?P<verb>prefers|likes|loves|enjoys|hates|dislikes|uses|runs on)\s+(?P<val>.+)$")
+_MY = re.compile(r"^(?i:my)\s+(?P<att>[a-z][a-z' ]{0,40}?)" + _IS)
+_POSS = re.compile(r"^(?:[Tt]he\s+)?" + _ENT + r"'s\s+(?P<att>[a-z][a-z' ]{0,40}?)" + _IS)
+_OF = re.compile(r"^(?:[Tt]he\s+)?(?P<att>[a-z][a-z ]{0,40}?)\s+(?:of|for)\s+(?:the\s+)?" + _ENT + _IS)
+_CAP_ATTR = re.compile(r"^(?:[Tt]he\s+)?" + _ENT + r"\s+(?P<att>[a-z][a-z ]{0,40}?)" + _IS)
+_X_IS = re.compile(r"^" + _ENT + _IS)
+_PREF_BASE = {"prefer": "prefers", "like": "likes", "love": "likes", "enjoy": "likes", "hate": "dislikes",
+              "dislike": "dislikes", "use": "uses", "runs on": "runs on"}
+_CUT = re.compile(r",\s+(?:which|who|but|and|so|because|since|though|as|when|while)\b|\s+(?:because|since|which|"
+                  r"although|though|but)\b|\s+[\u2014\u2013]\s+|\s+--?\s+")
+
+
+def _value(raw: str, generic: bool = False) -> str:
+    """A clean value, or '' for junk: too long, a pronoun, negated, an opinion ("so cool"), a question."""
+    v = clean_value(_CUT.split(raw, maxsplit=1)[0])
+    words = v.lower().split()
+    first = words[1] if len(words) > 1 and words[0] in ("a", "an", "the") else (words or [""])[0]
+    bad = not words or len(words) > 8 or words[0] in PRONOUNS or words[0] in ("not", "no", "never") or "?" in v
+    return "" if bad or first in OPINION or (generic and not re.match(r"^(?:an?\s|the\s|[A-Z0-9])", v)) else v
+
+
+def _head(value: str) -> str:
+    skip = ("the", "a", "an", "my", "to", "some", "all", "every", "any")
+    words = [w for w in re.findall(r"[a-z0-9][\w-]*", value.lower()) if w not in skip]
+    return stem(words[0]) if words else ""
+
+
+def _bad_entity(ent: str, initial: bool) -> bool:
+    first = ent.split()[0].lower()
+    return first in STOPWORDS or first in _NOT_NAMES or (initial and " " not in ent and first.endswith(("ing", "ly")))
+
+
+def find_name(text: str) -> str:
+    """A self-introduced name ("I'm Maya", "my name is Maya"), else ''."""
+    clauses = [c for sentence in split_sentences(text) for c in split_clauses(strip_fillers(sentence))]
+    names = [m.group("name") for m in map(_NAME.match, clauses) if m]
+    return next((n for n in names if n.split()[0].lower() not in _NOT_NAMES), "")
+
+
+def parse_statements(clause: str, subject: str) -> list[Statement]:
+    """Facts stated in one clause; first person maps to ``subject`` (skipped when '')."""
+    out = _statements(clause, subject)
+    if subject:
+        out = [Statement(st.entity, st.attribute, re.sub(r"\b[Mm]y\b", subject + "'s", st.value), st.key) for st in out]
+    return out
+
+
+def _statements(clause: str, subject: str) -> list[Statement]:
+    s = clean_value(re.sub(r"^(?i:i think|i believe|i guess|remember|note|just so you know)(?:\s+that)?[,\s]+", "",
+                           clause.replace("\u2019", "'")))
+    if not s or is_question(clause) or is_hypothetical(s):
+        return []
+    out: list[Statement] = []
+    if subject:
+        m = _NAME.match(s)
+        if m and m.group("name").split()[0].lower() not in _NOT_NAMES:
+            out.append(Statement(subject, "name", m.group("name")))
+            rest = m.group("rest").strip(" ,")
+            if re.match(r"^(?i:and\s+)?(?i:an?)\s", rest):
+                out += _statements("I am " + re.sub(r"^(?i:and\s+)", "", rest), subject)
+            return out
+        m = _ROLE.match(s)  # "I'm a senior SRE on the platform team", "I'm a big fan of jazz"
+        if m:
+            role, rest, prep = clean_value(m.group("role")), clean_value(m.group("rest") or ""), m.group("prep")
+            if re.match(r"^(?:big |huge )?fan$", role, re.I) and rest and prep == "of":
+                return [Statement(subject, "likes", rest, "likes_" + _head(rest))]
+            ok_role = role.split()[0].lower() not in _ROLE_BAD and len(role.split()) <= 5 and _value(role)
+            out += [Statement(subject, "role", role)] if ok_role else []
+            out += [Statement(subject, "team", rest)] if rest.lower().endswith("team") else [Statement(
+                subject, "employer", _value(rest))] if rest[:1].isupper() and prep in ("at", "for") and _value(rest) else []
+            return out
+        for rx, att in ((_TEAM, "team"), (_WORK_AT, "employer"), (_FROM, "origin"), (_LIVE, "lives in")):
+            m = rx.match(s)
+            if m and _value(m.group(1)):
+                return [Statement(subject, att, _value(m.group(1)))]
+        m = _PREF1.match(s)
+        if m:
+            v = _value(re.sub(r"^(?i:to)\s+", "", m.group("val")))
+            base = _PREF_BASE[m.group("verb").lower()]
+            return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
+        m = _MY.match(s)  # "my favourite editor is Helix", "my dog's name is Max"
+        if m and _value(m.group("val")):
+            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(m.group("val")))]
+    if re.match(r"^(?i:i|i'm|i've|my|me|we|our|he|she|they|it|this|that|there|his|her|their|its)\b", s):
+        return []
+    m = _PREF3.match(s)
+    if m and not _bad_entity(m.group("ent"), True):
+        verb = m.group("verb")
+        v, base = _value(m.group("val")), _PREF_BASE.get(verb[:-1]) or _PREF_BASE.get(verb, verb)
+        return [Statement(m.group("ent"), base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
+    for rx in (_POSS, _OF, _CAP_ATTR):
+        m = rx.match(s)
+        if m and _value(m.group("val")) and not _bad_entity(m.group("ent"), m.start("ent") == 0):
+            att = m.group("att").replace("'s", "").strip()
+            if att.split()[-1] in ("and", "or", "with", "to", "has", "was", "who") or len(att.split()) > 4:
+                continue
+            return [Statement(m.group("ent"), att, _value(m.group("val")))]
+    m = _X_IS.match(s)
+    v = _value(m.group("val"), generic=True) if m and not _bad_entity(m.group("ent"), True) else ""
+    return [Statement(m.group("ent"), "description", v)] if m and v else []
+
+
+# ---- confirmation, correction, retraction --------------------------------------
+_CONFIRM = re.compile(
+    r"^(?:(?:yes|yep|yeah|yup|right|indeed)\b[\s,!.\u2014-]*)?(?:(?:that's|that is|it's|it is|you're|you are)\s+"
+    r"(?:absolutely\s+|exactly\s+)?(?:right|correct|it|true|spot on)\b|correct\b|exactly\b|confirmed\b(?!\s*:)|"
+    r"precisely\b|spot on\b|affirmative\b)[\s,!.]*|^(?:yes|yep|yeah|yup)[\s,!.]*$", re.I)
+
+
+def confirmation(text: str) -> str | None:
+    """The text after an explicit confirmation ("yes, that's right"), or None when it is not one."""
+    m = _CONFIRM.match(text.strip().replace("\u2019", "'"))
+    return text.strip()[m.end():].strip() if m else None
+
+
+_CORR_MARK = re.compile(r"^(?i:actually|correction|sorry|wait|oops|no|nope|not quite|i meant|my mistake|"
+                        r"scratch that)\b[\s,:;!.\u2014-]*(?P<rest>.*)$")
+_BARE = re.compile(r"^(?i:it's|it is|it was|that's|that is|it should be|should be|make that|make it|i meant|"
+                   r"it's actually|it is actually)\s+(?P<val>.+)$")
+_NOT_BUT = re.compile(r"^(?i:(?:no,?\s*)?(?:it's\s+|it is\s+)?not)\s+(?P<old>.+?)(?:,\s*(?i:but\s+)?|\s+(?i:but)\s+)"
+                     r"(?P<new>.+)$")
+_BUT_NOT = re.compile(r"^(?i:it's|it is)\s+(?P<new>.+?),\s*(?i:not)\s+(?P<old>.+)$")
+
+
+@dataclass(frozen=True)
+class Correction:
+    statement: str = ""  # a full statement to parse ("the Tendril production database is Postgres 16")
+    value: str = ""  # a bare new value ("Postgres 16", "16")
+    old_hint: str = ""  # the old value when named ("not 15, 16")
+
+
+def parse_correction(clause: str) -> Correction | None:
+    s = clause.strip().replace("\u2019", "'")
+    for rx in (_BUT_NOT, _NOT_BUT):
+        m = rx.match(re.sub(r"^(?i:no|nope|actually),?\s+(?=(?i:it|not))", "", s))
+        if m and len(m.group("new").split()) <= 6 and clean_value(m.group("new")):
+            return Correction(value=clean_value(re.sub(r"^(?i:it's|it is)\s+", "", m.group("new"))),
+                              old_hint=clean_value(m.group("old")))
+    if re.search(r"\s(?i:is|are) actually\s", s):
+        return Correction(statement=re.sub(r"\s+actually\b", "", s, count=1, flags=re.I))
+    m = _CORR_MARK.match(s)
+    if not m or not m.group("rest"):
+        return None
+    rest = clean_value(m.group("rest"))
+    b = _BARE.match(rest)
+    if b or re.search(r"\s(?:is|are)\s", rest):
+        return Correction(value=clean_value(b.group("val"))) if b else Correction(statement=rest)
+    bare = len(rest.split()) <= 4 and not re.match(r"^(?i:i|we|thanks|thank|worries|problem|way|idea)\b", rest)
+    return Correction(value=rest) if bare else None
+
+
+def replace_number(old: str, new_number: str) -> str:
+    """The last number of ``old`` replaced ("Postgres 15", "16" → "Postgres 16")."""
+    nums = list(re.finditer(r"\d+(?:\.\d+)*", old))
+    return old[:nums[-1].start()] + new_number + old[nums[-1].end():] if nums else new_number
+
+
+_RETRACT = (
+    (re.compile(r"^(?P<a>.+?)\s+(?P<v>is|are|am)\s+no longer\s+(?P<b>.+)$", re.I), "{a} {v} {b}"),
+    (re.compile(r"^(?P<a>.+?)\s+no longer\s+(?P<v>\w+)\s+(?P<b>.+)$", re.I), "{a} {v} {b}"),
+    (re.compile(r"^(?P<a>.+?)\s+(?P<n>doesn't|does not|don't|do not)\s+(?P<v>\w+)\s+(?P<b>.+?)\s+any\s?more$",
+                re.I), "{a} {v3} {b}"),
+    (re.compile(r"^(?:please\s+)?forget\s+(?:that|about)\s+(?P<a>.+)$", re.I), "{a}"),
+)
+
+
+def parse_retraction(clause: str) -> str | None:
+    """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
+    s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
+    if re.match(r"^(?i:please\s+)?(?i:forget|ignore) (?:that|this|what i (?:just )?said)$", s) or re.match(
+            r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
+        return ""
+    for m, fmt in ((rx.match(s), fmt) for rx, fmt in _RETRACT):
+        if m:
+            a, v, b = m.group("a"), m.groupdict().get("v") or "", m.groupdict().get("b") or ""
+            return collapse(fmt.format(a=a, v=v, b=b, v3=v if re.match(r"^(?i:i|we|you|they)$", a) else _third(v)))
+    return None
+
+
+# ---- tasks ------------------------------------------------------------------------
+TASK_VERBS = frozenset("draft write prepare compose review summarise summarize create update fix deploy investigate "
+                       "plan schedule send book set migrate analyse analyze document compile triage debug build "
+                       "rotate run organise organize publish test refactor upgrade outline".split())
+_VERB_ALIAS = {"summarize": "summarise", "analyze": "analyse", "organize": "organise"}
+_VERB_GROUP = {"write": "draft", "prepare": "draft", "compose": "draft", "draft": "draft"}
+_REQ = re.compile(r"^(?:(?i:hey|ok|okay|so|and|also|now|next|then|alright)\W+)?(?P<lead>(?i:can|could|would|will)\s+"
+                  r"you\s+(?:please\s+)?|(?i:please)\s+|(?i:i\s+need|i'd\s+like|i\s+want|i\s+would\s+like)\s+you\s+to\s+"
+                  r"|(?i:help\s+me)\s+)?(?P<verb>[A-Za-z]+)\b(?:\s+(?P<part>up|out|together))?\s+(?P<rest>.+)$")
+_NP_END = re.compile(r"\s+(?:for|of|on|about|to|with|from|in|into|by|before|after|so|and|that|which|using|this|"
+                     r"when|please|again|too|as|like|based)\b|[,.:;?!\u2014\u2013(]")
+_IMPERATIVE_OBJ = r"(?i:the|a|an|another|my|our|this|that|some|me|us)\s"
+_DETS = frozenset("the a an another my our your this that these those new some its their his her quick short brief "
+                  "full first next same one more".split())
+
+_PLANS = {k: tuple(v.split(", ")) for k, v in (
+    ("draft", "gather inputs, outline, write draft, review"), ("review", "read it through, note issues, summarise feedback"),
+    ("summarise", "collect the material, pick the key points, write the summary"),
+    ("fix", "reproduce the problem, find the cause, apply the fix, verify"),
+    ("deploy", "check prerequisites, apply the change, verify, announce"), ("plan", "collect constraints, propose options, confirm"))}
+_PLAN_OF = {"investigate": "fix", "debug": "fix", "triage": "fix", "migrate": "deploy", "upgrade": "deploy",
+            "rotate": "deploy", "publish": "deploy", "schedule": "plan", "book": "plan", "organise": "plan",
+            "analyse": "summarise", "compile": "summarise", "outline": "draft", "document": "draft"}
+
+
+def parse_request(sentence: str) -> tuple[str, str] | None:
+    """(verb, request body) of a task request ("Can you draft the postmortem for incident-204?")."""
+    s = strip_fillers(sentence.replace("\u2019", "'")).rstrip("?!. ")
+    m = _REQ.match(s)
+    verb = _VERB_ALIAS.get(m.group("verb").lower(), m.group("verb").lower()) if m else ""
+    if not m or verb not in TASK_VERBS or (verb == "set" and m.group("part") != "up") or (not m.group("lead") and not
+                                                                                        re.match(_IMPERATIVE_OBJ, m.group("rest"))):
+        return None
+    body = s[m.start("verb"):]
+    return verb + (" up" if verb == "set" else ""), body[:1].lower() + body[1:]
+
+
+def task_class(text: str) -> str | None:
+    """"draft postmortem": verb + head noun of the object, ids and specifics dropped."""
+    for verb, body in filter(None, map(parse_request, split_sentences(text))):
+        rest = re.sub(r"^[A-Za-z]+(?:\s+(?:up|out|together))?\s+", "", body)
+        np = _NP_END.split(rest + " ", maxsplit=1)[0]
+        words = [w for w in np.split() if w.lower() not in _DETS and not re.search(r"\d", w) and not w[:1].isupper()
+                 and w.isascii() and re.match(r"^[a-z-]+$", w)]
+        if words:
+            return f"{verb} {stem(words[-1])}"
+    return None
+
+
+def same_task(a: str, b: str) -> bool:
+    """Same head noun and the same verb (or a synonym: draft / write / prepare / compose)."""
+    (va, _, na), (vb, _, nb) = a.rpartition(" "), b.rpartition(" ")
+    return na == nb and _VERB_GROUP.get(va, va) == _VERB_GROUP.get(vb, vb)
+
+
+def default_plan(task: str) -> tuple[str, ...]:
+    v = task.split()[0]
+    return _PLANS.get(_PLAN_OF.get(v, _VERB_GROUP.get(v, v)), ("understand the request", "do the work", "review"))
+
+
+def _clean_step(step: str, speaker: str) -> str:
+    s = clean_value(re.sub(r"^(?i:and|then|first(?:ly)?|next|finally|lastly|after that|\d{1,2}[.)])[,\s]+", "",
+                           step.strip()))
+    if speaker:
+        s = re.sub(r"\bme\b", speaker, re.sub(r"\bmy\b", speaker + "'s", s))
+    return s[:1].lower() + s[1:] if len(s) > 1 and not s[1:2].isupper() else s
+
+
+def parse_steps(text: str, speaker: str = "") -> tuple[str, ...]:
+    """Steps given by the user: a numbered list, "first …, then …, finally …", or a list after a colon."""
+    t = text.replace("\u2019", "'")
+    items = re.findall(r"(?:^|\s|:)(\d{1,2})[.)]\s+(.+?)(?=\s+\d{1,2}[.)]\s+|\s*$)", t, re.S)
+    if len(items) >= 2 and [int(n) for n, _ in items] == list(range(1, len(items) + 1)):
+        return tuple(s for s in (_clean_step(x, speaker) for _, x in items) if s)
+    candidates = []
+    m = re.search(r"\bfirst(?:ly)?\b,?\s+(.+)$", t, re.I | re.S)
+    if m and re.search(r"\b(?:then|finally|next|lastly)\b", m.group(1), re.I):
+        candidates.append(re.split(r",?\s*(?:and\s+)?\b(?:then|next|after that|finally|lastly)\b,?\s*", m.group(1),
+                                   flags=re.I))
+    for m in re.finditer(r"(?:\bsteps?\b[^:]{0,20}|\w):\s*(.+)$", t, re.I | re.S):
+        body = re.split(r"(?<=[.!?])\s+(?=[A-Z])", m.group(1).strip())[0]
+        candidates.append(body.split(";") if ";" in body else body.split(","))
+    for parts in candidates:
+        steps = tuple(s for s in (_clean_step(p, speaker) for p in parts) if s)
+        if len(steps) >= 2:
+            return steps
+    return ()
+
+
+_FAIL = re.compile(r"\b(?:that|it|this) (?:failed|broke)|\bfailed\b|\bdidn't work\b|\bdid not work\b|\bbroke\b|"
+                   r"\brolled (?:it )?back\b|\brollback\b|\breverted\b|\bwas rejected\b|\bgot rejected\b", re.I)
+_SUCCESS = re.compile(r"\bshipped\b|\b(?:that|it|this) worked\b|\bworked (?:great|fine|perfectly)\b|\bdone,? thanks\b|"
+                      r"\blooks good\b|\blooks great\b|\bpublished\b|\bmerged\b|\bwent out\b|\bis live\b|"
+                      r"\bsucceeded\b|\bwas a success\b|\bnailed it\b|\ball done\b", re.I)
+
+
+def detect_outcome(text: str) -> str:
+    """"success" ("it shipped", "that worked"), "failure" ("that failed", "rolled back") or ''."""
+    t = text.replace("\u2019", "'")
+    negated = re.search(r"(?:\bnot|n't|\bnever|\byet to)\s+(?:\w+\s+)?(?:shipped|worked|published|merged|been)\b|"
+                        r"\bnot yet\b|\bif it\b", t, re.I)
+    return "failure" if _FAIL.search(t) else "success" if _SUCCESS.search(t) and not negated else ""
+
+
+def save_requested(text: str) -> bool:
+    return bool(re.search(r"\b(?:save|store|keep|record)\s+(?:this|that|it|these steps|the steps|this workflow)\s+as\s+"
+                          r"(?:a\s+|the\s+|our\s+)?(?:procedure|workflow|playbook|runbook|process|template)\b|"
+                          r"\bmake (?:this|that|it) (?:a|the) (?:procedure|workflow|playbook)\b",
+                          text.replace("\u2019", "'"), re.I))
+
+
+# ---- episodes -------------------------------------------------------------------
+_PRESENT = frozenset("love like want need think feel hope know prefer enjoy work live plan try miss wish believe "
+                     "hate run use paint play read write take make get keep find see mean own teach study volunteer look "
+                     "guess agree remember lead manage say go do have don't haven't am".split())
+_ADV = r"(?:really|also|just|still|totally|always|never|usually|often|actually|sometimes|definitely|even|only)"
+
+
+def _third(verb: str) -> str:
+    irregular = {"have": "has", "do": "does", "don't": "doesn't", "haven't": "hasn't", "am": "is", "go": "goes"}
+    if verb in irregular or (verb.endswith("y") and verb[-2:-1] not in "aeiou"):
+        return irregular.get(verb) or verb[:-1] + "ies"
+    return verb + ("es" if verb.endswith(("s", "sh", "ch", "x")) else "s")
+
+
+def to_third_person(text: str, name: str) -> str:
+    """Rewrite first person as ``name``: I→Maya, I'm→Maya is, my→Maya's, me→Maya."""
+    contractions = {"m": " is", "ve": " has", "d": " would", "ll": " will"}
+    intro = r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is)\s+" + re.escape(name) + r"\b"
+    t = re.sub(intro + r",?\s+(?:and\s+)?(?:I'm\s+|I am\s+)?(?=an?\s)", name + " is ", text.replace("\u2019", "'"))
+    t = re.sub(intro, name + " introduced themself", t)
+
+    def subj(m: re.Match[str]) -> str:
+        verb = (m.group("verb") or "").strip()
+        verb = " " + _third(verb.lower()) if verb.lower() in _PRESENT else m.group("verb") or ""
+        return name + (m.group("adv") or "") + verb
+
+    t = re.sub(r"\b[Ii]'(?P<c>m|ve|d|ll)\b", lambda m: name + contractions[m.group("c").lower()], t)
+    t = re.sub(r"\b[Ii]\b(?!')(?P<adv>(?:\s+" + _ADV + r")*)(?P<verb>\s+[a-z']+)?", subj, t)
+    t = re.sub(r"\b[Mm]yself\b", "themself", t)
+    t = re.sub(r"\b[Mm](?:y|ine)\b", name + "'s", t)
+    return re.sub(r"\bme\b(?!-)", name, t)
+
+
+def cap(summary: str, limit: int = 300) -> str:
+    return summary if len(summary) <= limit else summary[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+
+
+def is_elliptic(text: str) -> bool:
+    """A reply that leans on the question before it: "A sunrise, last year." / "Researching adoption agencies"."""
+    s = strip_fillers((split_sentences(text) or [""])[0])
+    if not s or not content_words(s):
+        return False
+    if len(strip_fillers(text).split()) <= 10 and not re.search(r"\b(?:I|I'm|I've|I'd|we|we're|it's|he|she|they|you)\b",
+                                                                 s, re.I):
+        return True
+    return bool(re.match(r"^(?i:gonna|going to|planning|thinking about|hoping to|probably|definitely)\b|^[A-Z][a-z]+ing\b",
+                         s)) and not re.search(r"^\S+(?:\s+\S+){0,4}\s+(?:is|are|was|were|has|sounds|looks)\b", s)
+
+
+def summarise(text: str, name: str, max_sentences: int = 2, limit: int = 300) -> str:
+    """1–2 third-person sentences with the most content words; greetings, fillers and questions dropped."""
+    kept: list[tuple[int, int, str]] = []
+    for i, sentence in enumerate(split_sentences(text)):
+        s = strip_fillers(re.sub(r"^(?i:actually|correction)[,:]?\s+", "", strip_fillers(sentence)))
+        if s and not is_question(s) and not is_chit_sentence(s):
+            kept.append((len(content_words(s)), i, s))
+    best = sorted(sorted(kept, key=lambda k: (-k[0], k[1]))[:max_sentences], key=lambda k: k[1])
+    out = " ".join(to_third_person(_subjectless(s if s[-1:] in ".!?" else s + ".", name), name) for _, _, s in best)
+    return cap(out, limit)
+
+
+_NO_SUBJECT = frozenset("lost got went had made found took saw met started finished just gonna wanna gotta been "
+                        "heading planning thinking hoping trying working finishing".split())
+
+
+def _subjectless(s: str, name: str) -> str:
+    """ "Lost my job yesterday." → "Maya lost my job yesterday." (the speaker is the implied subject)."""
+    first = s.split()[0].lower()
+    if first not in _NO_SUBJECT or (first.endswith("ing") and re.search(r"\s(?:is|are|was|were|has|have)\s", s)):
+        return s
+    return f"{name} {'is ' if first.endswith('ing') else ''}{first}{s[len(first):]}"
+
+
+def question_gist(text: str, answerer: str) -> str:
+    """The last question of a message, with "you" read as the one who answers it."""
+    qs = [q for q in (strip_fillers(s) for s in split_sentences(text) if is_question(s)) if content_words(q)]
+    return re.sub(r"\b[Yy]ou\b", answerer, re.sub(r"\b[Yy]our\b", answerer + "'s", qs[-1])) if qs else ""
+
+
+def entities(text: str) -> list[str]:
+    """Capitalised names and ids like incident-204; a sentence's first word only when it looks like a name."""
+    found: list[str] = []
+    sentences = [strip_fillers(x) for x in split_sentences(text)]
+    rx = re.compile(r"(?<![\w'-])(?:[A-Z][\w+.-]*[\w+](?:\s+[A-Z][\w+-]*)*|[a-z]+-\d+)")
+    mid = {m.group(0).split()[0] for s in sentences for m in rx.finditer(s) if m.start() > 0}
+    for s in sentences:
+        for m in rx.finditer(s):
+            word = re.sub(r"^The\s+", "", m.group(0))
+            common = m.start() == 0 and " " not in word and word not in mid and not s[m.end():].startswith("'s") \
+                and not re.search(r"[A-Z0-9]", word[1:])  # a sentence's first word, probably not a name
+            if not common and word.split()[0].lower() not in STOPWORDS and word.lower() not in map(str.lower, found):
+                found.append(word)
+    return found

@@ -1,0 +1,225 @@
+"""The data model: plain frozen dataclasses, msgpack-friendly, no I/O, no clocks.
+
+Times are UTC seconds since the epoch (``float``); see :mod:`soul_runtime.clock`
+for converting what callers pass in.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Store(str, enum.Enum):
+    EPISODIC = "episodic"
+    SEMANTIC = "semantic"
+    PROCEDURAL = "procedural"
+
+
+class Op(str, enum.Enum):
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    NOOP = "NOOP"
+
+
+LAYERS: tuple[Store, ...] = (Store.EPISODIC, Store.SEMANTIC, Store.PROCEDURAL)
+
+
+@dataclass(frozen=True)
+class Message:
+    speaker: str
+    text: str
+    id: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: str
+    at: float
+    actor: str
+    summary: str
+    sources: tuple[str, ...]
+    entities: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    session: str = ""
+    session_index: int = 0
+    promoted: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.summary
+
+
+@dataclass(frozen=True)
+class FactVersion:
+    """An earlier (archived) value of a fact, with where it came from."""
+
+    value: str
+    sources: tuple[str, ...]
+    valid_from: float
+    valid_to: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fact:
+    entity: str
+    attribute: str
+    value: str
+    sources: tuple[str, ...]
+    valid_from: float
+    confidence: float = 1.0
+    status: str = "active"  # active | archived
+    history: tuple[FactVersion, ...] = ()
+    display_entity: str = ""
+    display_attribute: str = ""
+
+    @property
+    def key(self) -> str:
+        return fact_key(self.entity, self.attribute)
+
+    @property
+    def text(self) -> str:
+        ent = self.display_entity or self.entity
+        att = (self.display_attribute or self.attribute).replace("_", " ")
+        return f"{ent} {att}: {self.value}"
+
+
+def fact_key(entity: str, attribute: str) -> str:
+    return f"{entity}:{attribute}"
+
+
+@dataclass(frozen=True)
+class Procedure:
+    task_class: str
+    version: int
+    steps: tuple[str, ...]
+    status: str  # candidate | active | retired
+    sources: tuple[str, ...]
+    created_at: float
+    clean_runs: int = 0
+    failures: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.task_class}@v{self.version}"
+
+    @property
+    def text(self) -> str:
+        steps = "; ".join(f"{i + 1}. {s}" for i, s in enumerate(self.steps))
+        return f"procedure '{self.task_class}' v{self.version}: {steps}"
+
+
+@dataclass(frozen=True)
+class MemoryWrite:
+    store: Store
+    op: Op
+    key: str
+    reason: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"store": self.store.value, "op": self.op.value, "key": self.key,
+                "reason": self.reason, "payload": self.payload}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MemoryWrite:
+        return cls(Store(d["store"]), Op(d["op"]), d["key"], d["reason"], dict(d.get("payload") or {}))
+
+
+@dataclass(frozen=True)
+class RecalledItem:
+    store: str
+    id: str
+    text: str
+    score: float
+    sources: tuple[str, ...]
+    at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sources"] = list(self.sources)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RecalledItem:
+        return cls(d["store"], d["id"], d["text"], float(d["score"]), tuple(d["sources"]), float(d.get("at", 0.0)))
+
+
+# ---- what the extractor hands to the write policies -------------------------
+
+@dataclass(frozen=True)
+class FactCandidate:
+    entity: str
+    attribute: str
+    value: str
+    kind: str  # stated | confirmed | corrected | retracted
+    sources: tuple[str, ...]
+    display_entity: str = ""
+    display_attribute: str = ""
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    task_class: str
+    steps: tuple[str, ...] = ()
+    outcome: str = ""  # success | failure | "" (unknown / in progress)
+    save_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What one exchange holds, as the model read it."""
+
+    facts: tuple[FactCandidate, ...] = ()
+    episode: str = ""  # 1-2 sentence summary; "" when nothing happened
+    event: bool = False  # the extractor marks this exchange as a meaningful event
+    entities: tuple[str, ...] = ()
+    task: TaskReport | None = None
+    tool_call: bool = False
+    extra_sources: tuple[str, ...] = ()
+    """Other messages the episode summary draws on (e.g. the question an elliptic answer replies to)."""
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """Everything one layer needs to apply the writes of one exchange."""
+
+    turn_key: str
+    now: float
+    actor: str
+    sources: tuple[str, ...]
+    extraction: Extraction
+    session: str = ""
+    session_index: int = 0
+    vector: tuple[float, ...] = ()
+
+
+def to_plain(obj: Any) -> Any:
+    """A dataclass tree as plain dicts/lists (msgpack-ready)."""
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_plain(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def extraction_from_plain(d: dict[str, Any]) -> Extraction:
+    facts = tuple(FactCandidate(**{**f, "sources": tuple(f["sources"])}) for f in d.get("facts", ()))
+    task = d.get("task")
+    return Extraction(
+        facts=facts,
+        episode=d.get("episode", ""),
+        event=bool(d.get("event", False)),
+        entities=tuple(d.get("entities", ())),
+        task=TaskReport(task["task_class"], tuple(task["steps"]), task["outcome"], task["save_requested"]) if task else None,
+        tool_call=bool(d.get("tool_call", False)),
+        extra_sources=tuple(d.get("extra_sources", ())),
+    )

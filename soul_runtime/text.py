@@ -1,0 +1,108 @@
+"""Text helpers: validation, token estimates, lexical tokens. Pure functions."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from .errors import InvalidInput
+
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+_CONTROL = {chr(c) for c in range(32) if chr(c) not in "\t\n\r"} | {"\x7f"}
+
+STOPWORDS = frozenset(
+    """a an the and or but if then so of to in on at by for with from as is are was were be been being am do does
+    did doing have has had having i me my mine we us our you your he him his she her it its they them their this that
+    these those what which who whom whose when where why how not no yes can could would should will shall may might
+    must just very really too also there here about into over under again all any some such only own same than up
+    down out off just i'm it's that's don't didn't i've i'd you're we're they're oh hey hi wow yeah ok okay""".split()
+)
+
+
+def check_text(text: object, *, what: str = "text", max_chars: int = 100_000, allow_empty: bool = False) -> str:
+    """Return ``text`` if it is acceptable, else raise :class:`InvalidInput`."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{what} is not valid UTF-8") from None
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} must be a string, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid UTF-8 (lone surrogate)") from None
+    if not allow_empty and not text.strip():
+        raise InvalidInput(f"{what} is empty")
+    if len(text) > max_chars:
+        raise InvalidInput(f"{what} is too long: {len(text)} characters (limit {max_chars})")
+    bad = next((c for c in text if c in _CONTROL), None)
+    if bad is not None:
+        raise InvalidInput(f"{what} contains a control character (U+{ord(bad):04X})")
+    return text
+
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+
+
+def check_id(value: object, *, what: str = "id") -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInput(f"{what} must be 1-128 characters of letters, digits, '_.:@-' starting with a letter or digit; "
+                           f"got {value!r}")
+    return value
+
+
+def estimate_tokens(text: str) -> int:
+    """≈ characters / 4, the convention of the benchmarks; never 0 for non-empty text."""
+    return (len(text) + 3) // 4
+
+
+def normalise(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).lower()
+    return " ".join(text.split())
+
+
+def _stem(w: str) -> str:
+    for suf in ("'s", "ing", "ies", "ed", "es", "s"):
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            return w[: -len(suf)] + ("y" if suf == "ies" else "")
+    return w
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(normalise(text))
+
+
+def terms(text: str) -> list[str]:
+    """Lexical terms: lower-case words without stopwords, lightly stemmed."""
+    return [_stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]
+
+
+def check_write_request(req: object) -> None:
+    """Validate every string and number of a write before any store is touched."""
+    from .records import WriteRequest  # local: records does not depend on text
+
+    if not isinstance(req, WriteRequest):
+        raise InvalidInput(f"expected a WriteRequest, got {type(req).__name__}")
+    check_text(req.turn_key, what="turn key", max_chars=300)
+    if not isinstance(req.now, (int, float)) or req.now != req.now or req.now in (float("inf"), float("-inf")):
+        raise InvalidInput(f"write time must be a finite number, got {req.now!r}")
+    check_text(req.actor, what="actor", max_chars=200, allow_empty=True)
+    check_text(req.session, what="session", max_chars=300, allow_empty=True)
+    for s in req.sources:
+        check_text(s, what="source id", max_chars=300)
+    ex = req.extraction
+    check_text(ex.episode, what="episode summary", allow_empty=True, max_chars=20_000)
+    for e in ex.entities:
+        check_text(e, what="entity", max_chars=300)
+    for s in ex.extra_sources:
+        check_text(s, what="source id", max_chars=300)
+    for f in ex.facts:
+        for what, v in (("fact entity", f.entity), ("fact attribute", f.attribute), ("fact value", f.value)):
+            check_text(v, what=what, max_chars=2_000, allow_empty=True)
+        for s in f.sources:
+            check_text(s, what="source id", max_chars=300)
+    if ex.task is not None:
+        check_text(ex.task.task_class, what="task class", max_chars=300, allow_empty=True)
+        for s in ex.task.steps:
+            check_text(s, what="task step", max_chars=2_000)

@@ -1,0 +1,206 @@
+"""A real local Ray head (actors.local_cluster) used through Ray Client from subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors import local_cluster as lc
+
+pytestmark = pytest.mark.ray
+
+ROOT = str(Path(__file__).resolve().parents[1])
+NS = "lc-test"
+
+CLIENT = r"""
+import json, os, sys, time
+mode, address, ns = sys.argv[1:4]
+out = {}
+t0 = time.monotonic()
+if mode == "probe":
+    from actors.local_cluster import check_client_access
+    try:
+        check_client_access(address, timeout=5)
+        out["probe"] = "ok"
+    except Exception as e:
+        out["probe"] = type(e).__name__
+        out["probe_msg"] = str(e)
+    out["probe_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+import ray
+for attempt in range(2):
+    try:
+        ray.init(address, namespace=ns, log_to_driver=False)
+        break
+    except ConnectionAbortedError as e:  # "Initialization failure from server" (head overloaded): retry once
+        out["retried"] = str(e).strip().splitlines()[-1]
+        ray.shutdown()
+        if attempt:
+            raise
+    except Exception as e:
+        out.update(init_error=f"{type(e).__module__}.{type(e).__qualname__}", msg=str(e), fail_s=time.monotonic() - t0)
+        print(json.dumps(out)); sys.exit(0)
+out["connect_s"] = time.monotonic() - t0
+
+@ray.remote
+def plus_one(x):
+    return x + 1
+
+@ray.remote(resources={"soul_slot": 1})
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def incr(self):
+        self.n += 1
+        return self.n
+    def pid(self):
+        return os.getpid()
+
+if mode == "create":
+    out["task"] = ray.get(plus_one.remote(41))
+    c = Counter.options(name="counter", lifetime="detached").remote()
+    out["count"] = ray.get(c.incr.remote())
+    out["actor_pid"] = ray.get(c.pid.remote())
+elif mode == "find":
+    c = ray.get_actor("counter", namespace=ns)
+    out["count"] = ray.get(c.incr.remote())
+ray.shutdown()
+print(json.dumps(out))
+"""
+
+
+def _env(extra: dict[str, str], home: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(extra, HOME=home, PYTHONPATH=ROOT)
+    return env
+
+
+def _client(mode: str, address: str, env: dict[str, str], timeout: float = 90) -> dict:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", CLIENT, mode, address, NS], env=env, capture_output=True,
+                       text=True, timeout=timeout, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["wall_s"] = time.monotonic() - t0
+    print(mode, {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()})
+    return out
+
+
+def _proc_of_head(sid: int, temp_dir: str) -> list[str]:
+    """Independent /proc scan: live processes in the head's session or naming its temp dir."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            st = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, _ppid, _pgrp, session = st[st.rfind(")") + 2 :].split()[:4]
+        if state != "Z" and (int(session) == sid or temp_dir in cmd):
+            found.append(f"{entry}: {cmd[:120]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def home() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="rth", dir="/tmp")  # empty HOME: no ~/.ray/auth_token leaks in
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head(home: str) -> Iterator[lc.HeadInfo]:
+    state_dir = tempfile.mkdtemp(prefix="rts", dir="/tmp")
+    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
+            mp.delenv(var, raising=False)
+        mp.setenv("HOME", home)  # the head gets a fresh token in state_dir
+        t0 = time.monotonic()
+        info = lc.start_head(num_cpus=2, temp_dir=temp_dir, resources={"soul_slot": 2}, state_dir=state_dir)
+        print(f"head started in {time.monotonic() - t0:.2f} s")
+    try:
+        yield info
+    finally:
+        lc.stop_head(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _state_dir(info: lc.HeadInfo) -> str:
+    return str(Path(info.pid_file).parent)
+
+
+def test_head_recorded_and_status(head: lc.HeadInfo) -> None:
+    state = json.loads(Path(head.pid_file).read_text())
+    assert state["client_address"] == head.client_address and head.client_address.startswith("ray://127.0.0.1:")
+    assert head.token_path == str(Path(_state_dir(head)) / "auth_token")
+    assert stat.S_IMODE(os.stat(head.token_path).st_mode) == 0o600
+    assert len(Path(head.token_path).read_text()) == 64
+    status = lc.head_status(_state_dir(head))
+    assert status is not None and status["running"] and status["auth_mode"] == "token"
+    assert set(state["pids"]) <= set(status["pids_alive"])
+    assert head.client_address in status["text"] and "RAY_AUTH_MODE=token" in status["text"]
+    assert lc.client_env(head) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": head.token_path}
+    with pytest.raises(RuntimeError, match="already running"):
+        lc.start_head(state_dir=_state_dir(head))
+    with pytest.raises(RuntimeError, match="already in use"):
+        lc.start_head(state_dir=_state_dir(head) + "/other", client_port=int(head.client_address.rsplit(":", 1)[1]))
+    with pytest.raises(ValueError, match="too long"):
+        lc.start_head(state_dir=_state_dir(head) + "/other", temp_dir="/tmp/" + "x" * 60)
+
+
+def test_client_task_and_detached_actor_found_from_second_client(head: lc.HeadInfo, home: str) -> None:
+    env = _env(lc.client_env(head), home)
+    first = _client("create", head.client_address, env)
+    assert first["task"] == 42 and first["count"] == 1
+    assert first["actor_pid"] in lc.head_status(_state_dir(head))["pids_alive"]  # type: ignore[index]
+    second = _client("find", head.client_address, env)
+    assert second["count"] == 2  # same detached actor, state kept across client disconnects
+
+
+def test_client_without_token_is_refused_fast(head: lc.HeadInfo, home: str) -> None:
+    # Ray's own retry loop (5 + 10 + 15 s by default, ~30 s) shortened to ~3 s by these two knobs.
+    env = _env({"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1"}, home)
+    out = _client("probe", head.client_address, env)
+    assert out["probe"] == "AuthError" and "Invalid or missing authentication token" in out["probe_msg"]
+    assert out["probe_s"] < 5
+    assert out["init_error"] == "builtins.ConnectionError" and out["msg"] == "ray client connection timeout"
+    assert out["fail_s"] < 15
+    wrong = Path(home) / "wrong_token"
+    wrong.write_text("0" * 64)
+    out = _client("probe", head.client_address, _env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong),
+                                                      "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1",
+                                                      "RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1"}, home))
+    assert out["probe"] == "AuthError" and out["init_error"] == "builtins.ConnectionError"
+
+
+def test_probe_unreachable_is_runtime_unavailable(home: str) -> None:
+    out = _client("probe", "ray://127.0.0.1:1", _env({"RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1",
+                                                      "RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1"}, home))
+    assert out["probe"] == "RuntimeUnavailable" and out["probe_s"] < 3
+
+
+def test_stop_head_leaves_no_process(head: lc.HeadInfo) -> None:  # keep last: stops the module's head
+    state = json.loads(Path(head.pid_file).read_text())
+    sid, temp_dir = state["session_id"], head.temp_dir
+    assert _proc_of_head(sid, temp_dir), "head should be running before stop"
+    t0 = time.monotonic()
+    assert lc.stop_head(_state_dir(head)) is True
+    print(f"stop_head took {time.monotonic() - t0:.2f} s")
+    assert _proc_of_head(sid, temp_dir) == []
+    assert not Path(head.pid_file).exists()
+    assert lc.head_status(_state_dir(head)) is None
+    assert lc.stop_head(_state_dir(head)) is False  # idempotent

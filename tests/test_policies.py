@@ -1,0 +1,167 @@
+"""Pure policy functions: explicit `now`, frozen inputs, decisions out."""
+
+from __future__ import annotations
+
+import pytest
+
+from soul_runtime.clock import DAY
+from soul_runtime.config import MemoryConfig
+from soul_runtime.errors import ConfigError
+from soul_runtime.policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
+from soul_runtime.policy_procedural import TaskRun, decide_procedure, step_signature
+from soul_runtime.policy_semantic import reconcile_fact
+from soul_runtime.records import Extraction, Fact, FactCandidate, Op, Procedure, TaskReport
+
+NOW = 1_780_000_000.0
+CFG = MemoryConfig()
+
+
+def cand(value: str, kind: str, src: str = "m1") -> FactCandidate:
+    return FactCandidate("tendril", "production_database", value, kind, (src,), "Tendril", "production database")
+
+
+def fact(value: str, src: str = "m0") -> Fact:
+    return Fact("tendril", "production_database", value, (src,), NOW - DAY)
+
+
+# ---- episodic ----------------------------------------------------------------------------
+def test_recent_episode_outranks_an_equally_similar_old_one() -> None:
+    two_days = hybrid_score(0.8, 0.5, CFG) * recency_weight(NOW - 2 * DAY, NOW, CFG)
+    old = hybrid_score(0.8, 0.5, CFG) * recency_weight(NOW - 200 * DAY, NOW, CFG)
+    assert two_days > old * 1.5
+
+
+def test_last_week_clearly_outweighs_seven_months_ago() -> None:
+    assert recency_weight(NOW - 7 * DAY, NOW, CFG) > 2 * recency_weight(NOW - 210 * DAY, NOW, CFG)
+
+
+def test_recency_is_relative_to_the_given_now_and_floored() -> None:
+    assert recency_weight(NOW, NOW, CFG) == pytest.approx(1.0)
+    assert recency_weight(NOW + DAY, NOW, CFG) == pytest.approx(1.0)
+    assert recency_weight(NOW - 10_000 * DAY, NOW, CFG) == pytest.approx(CFG.recency_floor)
+    assert recency_weight(NOW - CFG.half_life_days * DAY, NOW, CFG) == pytest.approx(
+        CFG.recency_floor + (1 - CFG.recency_floor) * 0.5)
+
+
+def test_decay_drops_old_unpromoted_episodes_only() -> None:
+    cfg = MemoryConfig(decay_days=30)
+    assert in_recall(NOW - 29 * DAY, False, NOW, cfg)
+    assert not in_recall(NOW - 31 * DAY, False, NOW, cfg)
+    assert in_recall(NOW - 3000 * DAY, True, NOW, cfg)
+
+
+def test_ttl_only_when_configured() -> None:
+    assert not past_ttl(NOW - 10_000 * DAY, False, NOW, CFG)
+    cfg = MemoryConfig(episodic_ttl_days=100)
+    assert past_ttl(NOW - 101 * DAY, False, NOW, cfg)
+    assert not past_ttl(NOW - 101 * DAY, True, NOW, cfg)
+
+
+def test_chit_chat_writes_no_episode_but_state_changes_do() -> None:
+    assert not decide_episode(Extraction(episode="Maya said hi.")).write
+    assert not decide_episode(Extraction(episode="", event=True)).write
+    assert decide_episode(Extraction(episode="Maya went hiking.", event=True)).write
+    assert decide_episode(Extraction(episode="x", facts=(cand("Postgres 16", "corrected"),))).reason == "fact corrected"
+    assert decide_episode(Extraction(episode="x", task=TaskReport("draft postmortem", ("a",), "success"))).write
+    assert decide_episode(Extraction(episode="x", tool_call=True)).reason == "tool call"
+
+
+# ---- semantic ----------------------------------------------------------------------------
+def test_statement_is_not_a_fact_until_seen_in_three_episodes() -> None:
+    for n in (1, 2):
+        d = reconcile_fact(None, cand("Postgres 15", "stated"), observations=n, now=NOW, cfg=CFG)
+        assert d.op is Op.NOOP and d.fact is None
+    d = reconcile_fact(None, cand("Postgres 15", "stated"), observations=3, now=NOW, cfg=CFG)
+    assert d.op is Op.ADD and d.fact is not None and "promoted" in d.reason
+
+
+def test_confirmation_adds_and_same_value_is_a_noop_with_merged_sources() -> None:
+    d = reconcile_fact(None, cand("Postgres 15", "confirmed"), observations=0, now=NOW, cfg=CFG)
+    assert d.op is Op.ADD
+    again = reconcile_fact(d.fact, cand("postgres 15.", "confirmed", "m9"), observations=0, now=NOW, cfg=CFG)
+    assert again.op is Op.NOOP and again.fact is not None
+    assert again.fact.sources == ("m1", "m9") and again.fact.value == "Postgres 15"
+
+
+def test_correction_updates_in_place_and_archives_the_old_value_with_its_source() -> None:
+    d = reconcile_fact(fact("Postgres 15", "m0"), cand("Postgres 16", "corrected", "m5"), observations=0, now=NOW,
+                       cfg=CFG)
+    assert d.op is Op.UPDATE and d.fact is not None
+    assert d.fact.value == "Postgres 16" and d.fact.sources == ("m5",)
+    (old,) = d.fact.history
+    assert (old.value, old.sources, old.valid_to, old.reason) == ("Postgres 15", ("m0",), NOW, "corrected")
+
+
+def test_a_stated_contradiction_never_silently_overwrites() -> None:
+    d = reconcile_fact(fact("Postgres 15"), cand("Postgres 14", "stated"), observations=1, now=NOW, cfg=CFG)
+    assert d.op is Op.NOOP and d.fact is None
+
+
+def test_retraction_archives_and_never_hard_deletes() -> None:
+    d = reconcile_fact(fact("Postgres 15"), cand("Postgres 15", "retracted"), observations=0, now=NOW, cfg=CFG)
+    assert d.op is Op.DELETE and d.fact is not None and d.fact.status == "archived"
+    assert d.fact.history[-1].value == "Postgres 15"
+    assert reconcile_fact(None, cand("x", "retracted"), observations=0, now=NOW, cfg=CFG).op is Op.NOOP
+
+
+# ---- procedural --------------------------------------------------------------------------
+STEPS = ("pull the timeline", "summarise impact", "list action items")
+STEPS2 = ("pull the timeline", "check the on-call log", "summarise impact", "list action items")
+
+
+def run(steps: tuple[str, ...] = STEPS, outcome: str = "success") -> TaskRun:
+    return TaskRun("draft postmortem", step_signature(steps), steps, outcome, NOW, ("m",))
+
+
+def report(steps: tuple[str, ...] = STEPS, outcome: str = "success", save: bool = False) -> TaskReport:
+    return TaskReport("draft postmortem", steps, outcome, save)
+
+
+def test_third_success_with_same_steps_creates_v1() -> None:
+    assert decide_procedure(report(), [run()], [], sources=("m2",), now=NOW, cfg=CFG) == []
+    assert decide_procedure(report(), [run(STEPS2), run(STEPS2)], [], sources=("m3",), now=NOW, cfg=CFG) == []
+    (ch,) = decide_procedure(report(), [run(), run(), run(STEPS2)], [], sources=("m3",), now=NOW, cfg=CFG)
+    assert ch.op is Op.ADD and ch.procedure.version == 1 and ch.procedure.status == "active"
+    assert ch.procedure.clean_runs == 3
+
+
+def test_explicit_save_creates_a_procedure_at_once() -> None:
+    (ch,) = decide_procedure(report(outcome="", save=True), [], [], sources=("m1",), now=NOW, cfg=CFG)
+    assert ch.procedure.status == "active" and ch.reason.startswith("explicit")
+
+
+def _v1() -> Procedure:
+    return Procedure("draft postmortem", 1, STEPS, "active", ("m",), NOW, clean_runs=3)
+
+
+def test_changed_steps_make_a_candidate_that_becomes_active_after_n_clean_runs() -> None:
+    cfg = MemoryConfig(rollout_clean_runs=3)
+    (ch,) = decide_procedure(report(STEPS2), [], [_v1()], sources=("m4",), now=NOW, cfg=cfg)
+    assert ch.op is Op.ADD and ch.procedure.status == "candidate" and ch.procedure.version == 2
+    v2 = ch.procedure
+    (ch2,) = decide_procedure(report(STEPS2), [], [_v1(), v2], sources=("m5",), now=NOW, cfg=cfg)
+    assert ch2.procedure.status == "candidate" and ch2.procedure.clean_runs == 2
+    promote = decide_procedure(report(STEPS2), [], [_v1(), ch2.procedure], sources=("m6",), now=NOW, cfg=cfg)
+    assert [(c.procedure.version, c.procedure.status) for c in promote] == [(2, "active"), (1, "retired")]
+
+
+def test_a_failing_candidate_is_rolled_back() -> None:
+    v2 = Procedure("draft postmortem", 2, STEPS2, "candidate", ("m",), NOW, clean_runs=1)
+    (ch,) = decide_procedure(report(STEPS2, "failure"), [], [_v1(), v2], sources=("m7",), now=NOW, cfg=CFG)
+    assert ch.op is Op.DELETE and ch.procedure.status == "retired" and "rolled back" in ch.reason
+
+
+def test_active_version_counts_clean_runs_and_failures() -> None:
+    (ok,) = decide_procedure(report(), [], [_v1()], sources=("m",), now=NOW, cfg=CFG)
+    assert ok.procedure.clean_runs == 4
+    (bad,) = decide_procedure(report(outcome="failure"), [], [_v1()], sources=("m",), now=NOW, cfg=CFG)
+    assert bad.procedure.failures == 1 and bad.procedure.status == "active"
+
+
+# ---- configuration -----------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs", [{"half_life_days": 0}, {"decay_days": -1}, {"dense_weight": 1.5},
+                                    {"promotion_observations": 0}, {"merge_similarity": float("nan")},
+                                    {"rollout_clean_runs": 2.5}, {"half_life_days": "7"}])
+def test_invalid_configuration_is_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        MemoryConfig(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,189 @@
+"""The Ray runtime end to end on a real local Ray: handles, ordering, passivation, hot souls, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+
+from soul_runtime.errors import InvalidInput, NotFound
+from soul_runtime.scenario import SCENARIO, USER
+
+pytestmark = pytest.mark.ray
+
+
+def play_day(soul, day) -> list:
+    return [soul.turn(text, user=USER, at=day.date.timestamp() + 60 * i) for i, text in enumerate(day.turns)]
+
+
+def test_scenario_layers_after_each_day(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    play_day(s, SCENARIO[0])
+    facts = {f"{f.entity}:{f.attribute}": f.value for f in s.facts()}
+    assert facts["tendril:production_database"] == "Postgres 15"
+    assert facts["maya:role"] == "senior SRE"
+    assert s.procedures() == []
+    assert s.stats()["episodes"] >= 4
+
+    play_day(s, SCENARIO[1])
+    assert {f.attribute: f.value for f in s.facts("tendril")}["production_database"] == "Postgres 16"
+    hist = s.fact_history("tendril", "production_database")
+    assert [h.value for h in hist] == ["Postgres 15", "Postgres 16"] and hist[0].sources
+
+    results = play_day(s, SCENARIO[2])
+    (proc,) = s.procedures("draft postmortem")
+    assert proc.version == 1 and proc.status == "active" and len(proc.sources) == 3
+    question = next(r for r in results if "Which Postgres" in s.trace(r.turn_id).query)
+    assert "Postgres 16" in question.reply and "Postgres 15" not in question.reply
+    assert question.recalled[0].store == "semantic"
+    assert not any("hunter2" in f.value for f in s.facts())  # the injection stored nothing
+    trace = s.trace(question.turn_id)
+    assert [r.id for r in trace.recalled] == [r.id for r in question.recalled]
+
+    play_day(s, SCENARIO[3])
+    status = {p.version: p.status for p in s.procedures("draft postmortem")}
+    assert status == {1: "active", 2: "candidate"}
+
+
+def test_recall_items_carry_store_text_score_sources(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    s.observe([{"speaker": "Caroline", "text": "I adopted a beagle named Biscuit last weekend.", "id": "D1:1"},
+               {"speaker": "Melanie", "text": "Oh wow, how is Biscuit settling in?", "id": "D1:2"},
+               {"speaker": "Caroline", "text": "Great, he loves the park near the river.", "id": "D1:3"}],
+              at="2026-05-01T10:00:00", session="s1")
+    items = s.recall("What is the name of Caroline's dog?", k=5, at="2026-05-02T10:00:00")
+    assert items and items[0].store == "episodic" and "D1:1" in items[0].sources
+    assert all(isinstance(i.score, float) and i.id and i.text for i in items)
+    assert s.recall("beagle", k=5, stores=["semantic"], at="2026-05-02") == []
+    eps = s.episodes(session="s1")
+    assert eps and all(e.session == "s1" for e in eps)
+
+
+def test_turns_of_one_soul_are_strictly_ordered_under_concurrency(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    results, errors = [], []
+
+    def submit(i: int) -> None:
+        try:
+            results.append(s.turn(f"Note number {i}: the deploy window is slot {i}.", user="ops"))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    seqs = sorted(r.seq for r in results)
+    assert seqs == list(range(1, 41))
+    traces = s.trace(last=40)
+    assert [t.seq for t in traces] == list(range(1, 41))
+    assert Counter(t.query for t in traces).most_common(1)[0][1] == 1  # no turn applied twice
+
+
+def test_a_retried_request_is_applied_once(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    rid = uuid.uuid4().hex
+    a = s.turn("The staging cluster is called Juniper.", user="maya", request_id=rid)
+    b = s.turn("The staging cluster is called Juniper.", user="maya", request_id=rid)
+    assert a.turn_id == b.turn_id and a.seq == b.seq == 1
+    c = s.turn("Something else entirely, about lunch plans.", user="maya")
+    assert c.seq == 2
+
+
+def test_turn_n_plus_one_reads_what_turn_n_wrote(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    s.turn("The release train for Orca is Thursday.", user="maya")
+    s.turn("Yes, that's right.", user="maya")
+    r = s.turn("When is the Orca release train?", user="maya")
+    assert any("Thursday" in it.text for it in r.recalled)
+
+
+def test_passivated_soul_reactivates_with_its_buffer(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    s.turn("My favourite editor is Helix.", user="sam")
+    before = s.trace(last=1)[0]
+    host = runtime.placement(soul_id)["host"]
+    from actors import raycalls
+    handle = raycalls.get_actor(host, runtime.cfg.namespace)
+    assert raycalls.get(raycalls.call(handle, "passivate", soul_id)) is True
+    assert soul_id not in raycalls.get(raycalls.call(handle, "active_souls"))
+    r = s.turn("What did I just say about editors?", user="sam")
+    assert r.seq == before.seq + 1
+    assert soul_id in raycalls.get(raycalls.call(handle, "active_souls"))
+
+
+def test_hot_soul_gets_a_dedicated_actor_and_keeps_its_memory(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    s.turn("The on-call rotation for Tendril is weekly.", user="maya")
+    s.turn("Correct.", user="maya")
+    name = runtime.dedicate(soul_id)
+    assert runtime.placement(soul_id) == {"host": name, "dedicated": True}
+    r = s.turn("How often does the Tendril on-call rotation change?", user="maya")
+    assert r.seq == 3 and any("weekly" in it.text for it in r.recalled)
+    assert runtime.undedicate(soul_id) is True
+    assert s.turn("thanks!", user="maya").seq == 4
+
+
+def test_async_handle_has_the_same_api(runtime, soul_id) -> None:
+    a = runtime.async_soul(soul_id)
+
+    async def go() -> tuple:
+        r = await a.turn("The canary region for Orca is eu-west-2.", user="maya")
+        await a.turn("Yes, exactly.", user="maya")
+        facts = await a.facts()
+        items = await a.recall("canary region", k=3)
+        return r, facts, items
+    r, facts, items = asyncio.run(go())
+    assert r.seq == 1 and facts and items
+
+
+def test_export_import_round_trip_through_the_runtime(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    play_day(s, SCENARIO[0])
+    blob = s.export()
+    copy = runtime.soul(soul_id + "-copy")
+    copy.import_(blob)
+    assert copy.export() == blob
+    q = "Tendril production database"
+    assert [i.id for i in copy.recall(q, at="2026-03-03")] == [i.id for i in s.recall(q, at="2026-03-03")]
+    with pytest.raises(InvalidInput):
+        copy.import_(b"not msgpack")
+
+
+def test_forget_erases_a_soul_for_good(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    s.turn("The backup bucket for Tendril is archive-7.", user="maya")
+    s.turn("Yes, that's right.", user="maya")
+    assert s.facts()
+    s.forget()
+    assert s.facts() == [] and s.stats()["episodes"] == 0 and s.trace(last=5) == []
+    assert s.turn("hello again", user="maya").seq == 3
+
+
+def test_errors_come_from_the_project_hierarchy(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    with pytest.raises(InvalidInput):
+        s.turn("", user="maya")
+    with pytest.raises(InvalidInput):
+        s.turn("bad \x00 byte", user="maya")
+    with pytest.raises(InvalidInput):
+        runtime.soul("../etc")
+    with pytest.raises(NotFound):
+        s.trace("nope/1")
+    with pytest.raises(NotFound):
+        s.fact_history("nobody", "nothing")
+    with pytest.raises(InvalidInput):
+        s.observe([{"speaker": "a", "text": "hi"}])
+    assert s.stats()["episodes"] == 0
+
+
+def test_metrics_are_counted(runtime, soul_id) -> None:
+    from actors import raycalls
+    s = runtime.soul(soul_id)
+    s.turn("The incident bridge number is 555-0199.", user="maya")
+    host = raycalls.get_actor(runtime.placement(soul_id)["host"], runtime.cfg.namespace)
+    assert raycalls.get(raycalls.call(host, "ping"))

@@ -1,0 +1,237 @@
+"""The three layers on real SQLite files and real usearch indices (fast test embedder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from soul_runtime.clock import DAY
+from soul_runtime.config import MemoryConfig
+from soul_runtime.errors import EmbedderError, InvalidInput, NotFound, StorageError
+from soul_runtime.memory import SoulMemory
+from soul_runtime.records import Extraction, FactCandidate, Op, Store, TaskReport, WriteRequest
+from soul_runtime.sqlite_db import open_db
+from tests.fakes import HashEmbedder
+
+NOW = 1_780_000_000.0
+
+
+def req(key: str, ex: Extraction, at: float = NOW, session: str = "s1") -> WriteRequest:
+    return WriteRequest(turn_key=key, now=at, actor="maya", sources=(f"{key}/u",), extraction=ex, session=session)
+
+
+def tendril(value: str, kind: str, key: str) -> FactCandidate:
+    return FactCandidate("tendril", "production_database", value, kind, (f"{key}/u",), "Tendril",
+                         "production database")
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> SoulMemory:
+    m = SoulMemory(tmp_path / "soul", embedder=HashEmbedder())
+    yield m
+    m.close()
+
+
+def ops(writes: list, store: Store) -> list[Op]:
+    return [w.op for w in writes if w.store is store]
+
+
+def test_tendril_correction_keeps_one_active_fact_with_history(mem: SoulMemory) -> None:
+    mem.write(req("t1", Extraction(facts=(tendril("Postgres 15", "stated", "t1"),),
+                                   episode="Maya said the Tendril production database is Postgres 15.", event=True)))
+    w = mem.write(req("t2", Extraction(facts=(tendril("Postgres 15", "confirmed", "t2"),),
+                                       episode="Maya confirmed Tendril runs Postgres 15.", event=True), NOW + 60))
+    assert ops(w, Store.SEMANTIC) == [Op.ADD]
+    w = mem.write(req("t3", Extraction(facts=(tendril("Postgres 16", "corrected", "t3"),),
+                                       episode="Maya corrected Tendril's database to Postgres 16.", event=True),
+                      NOW + DAY))
+    assert ops(w, Store.SEMANTIC) == [Op.UPDATE]
+    (f,) = mem.facts("Tendril")
+    assert f.value == "Postgres 16" and f.sources == ("t3/u",)
+    hist = mem.fact_history("tendril", "production_database")
+    assert [h.value for h in hist] == ["Postgres 15", "Postgres 16"]
+    assert set(hist[0].sources) == {"t1/u", "t2/u"}  # the statement and its confirmation
+    items = mem.recall("which Postgres version does Tendril run in production", 10, now=NOW + 2 * DAY)
+    assert items and items[0].store == "semantic" and "Postgres 16" in items[0].text
+    assert not any("Postgres 15" in it.text for it in items), [it.text for it in items]
+
+
+def test_the_same_fact_ten_times_is_one_record(mem: SoulMemory) -> None:
+    for i in range(10):
+        mem.write(req(f"t{i}", Extraction(facts=(tendril("Postgres 15", "confirmed", f"t{i}"),))))
+    (f,) = mem.facts()
+    assert len(f.sources) == 10 and mem.stats()["facts"] == 1 and mem.stats()["archived_facts"] == 0
+
+
+def test_a_fact_seen_in_three_episodes_is_promoted_and_its_episodes_stop_decaying(tmp_path: Path) -> None:
+    cfg = MemoryConfig(decay_days=30)
+    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=cfg)
+    writes = []
+    for i in range(3):
+        writes = m.write(req(f"t{i}", Extraction(facts=(tendril("Postgres 15", "stated", f"t{i}"),),
+                                                 episode=f"Day {i}: Maya mentioned Tendril uses Postgres 15.",
+                                                 event=True), NOW + i * DAY, session=f"s{i}"))
+        assert len(m.facts()) == (1 if i == 2 else 0)
+    sem = [w for w in writes if w.store is Store.SEMANTIC]
+    assert sem[0].op is Op.ADD and "promoted" in sem[0].reason
+    assert m.facts()[0].sources == ("t0/u", "t1/u", "t2/u")
+    assert m.stats()["promoted_episodes"] == 3
+    later = m.recall("Tendril Postgres", 10, now=NOW + 400 * DAY, stores=["episodic"])
+    assert len(later) == 3
+    m.close()
+
+
+def test_recent_episode_outranks_an_equally_similar_old_one(mem: SoulMemory) -> None:
+    text = "Maya deployed the billing service to production."
+    mem.write(req("old", Extraction(episode=text, event=True), NOW - 200 * DAY, session="a"))
+    mem.write(req("new", Extraction(episode=text, event=True), NOW - 2 * DAY, session="b"))
+    items = mem.recall("billing service deployment", 5, now=NOW, stores=["episodic"])
+    assert [it.sources for it in items] == [("new/u",), ("old/u",)]
+    assert items[0].score > items[1].score
+
+
+def test_episode_past_decay_days_is_not_recalled(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(decay_days=30))
+    m.write(req("t", Extraction(episode="Maya adopted a cat named Miso.", event=True), NOW - 31 * DAY))
+    assert m.recall("cat named Miso", 5, now=NOW) == []
+    assert len(m.recall("cat named Miso", 5, now=NOW - 20 * DAY)) == 1
+    m.close()
+
+
+def test_near_duplicate_episode_is_merged_not_duplicated(mem: SoulMemory) -> None:
+    mem.write(req("a", Extraction(episode="Maya moved the standup to 10am.", event=True)))
+    w = mem.write(req("b", Extraction(episode="Maya moved the standup to 10am.", event=True), NOW + 60))
+    assert ops(w, Store.EPISODIC) == [Op.UPDATE]
+    (ep,) = mem.episodes()
+    assert ep.sources == ("a/u", "b/u")
+
+
+def test_writes_are_idempotent_per_turn(mem: SoulMemory) -> None:
+    r = req("t1", Extraction(facts=(tendril("Postgres 15", "confirmed", "t1"),), episode="x happened", event=True))
+    first = mem.write(r)
+    again = mem.write(r)
+    assert first == again and mem.stats()["episodes"] == 1 and len(mem.facts()) == 1
+
+
+def test_procedure_after_third_success_and_versioned_rollout(mem: SoulMemory) -> None:
+    steps = ("pull the timeline", "summarise impact")
+    for i in range(3):
+        w = mem.write(req(f"p{i}", Extraction(episode=f"Postmortem {i} shipped.", event=True,
+                                              task=TaskReport("draft postmortem", steps, "success"))))
+    assert [w.key for w in w if w.store is Store.PROCEDURAL and w.op is Op.ADD] == ["draft postmortem@v1"]
+    steps2 = steps + ("check the on-call log",)
+    for i in range(3):
+        mem.write(req(f"q{i}", Extraction(episode=f"Postmortem q{i} shipped.", event=True,
+                                          task=TaskReport("draft postmortem", steps2, "success"))))
+        status = {p.version: p.status for p in mem.procedures("draft postmortem")}
+        assert status == ({1: "active", 2: "candidate"} if i < 2 else {1: "retired", 2: "active"}), status
+    items = mem.recall("please draft a postmortem for incident-9", 5, now=NOW, stores=["procedural"])
+    assert items[0].id == "draft postmortem@v2" and "on-call log" in items[0].text
+
+
+def test_time_axis_by_range_and_session_order(mem: SoulMemory) -> None:
+    for i in range(4):
+        mem.write(req(f"e{i}", Extraction(episode=f"Event number {i} about topic {i}.", event=True), NOW + i * DAY,
+                      session=f"sess{i}"))
+    assert [e.summary for e in mem.episodes(sessions_ago=0)] == ["Event number 3 about topic 3."]
+    assert [e.summary for e in mem.episodes(sessions_ago=3)] == ["Event number 0 about topic 0."]
+    assert len(mem.episodes(since=NOW + DAY, until=NOW + 3 * DAY)) == 2
+    assert mem.episodes(sessions_ago=10) == []
+
+
+def test_export_import_round_trip_is_exact(mem: SoulMemory, tmp_path: Path) -> None:
+    mem.write(req("t1", Extraction(facts=(tendril("Postgres 15", "confirmed", "t1"),), episode="A thing.", event=True)))
+    mem.write(req("t2", Extraction(facts=(tendril("Postgres 16", "corrected", "t2"),), episode="B thing.", event=True)))
+    blob = mem.export()
+    other = SoulMemory(tmp_path / "other", embedder=HashEmbedder())
+    other.import_(blob)
+    assert other.export() == blob
+    assert other.recall("thing Postgres", 10, now=NOW) == mem.recall("thing Postgres", 10, now=NOW)
+    with pytest.raises(InvalidInput):
+        other.import_(blob)  # not empty any more
+    other.close()
+
+
+@pytest.mark.parametrize("blob", [b"", b"\xc1\xc1garbage", msgpack.packb({"format": "other"}),
+                                  msgpack.packb([1, 2, 3]), msgpack.packb({"format": "soul-runtime/memory@1"})])
+def test_malformed_import_is_refused_and_stores_nothing(mem: SoulMemory, blob: bytes) -> None:
+    with pytest.raises(InvalidInput):
+        mem.import_(blob)
+    assert mem.stats()["episodes"] == 0 and mem.facts() == []
+
+
+def test_index_is_rebuilt_when_deleted_truncated_or_corrupt(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    for i in range(20):
+        m.write(req(f"t{i}", Extraction(episode=f"Maya finished task {i} on project {i % 3}.", event=True)))
+    expect = m.recall("project 1", 5, now=NOW)
+    m.close()
+    idx = tmp_path / "episodic.usearch"
+    for damage in ("delete", "truncate", "garbage"):
+        if damage == "delete":
+            idx.unlink()
+        elif damage == "truncate":
+            data = idx.read_bytes()
+            idx.write_bytes(data[: len(data) // 2])
+        else:
+            idx.write_bytes(os.urandom(idx.stat().st_size))
+        m = SoulMemory(tmp_path, embedder=HashEmbedder())
+        assert m.episodic.index.rebuilt, damage
+        assert m.recall("project 1", 5, now=NOW) == expect
+        assert m.stats()["indexed"] == 20
+        m.close()
+
+
+def test_index_catches_up_with_writes_it_missed(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.write(req("a", Extraction(episode="first episode here", event=True)))
+    m.episodic.flush()
+    m.write(req("b", Extraction(episode="second episode there", event=True)))
+    m.db_close = m.episodic.db.close()  # simulate a stop without saving the index
+    m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
+    assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 2
+    m2.close()
+
+
+def test_switching_embedders_is_refused(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.close()
+
+    class Other(HashEmbedder):
+        embedder_id = "other"
+
+    with pytest.raises(EmbedderError):
+        SoulMemory(tmp_path, embedder=Other())
+
+
+def test_migrations_are_ordered_and_named(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.close()
+    import sqlite3
+    names = [r[0] for r in sqlite3.connect(tmp_path / "episodic.sqlite").execute(
+        "SELECT name FROM schema_migrations ORDER BY seq")]
+    assert names == ["0001_episodes", "0002_superseded"]
+    with pytest.raises(StorageError):
+        open_db(tmp_path / "episodic.sqlite", [("0001_other", "SELECT 1")])
+
+
+def test_bad_input_raises_clear_errors_and_changes_nothing(mem: SoulMemory) -> None:
+    mem.write(req("t1", Extraction(facts=(tendril("Postgres 15", "confirmed", "t1"),), episode="x happened",
+                                   event=True)))
+    before = mem.export()
+    with pytest.raises(InvalidInput):
+        mem.recall("x", 0, now=NOW)
+    with pytest.raises(InvalidInput):
+        mem.recall("x", 5, now=float("nan"))
+    with pytest.raises(InvalidInput):
+        mem.recall("x", 5, now=NOW, stores=["nonsense"])
+    with pytest.raises(InvalidInput):
+        mem.write(req("t2", Extraction(episode="bad \udc80 text", event=True)))
+    with pytest.raises(NotFound):
+        mem.fact_history("nobody", "nothing")
+    with pytest.raises(NotFound):
+        mem.episodic.get("ep-999")
+    assert mem.export() == before
