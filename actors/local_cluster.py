@@ -175,6 +175,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     token_path = _resolve_token(sdir) if auth else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
+    env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "10"  # a broken per-client server fails in ~12 s, not ~40 s
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
            f"--ray-client-server-port={client_port}", f"--node-ip-address={node_ip}",
            "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}"]

@@ -176,8 +176,15 @@ class TurnOrchestrator:
             return {"host": self.dedicated[soul_id], "dedicated": True}
         return {"host": self.host_of(soul_id), "dedicated": False}
 
+    async def souls(self) -> list[str]:
+        root = Path(self.cfg.data_dir) / "souls"
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
     async def ping(self) -> str:
         return "ok"
+
+    async def pid(self) -> int:
+        return os.getpid()
 
     async def config_dict(self) -> dict[str, Any]:
         return self.config

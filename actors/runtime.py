@@ -106,8 +106,8 @@ class Runtime:
         return dict(raycalls.get(raycalls.call(self.orchestrator, "placement", check_id(soul_id))))
 
     def souls(self) -> list[str]:
-        root = Path(self.cfg.data_dir) / "souls"
-        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+        """Ids of the souls with data in the runtime's data dir (as the cluster sees it)."""
+        return list(raycalls.get(raycalls.call(self.orchestrator, "souls"), timeout=60))
 
     def stats(self) -> dict[str, Any]:
         hosts = [raycalls.get_actor(host_name(i), self.cfg.namespace) for i in range(self.cfg.hosts)]

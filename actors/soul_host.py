@@ -8,6 +8,7 @@ A dedicated actor for a hot soul is the same class hosting a single soul.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -193,3 +194,6 @@ class SoulHost:
 
     def ping(self) -> str:
         return self.name
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -7,6 +7,7 @@ Ray may retry them after a restart.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -69,6 +70,9 @@ class LayerShard:
     def ping(self) -> str:
         return self.layer.value
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()
         st = self._store(soul_id)
@@ -88,7 +92,7 @@ class LayerShard:
         if self.layer is Store.EPISODIC:
             out = st.apply_many(requests, **(marks or {}))
         else:
-            out = [st.apply(r) for r in requests]
+            out = st.apply_many(requests)
         for ws in out:
             for w in ws:
                 self.metrics.write(w.store.value, w.op.value)

@@ -25,13 +25,13 @@ class MemoryConfig:
     # episodic
     half_life_days: float = 30.0
     """Recency half-life: an episode this old weighs half as much as a new one."""
-    recency_floor: float = 0.35
+    recency_floor: float = 0.6
     """Lowest recency weight (so old but exact matches still surface)."""
     decay_days: float = 365.0
     """Episodes older than this drop out of recall unless promoted."""
     merge_similarity: float = 0.95
     """Cosine similarity above which a new episode merges into a stored one (same session)."""
-    dense_weight: float = 0.6
+    dense_weight: float = 0.5
     """Weight of the dense score in the hybrid episodic score (lexical gets the rest)."""
     max_episode_chars: int = 400
     # semantic

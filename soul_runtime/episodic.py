@@ -17,9 +17,9 @@ import numpy as np
 from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import EmbedderError, InvalidInput, NotFound
-from .policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
+from .policy_episodic import decide_episode, hybrid_score, in_recall, is_near_duplicate, past_ttl, recency_weight
 from .policy_semantic import merge_sources
-from .records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
+from .records import Episode, Extraction, MemoryWrite, Op, RecalledItem, Store, WriteRequest
 from .sqlite_db import open_db, transaction
 from .text import check_write_request, terms
 from .vector_index import IndexParams, VectorIndex
@@ -42,6 +42,9 @@ MIGRATIONS = [
     """),
     ("0002_superseded", """
         ALTER TABLE episodes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0
+    """),
+    ("0003_key_text", """
+        ALTER TABLE episodes ADD COLUMN key_text TEXT NOT NULL DEFAULT ''
     """),
 ]
 
@@ -180,14 +183,15 @@ class EpisodicStore:
                 todo.append((i, req))
         wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
         texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
-        vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dim), np.float32)
+        keys = [_key_text(r.extraction) for _, r, d in wanted if d.write]
+        vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
         vi = 0
         with transaction(self.db):
             for i, req, decision in wanted:
                 writes: list[MemoryWrite] = []
                 if decision.write:
-                    writes.append(self._write_one(req, texts[vi], vectors[vi], decision.reason, index_ops))
+                    writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops))
                     vi += 1
                 else:
                     writes.append(MemoryWrite(Store.EPISODIC, Op.NOOP, "", decision.reason))
@@ -205,13 +209,13 @@ class EpisodicStore:
             self.flush()
         return [o or [] for o in out]
 
-    def _write_one(self, req: WriteRequest, text: str, vec: np.ndarray, reason: str,
+    def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
                    index_ops: list[tuple[str, int, np.ndarray | None, int]]) -> MemoryWrite:
         ex = req.extraction
         tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
                                                           else set())))
         sources = merge_sources(tuple(ex.extra_sources), req.sources)
-        dup = self._near_duplicate(vec, req.session)
+        dup = self._near_duplicate(vec, text, req.session)
         if dup is not None:
             merged = merge_sources(dup.episode.sources, sources)
             entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
@@ -223,21 +227,21 @@ class EpisodicStore:
         sidx = self._session_index(req.session, req.now)
         cur = self.db.execute(
             "INSERT INTO episodes (at, actor, summary, sources, entities, tags, session, session_index, turn_key,"
-            " vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " vector, key_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (req.now, req.actor, text, _pack(list(sources)), _pack(list(ex.entities)), _pack(list(tags)),
-             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes()))
+             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text))
         key = int(cur.lastrowid or 0)
-        self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, text))
+        self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
         index_ops.append(("add", key, vec, self._log("add", key)))
         return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
                            {"summary": text, "sources": list(sources), "at": req.now})
 
-    def _near_duplicate(self, vec: np.ndarray, session: str) -> _Row | None:
+    def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
         for key, sim in self.index.search(vec, 3):
             if sim < self.cfg.merge_similarity:
                 break
             rows = self._rows("rowid = ? AND session = ?", (key, session))
-            if rows:
+            if rows and is_near_duplicate(sim, text, rows[0].summary, self.cfg):
                 return _Row(key, rows[0])
         return None
 
@@ -355,7 +359,7 @@ class EpisodicStore:
     # ---- export / import -------------------------------------------------------------
     def export(self) -> dict[str, Any]:
         eps = self.db.execute("SELECT rowid, at, actor, summary, sources, entities, tags, session, session_index, "
-                              "promoted, turn_key, vector, superseded FROM episodes ORDER BY rowid").fetchall()
+                              "promoted, turn_key, vector, superseded, key_text FROM episodes ORDER BY rowid").fetchall()
         return {"embedder_id": self.embedder.embedder_id, "dim": self.embedder.dim,
                 "episodes": [list(r) for r in eps],
                 "sessions": [list(r) for r in self.db.execute("SELECT name, idx, first_at FROM sessions")],
@@ -372,14 +376,21 @@ class EpisodicStore:
                 if len(r[11]) != 4 * self.embedder.dim:
                     raise InvalidInput(f"episode {r[0]}: vector has the wrong size")
                 self.db.execute("INSERT INTO episodes (rowid, at, actor, summary, sources, entities, tags, session,"
-                                " session_index, promoted, turn_key, vector, superseded)"
-                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
-                self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[3]))
+                                " session_index, promoted, turn_key, vector, superseded, key_text)"
+                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
+                self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[13] or r[3]))
                 self._log("add", r[0])
             self.db.executemany("INSERT INTO sessions VALUES (?, ?, ?)", data["sessions"])
             self.db.executemany("INSERT INTO applied VALUES (?, ?)", data["applied"])
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
         self.flush()
+
+
+def _key_text(ex: Extraction) -> str:
+    """What an episode is indexed under: its summary plus the fuller detail, when given."""
+    summary = ex.episode.strip()
+    detail = ex.detail.strip()
+    return summary if not detail or detail == summary else f"{summary} {detail}"[:4000]
 
 
 def _key(episode_id: str) -> int:

@@ -90,9 +90,9 @@ class SoulMemory:
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         for r in reqs:
             check_write_request(r)
-        sem = [self.semantic.apply(r) for r in reqs]
+        sem = self.semantic.apply_many(reqs)
         epi = self.episodic.apply_many(reqs, **cross_layer_marks(w for ws in sem for w in ws))
-        proc = [self.procedural.apply(r) for r in reqs]
+        proc = self.procedural.apply_many(reqs)
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
     # ---- reads -----------------------------------------------------------------------
@@ -178,7 +178,7 @@ def unpack_export(blob: bytes) -> dict[str, Any]:
     return data
 
 
-_SHAPES = {"episodic": {"episodes": 13, "sessions": 3, "applied": 2},
+_SHAPES = {"episodic": {"episodes": 14, "sessions": 3, "applied": 2},
            "semantic": {"facts": 10, "observations": 7, "applied": 2},
            "procedural": {"procedures": 8, "runs": 8, "applied": 2}}
 

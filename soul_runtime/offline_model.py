@@ -301,8 +301,9 @@ class OfflineModel(LanguageModel):
 
     def extract(self, exchange: Exchange) -> ExtractResult:
         a = analyse(exchange)
-        ext = Extraction(facts=tuple(a.facts), episode=a.episode, event=a.event, entities=a.entities, task=a.task,
-                          extra_sources=a.extra_sources)
+        short = R.compact(a.episode) if a.episode else ""
+        ext = Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
+                         extra_sources=a.extra_sources, detail=(a.episode + " " + exchange.user_text) if short else "")
         inp = exchange.user_text + exchange.reply_text + "".join(m.content for m in exchange.history)
         return ExtractResult(ext, _usage(inp, a.episode + repr(ext.facts) + repr(ext.task)))
 

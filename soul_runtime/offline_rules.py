@@ -561,3 +561,17 @@ def entities(text: str) -> list[str]:
             if not common and word.split()[0].lower() not in STOPWORDS and word.lower() not in map(str.lower, found):
                 found.append(word)
     return found
+
+
+_CLAUSE = re.compile(r"(?:,\s|\s[-–—]\s|;\s|:\s|\s(?:and|but|because|which|so|since|while|as)\s)")
+
+
+def compact(summary: str, limit: int = 100) -> str:
+    """A short form of a summary for the context: its first sentence, cut at a clause boundary."""
+    first = (split_sentences(summary) or [summary])[0].strip()
+    if len(first) <= limit:
+        return first
+    cuts = [m.start() for m in _CLAUSE.finditer(first) if 40 <= m.start() <= limit]
+    if cuts:
+        return first[: cuts[-1]].rstrip(" ,;:-") + "."
+    return first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "…"

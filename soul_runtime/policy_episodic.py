@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .clock import DAY
 from .config import MemoryConfig
 from .records import Extraction
+from .text import terms
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,15 @@ def in_recall(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
 def past_ttl(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
     """Whether the retention sweep deletes this episode (``episodic_ttl_days`` > 0 only)."""
     return cfg.episodic_ttl_days > 0 and not promoted and (now - at) > cfg.episodic_ttl_days * DAY
+
+
+def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: MemoryConfig) -> bool:
+    """Merge only what says the same thing: very high similarity AND the same content words
+    (so "svc3 moved to team 3" and "svc13 moved to team 13" stay two episodes)."""
+    if similarity < cfg.merge_similarity:
+        return False
+    a, b = set(terms(new_text)), set(terms(old_text))
+    return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
 
 
 def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:

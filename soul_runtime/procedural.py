@@ -75,36 +75,50 @@ class ProceduralStore:
                                               "SELECT DISTINCT task_class FROM procedures")]
 
     def apply(self, req: WriteRequest) -> list[MemoryWrite]:
-        check_write_request(req)
-        prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
-        if prev:
-            return [MemoryWrite.from_dict(w) for w in _unpack(prev[0])]
+        return self.apply_many([req])[0]
+
+    def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+        """Record task runs and decide procedure changes, several exchanges in one durable transaction."""
+        for req in reqs:
+            check_write_request(req)
+        out: list[list[MemoryWrite]] = []
+        with transaction(self.db):
+            for req in reqs:
+                prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
+                if prev:
+                    out.append([MemoryWrite.from_dict(w) for w in _unpack(prev[0])])
+                    continue
+                writes = self._one(req)
+                self.db.execute("INSERT INTO applied VALUES (?, ?)",
+                                (req.turn_key, _pack([w.to_dict() for w in writes])))
+                out.append(writes)
+        return out
+
+    def _one(self, req: WriteRequest) -> list[MemoryWrite]:
         writes: list[MemoryWrite] = []
         report = req.extraction.task
-        with transaction(self.db):
-            if report is not None and report.task_class and (report.outcome or report.save_requested):
-                runs = [TaskRun(r[0], r[1], tuple(_unpack(r[2])), r[3], r[4], tuple(_unpack(r[5])))
-                        for r in self.db.execute("SELECT task_class, signature, steps, outcome, at, sources FROM runs "
-                                                 "WHERE task_class = ? ORDER BY id", (report.task_class,))]
-                changes = decide_procedure(report, runs, self.procedures(report.task_class), sources=req.sources,
-                                           now=req.now, cfg=self.cfg)
-                if report.outcome:
-                    self.db.execute("INSERT INTO runs (task_class, signature, steps, outcome, at, sources, turn_key)"
-                                    " VALUES (?,?,?,?,?,?,?)",
-                                    (report.task_class, step_signature(report.steps), _pack(list(report.steps)),
-                                     report.outcome, req.now, _pack(list(req.sources)), req.turn_key))
-                for ch in changes:
-                    p = ch.procedure
-                    self.db.execute("INSERT OR REPLACE INTO procedures VALUES (?,?,?,?,?,?,?,?)",
-                                    (p.task_class, p.version, _pack(list(p.steps)), p.status, _pack(list(p.sources)),
-                                     p.created_at, p.clean_runs, p.failures))
-                    writes.append(MemoryWrite(Store.PROCEDURAL, ch.op, p.id, ch.reason,
-                                              {"status": p.status, "steps": list(p.steps),
-                                               "clean_runs": p.clean_runs}))
-                if not changes:
-                    what = f"task run recorded ({report.outcome})" if report.outcome else "nothing to save"
-                    writes.append(MemoryWrite(Store.PROCEDURAL, Op.NOOP, report.task_class, what))
-            self.db.execute("INSERT INTO applied VALUES (?, ?)", (req.turn_key, _pack([w.to_dict() for w in writes])))
+        if report is None or not report.task_class or not (report.outcome or report.save_requested):
+            return writes
+        runs = [TaskRun(r[0], r[1], tuple(_unpack(r[2])), r[3], r[4], tuple(_unpack(r[5])))
+                for r in self.db.execute("SELECT task_class, signature, steps, outcome, at, sources FROM runs "
+                                         "WHERE task_class = ? ORDER BY id", (report.task_class,))]
+        changes = decide_procedure(report, runs, self.procedures(report.task_class), sources=req.sources,
+                                   now=req.now, cfg=self.cfg)
+        if report.outcome:
+            self.db.execute("INSERT INTO runs (task_class, signature, steps, outcome, at, sources, turn_key)"
+                            " VALUES (?,?,?,?,?,?,?)",
+                            (report.task_class, step_signature(report.steps), _pack(list(report.steps)),
+                             report.outcome, req.now, _pack(list(req.sources)), req.turn_key))
+        for ch in changes:
+            p = ch.procedure
+            self.db.execute("INSERT OR REPLACE INTO procedures VALUES (?,?,?,?,?,?,?,?)",
+                            (p.task_class, p.version, _pack(list(p.steps)), p.status, _pack(list(p.sources)),
+                             p.created_at, p.clean_runs, p.failures))
+            writes.append(MemoryWrite(Store.PROCEDURAL, ch.op, p.id, ch.reason,
+                                      {"status": p.status, "steps": list(p.steps), "clean_runs": p.clean_runs}))
+        if not changes:
+            what = f"task run recorded ({report.outcome})" if report.outcome else "already saved: nothing new"
+            writes.append(MemoryWrite(Store.PROCEDURAL, Op.NOOP, report.task_class, what))
         return writes
 
     def recall(self, query: str, k: int, task_class: str | None = None) -> list[RecalledItem]:

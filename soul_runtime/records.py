@@ -182,6 +182,8 @@ class Extraction:
     tool_call: bool = False
     extra_sources: tuple[str, ...] = ()
     """Other messages the episode summary draws on (e.g. the question an elliptic answer replies to)."""
+    detail: str = ""
+    """Fuller wording the episode is indexed under (dense and lexical); recall returns the compact ``episode``."""
 
 
 @dataclass(frozen=True)
@@ -222,4 +224,5 @@ def extraction_from_plain(d: dict[str, Any]) -> Extraction:
         task=TaskReport(task["task_class"], tuple(task["steps"]), task["outcome"], task["save_requested"]) if task else None,
         tool_call=bool(d.get("tool_call", False)),
         extra_sources=tuple(d.get("extra_sources", ())),
+        detail=d.get("detail", ""),
     )

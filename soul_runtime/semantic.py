@@ -80,16 +80,24 @@ class SemanticStore:
         A write's payload carries ``promoted_turns`` (the episodes a promotion drew
         on) so the episodic layer can mark them promoted.
         """
-        check_write_request(req)
-        prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
-        if prev:
-            return [MemoryWrite.from_dict(w) for w in _unpack(prev[0])]
-        writes: list[MemoryWrite] = []
+        return self.apply_many([req])[0]
+
+    def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+        """Several exchanges in one durable transaction (in order)."""
+        for req in reqs:
+            check_write_request(req)
+        out: list[list[MemoryWrite]] = []
         with transaction(self.db):
-            for c in req.extraction.facts:
-                writes.append(self._one(req, c))
-            self.db.execute("INSERT INTO applied VALUES (?, ?)", (req.turn_key, _pack([w.to_dict() for w in writes])))
-        return writes
+            for req in reqs:
+                prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
+                if prev:
+                    out.append([MemoryWrite.from_dict(w) for w in _unpack(prev[0])])
+                    continue
+                writes = [self._one(req, c) for c in req.extraction.facts]
+                self.db.execute("INSERT INTO applied VALUES (?, ?)",
+                                (req.turn_key, _pack([w.to_dict() for w in writes])))
+                out.append(writes)
+        return out
 
     def _one(self, req: WriteRequest, c: FactCandidate) -> MemoryWrite:
         if not c.entity or not c.attribute or not c.value.strip():

@@ -93,6 +93,7 @@ def check_write_request(req: object) -> None:
         check_text(s, what="source id", max_chars=300)
     ex = req.extraction
     check_text(ex.episode, what="episode summary", allow_empty=True, max_chars=20_000)
+    check_text(ex.detail, what="episode detail", allow_empty=True, max_chars=20_000)
     for e in ex.entities:
         check_text(e, what="entity", max_chars=300)
     for s in ex.extra_sources:

@@ -32,7 +32,7 @@ def test_recent_episode_outranks_an_equally_similar_old_one() -> None:
 
 
 def test_last_week_clearly_outweighs_seven_months_ago() -> None:
-    assert recency_weight(NOW - 7 * DAY, NOW, CFG) > 2 * recency_weight(NOW - 210 * DAY, NOW, CFG)
+    assert recency_weight(NOW - 7 * DAY, NOW, CFG) > 1.5 * recency_weight(NOW - 210 * DAY, NOW, CFG)
 
 
 def test_recency_is_relative_to_the_given_now_and_floored() -> None:
@@ -165,3 +165,10 @@ def test_active_version_counts_clean_runs_and_failures() -> None:
 def test_invalid_configuration_is_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         MemoryConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_near_duplicates_need_the_same_content_words() -> None:
+    from soul_runtime.policy_episodic import is_near_duplicate
+    assert is_near_duplicate(0.99, "Maya moved the standup to 10am.", "maya moved the standup to 10am", CFG)
+    assert not is_near_duplicate(0.99, "Svc3's owner is team Falcon3.", "Svc13's owner is team Falcon13.", CFG)
+    assert not is_near_duplicate(0.90, "Maya moved the standup to 10am.", "Maya moved the standup to 10am.", CFG)

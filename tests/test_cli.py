@@ -1,0 +1,252 @@
+"""The installed ``soul`` console script, run in subprocesses.
+
+One Ray head (``soul cluster up``) serves the cluster tests; the demo runs on the
+embedded default (a local Ray of its own). Needs ``pip install -e .`` (CI does it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soul_runtime.ingest import load, parse_locomo_date
+
+pytestmark = pytest.mark.ray
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SOUL = shutil.which("soul")
+TIMINGS: dict[str, float] = {}
+
+CHAT = [
+    {"speaker": "Maya", "text": "I'm Maya, a senior SRE on the platform team.", "id": "c1", "at": "2026-03-02T09:00:00Z"},
+    {"speaker": "Maya", "text": "The production database for Tendril is Postgres 15.", "id": "c2",
+     "at": "2026-03-02T09:01:00Z"},
+    {"speaker": "Maya", "text": "Correct.", "id": "c3", "at": "2026-03-02T09:02:00Z"},
+    {"speaker": "Maya", "text": "We rolled back the cache deploy after the latency spike this morning.", "id": "c4",
+     "at": "2026-03-02T09:03:00Z"},
+    {"speaker": "Maya", "text": "Actually, the Tendril production database is Postgres 16 \u2014 we upgraded it "
+     "last night.", "id": "c5", "at": "2026-03-03T10:00:00Z"},
+]
+AT = "2026-03-04T12:00:00Z"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
+    env.update(extra)
+    return env
+
+
+def soul(*args: str, env: dict[str, str] | None = None, timeout: float = 120, stdin: str | None = None,
+         check: bool = True, label: str = "") -> subprocess.CompletedProcess[str]:
+    assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
+    t0 = time.perf_counter()
+    p = subprocess.run([SOUL, *args], env=env or _env(), capture_output=True, text=True, timeout=timeout,
+                       input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+    retried = " (client flake, retried)" if "retrying once" in p.stderr else ""
+    TIMINGS[(label or " ".join(args[:2])) + retried] = round(time.perf_counter() - t0, 1)
+    if check and p.returncode != 0:
+        raise AssertionError(f"soul {' '.join(args)} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("soul: error:")]
+    assert len(errors) == 1, p.stderr
+    return errors[0]
+
+
+# ---- no Ray needed ---------------------------------------------------------------------------
+
+def test_help_is_useful() -> None:
+    top = soul("--help").stdout
+    for cmd in ("demo", "chat", "observe", "recall", "facts", "history", "procedures", "episodes", "trace", "stats",
+                "turn", "audit-writes", "export", "import", "cluster"):
+        assert cmd in top
+    sub = soul("recall", "--help").stdout
+    assert "--store" in sub and "--address" in sub and "--json" in sub and "-k" in sub
+    assert "--soul" in soul("import", "--help").stdout
+
+
+def test_audit_writes_cli(tmp_path: Path) -> None:
+    out = tmp_path / "fixture.json"
+    p = soul("audit-writes", str(FIXTURES / "audit_transcript.jsonl"), "--json", "--save-fixture", str(out))
+    report = json.loads(p.stdout)
+    assert report["tally"] == {"procedural": 3, "semantic": 4, "episodic": 6, "nothing": 6}
+    assert report["unbalanced"] is False
+    assert json.loads(out.read_text()) == json.loads((FIXTURES / "audit_fixture.json").read_text())
+    strict = soul("audit-writes", str(FIXTURES / "audit_transcript.jsonl"), "--threshold", "0.3", "--strict",
+                  check=False)
+    assert strict.returncode == 1 and "UNBALANCED" in strict.stdout
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    err = one_line_error(p := soul("facts", "nobody", "--data-dir", data, check=False))
+    assert p.returncode == 2 and err == f"soul: error: unknown soul 'nobody' in {data}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"speaker": "Maya", "text": "hi", "id": "1"}\nthis is not json\n')
+    assert ":2:" in one_line_error(soul("observe", "x", str(bad), "--data-dir", data, check=False))
+    assert "export" in one_line_error(soul("import", str(bad), "--soul", "x", "--data-dir", data, check=False))
+    t0 = time.perf_counter()
+    p = soul("stats", "--address", "ray://127.0.0.1:1", "--data-dir", data, check=False, label="unreachable")
+    assert "127.0.0.1:1" in one_line_error(p) and time.perf_counter() - t0 < 20
+    assert p.returncode == 3
+
+
+def test_ingest_locomo(tmp_path: Path) -> None:
+    assert parse_locomo_date("1:56 pm on 8 May, 2023") == 1683554160.0
+    assert parse_locomo_date("12:05 am on 1 Jan, 2024") == 1704067500.0
+    sample = {"sample_id": "conv-1", "conversation": {
+        "speaker_a": "Caroline", "speaker_b": "Melanie",
+        "session_2": [{"speaker": "Melanie", "dia_id": "D2:1", "text": "I ran a charity race."}],
+        "session_2_date_time": "1:14 pm on 25 May, 2023",
+        "session_1": [{"speaker": "Caroline", "dia_id": "D1:1", "text": "I went to a support group."},
+                      {"speaker": "Melanie", "dia_id": "D1:2", "text": "That's great!", "blip_caption": "a dog"}],
+        "session_1_date_time": "1:56 pm on 8 May, 2023"},
+        "qa": [{"question": "When did Caroline go?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
+               {"question": "Trick?", "adversarial_answer": "no", "evidence": [], "category": 5}]}
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(sample))
+    [conv] = load(one)
+    assert [b.session for b in conv.batches] == ["session_1", "session_2"]
+    assert [m["id"] for m in conv.batches[0].messages] == ["D1:1", "D1:2"]
+    assert conv.batches[0].at == 1683554160.0 and "a dog" in conv.batches[0].messages[1]["text"]
+    assert conv.qa[0] == {"question": "When did Caroline go?", "answer": "7 May 2023", "evidence": ["D1:1"],
+                          "category": 2}
+    assert conv.qa[1]["answer"] == "no" and conv.speakers == ("Caroline", "Melanie")
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([sample, {**sample, "sample_id": "conv-2"}]))
+    convs = load(two, "locomo")
+    assert [c.batches[0].messages[0]["id"] for c in convs] == ["conv-1:D1:1", "conv-2:D1:1"]
+    jl = tmp_path / "c.jsonl"
+    jl.write_text("\n".join(json.dumps(m) for m in CHAT))
+    [c] = load(jl)
+    assert [len(b.messages) for b in c.batches] == [4, 1]  # split at the >4 h gap
+
+
+def test_demo_embedded() -> None:
+    """The demo on the default address: a local Ray started for the call, the offline model."""
+    t0 = time.perf_counter()
+    p = soul("demo", env=_env(), timeout=120, label="demo")
+    took = time.perf_counter() - t0
+    out = p.stdout
+    assert "OFFLINE model" in out and "rule-based" in out
+    assert "tendril:production_database" in out and "Postgres 15" in out and "Postgres 16" in out
+    assert "Postgres 15 [atlas/4/user, atlas/5/user] → Postgres 16 [atlas/10/user]" in " ".join(out.split())
+    assert "procedure draft postmortem: v1 active" in out
+    assert "data dir: " in out
+    assert took < 90, f"demo took {took:.0f} s"
+
+
+# ---- against one Ray head --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    base = Path(tempfile.mkdtemp(prefix="sc", dir="/tmp"))
+    state = base / "st"
+    up = soul("cluster", "up", "--state-dir", str(state), "--num-cpus", "2", "--json", timeout=120, label="cluster up")
+    info = json.loads(up.stdout)
+    assert info["running"] and info["client_address"].startswith("ray://")
+    env = _env(**info["client_env"], SOUL_ADDRESS=info["client_address"], SOUL_DATA_DIR=str(base / "data"))
+    c = {"base": base, "state": state, "info": info, "env": env}
+    try:
+        yield c
+    finally:
+        if not c.get("down"):
+            soul("cluster", "down", "--state-dir", str(state), check=False)
+        shutil.rmtree(base, ignore_errors=True)
+        print("\nCLI timings (s):", json.dumps(TIMINGS))
+
+
+def test_observe_and_read(cluster: dict[str, Any]) -> None:
+    env, base = cluster["env"], cluster["base"]
+    chat = base / "chat.jsonl"
+    chat.write_text("\n".join(json.dumps(m) for m in CHAT) + "\n")
+    obs = json.loads(soul("observe", "maya", str(chat), "--json", env=env).stdout)
+    assert obs["messages"] == 5 and obs["batches"] == 2 and obs["writes"]["semantic"] >= 1
+
+    items = json.loads(soul("recall", "maya", "tendril production database", "-k", "5", "--at", AT, "--store",
+                            "semantic", "--store", "episodic", "--json", env=env).stdout)
+    assert items and items[0]["id"] == "tendril:production_database" and "Postgres 16" in items[0]["text"]
+    assert {"store", "id", "score", "sources", "text"} <= set(items[0])
+    assert {i["store"] for i in items} <= {"semantic", "episodic"}
+
+    facts = json.loads(soul("facts", "maya", "--json", env=env).stdout)
+    assert any(f["entity"] == "tendril" and f["value"] == "Postgres 16" for f in facts)
+    hist = json.loads(soul("history", "maya", "tendril", "production_database", "--json", env=env).stdout)
+    assert [h["value"] for h in hist] == ["Postgres 15", "Postgres 16"]
+    assert hist[0]["sources"] == ["c2", "c3"] and hist[1]["sources"] == ["c5"]
+
+    traces = json.loads(soul("trace", "maya", "--last", "5", "--json", env=env).stdout)
+    assert [t["kind"] for t in traces] == ["observe", "observe"] and traces[-1]["writes"]
+
+    turn = json.loads(soul("turn", "maya", "Which Postgres version does Tendril run in production?", "--user",
+                           "Maya", "--at", AT, "--json", env=env).stdout)
+    assert "Postgres 16" in turn["reply"] and turn["offline"] is True
+    assert any(r["id"] == "tendril:production_database" for r in turn["recalled"])
+
+
+def test_errors_against_cluster(cluster: dict[str, Any]) -> None:
+    env = cluster["env"]
+    p = soul("history", "maya", "tendril", "no_such_attribute", env=env, check=False, label="history unknown")
+    assert "no fact" in one_line_error(p) and p.returncode == 2
+    no_token = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")}
+    p = soul("facts", "maya", env=no_token, check=False, timeout=60, label="no token")
+    assert "RAY_AUTH_MODE=token" in one_line_error(p)
+
+
+def test_export_import_roundtrip(cluster: dict[str, Any]) -> None:
+    env, base = cluster["env"], cluster["base"]
+    blob = base / "maya.soul"
+    soul("export", "maya", str(blob), env=env)
+    data2 = str(base / "data2")
+    # one Ray namespace serves one data dir: a fresh data dir needs its own namespace
+    other = ["--data-dir", data2, "--namespace", "copy-ns"]
+    soul("import", str(blob), "--soul", "copy", *other, env=env)
+    again = soul("import", str(blob), "--soul", "copy", *other, env=env, check=False, label="import again")
+    assert "already exists" in one_line_error(again)
+    q = ["tendril postgres cache", "-k", "10", "--at", AT, "--json"]
+    original = json.loads(soul("recall", "maya", *q, env=env, label="recall original").stdout)
+    copied = json.loads(soul("recall", "copy", *q, *other, env=env, label="recall copy").stdout)
+    assert copied == original and len(original) >= 3
+    blob2 = base / "copy.soul"
+    soul("export", "copy", str(blob2), *other, env=env, label="export copy")
+    assert blob2.read_bytes() == blob.read_bytes()
+
+
+def test_chat_piped(cluster: dict[str, Any]) -> None:
+    script = "/facts\nThe staging database for Tendril is Postgres 14.\n/recall staging database\n/trace 2\n/help\n/quit\n"
+    p = soul("chat", "maya", "--user", "Maya", env=cluster["env"], stdin=script, timeout=120)
+    assert "Postgres 16" in p.stdout  # /facts
+    assert "[offline model]" in p.stdout and "staging database" in p.stdout
+    assert "/recall QUERY" in p.stdout  # /help
+    assert "turn traces" in p.stdout  # /trace
+    assert "Traceback" not in p.stderr
+
+
+def test_cluster_down(cluster: dict[str, Any]) -> None:
+    state = str(cluster["state"])
+    status = json.loads(soul("cluster", "status", "--state-dir", state, "--json").stdout)
+    pids = status["pids_alive"]
+    assert status["running"] and pids
+    soul("cluster", "down", "--state-dir", state)
+    cluster["down"] = True
+    deadline = time.time() + 15
+    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.2)
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()
+             and Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] not in "ZX"]
+    assert alive == []
+    assert soul("cluster", "status", "--state-dir", state, check=False).returncode == 1
