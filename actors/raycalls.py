@@ -133,6 +133,11 @@ def retrying(fn: Callable[[], T], *, attempts: int = 30, delay_s: float = 0.2) -
     raise AssertionError("unreachable")
 
 
+def node_id() -> str:
+    """The id of the Ray node this process runs on ('' outside Ray)."""
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+
+
 def metrics_available() -> bool:
     return ray.is_initialized()
 

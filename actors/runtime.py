@@ -52,7 +52,7 @@ class Runtime:
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
-        base: dict[str, Any] = {"max_restarts": -1, "num_cpus": 0}
+        base: dict[str, Any] = {"max_restarts": -1, "num_cpus": 0, "scheduling_strategy": "SPREAD"}
         if self.detached:
             base["lifetime"] = "detached"
         base.update(kw)

@@ -197,3 +197,6 @@ class SoulHost:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "node": raycalls.node_id()}

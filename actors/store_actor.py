@@ -21,6 +21,7 @@ from soul_runtime.records import Store, WriteRequest, extraction_from_plain
 from soul_runtime.semantic import SemanticStore
 from soul_runtime.text import check_id
 
+from . import raycalls
 from .metrics import Metrics
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
@@ -72,6 +73,9 @@ class LayerShard:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "node": raycalls.node_id()}
 
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()

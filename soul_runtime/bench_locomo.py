@@ -10,15 +10,13 @@ BM25 and dense search (same embedder) over the raw turns.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import numpy as np
 from .clock import DAY
 from .config import MemoryConfig
 from .embedding import Embedder, default_embedder
+from .ingest import Conversation, load_locomo
 from .memory import SoulMemory
 from .model_factory import make_model
 from .records import RecalledItem
@@ -42,7 +41,6 @@ class Turn:
     speaker: str
     text: str
     at: float
-    session: str
 
 
 @dataclass(frozen=True)
@@ -52,51 +50,24 @@ class QA:
     category: int
 
 
-def parse_locomo_date(s: str) -> float:
-    s = " ".join(s.replace(",", ", ").split()).replace(" ,", ",")
-    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
-        try:
-            return datetime.strptime(s, fmt).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            continue
-    raise ValueError(f"unparseable LoCoMo date {s!r}")
-
-
-def message_text(m: dict[str, Any]) -> str:
-    text = str(m.get("text", "")).strip()
-    if m.get("blip_caption"):
-        text += f" [shares an image: {m['blip_caption']}]"
-    return text
-
-
-def load_conversation(d: dict[str, Any]) -> tuple[list[list[Turn]], list[QA]]:
-    sessions = []
-    n = 1
-    while f"session_{n}" in d or f"session_{n}_date_time" in d:
-        msgs = d.get(f"session_{n}") or []
-        if msgs:
-            at = parse_locomo_date(d[f"session_{n}_date_time"])
-            sessions.append([Turn(str(m["dia_id"]), str(m["speaker"]), message_text(m), at + i, f"session_{n}")
-                             for i, m in enumerate(msgs)])
-        n += 1
-    qas = []
-    for q in d.get("qa", []):
-        if q.get("category") not in CATEGORIES:
-            continue
-        ev = tuple(e.strip() for item in q.get("evidence", []) for e in re.split(r"[;,]", str(item)) if e.strip())
-        if ev:
-            qas.append(QA(str(q["question"]), ev, int(q["category"])))
-    return sessions, qas
-
-
-def load_dir(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    p = Path(path)
+def conversations(data: str | Path) -> list[tuple[Conversation, list[Turn], list[QA]]]:
+    """The LoCoMo conversations in a file or directory, with their raw turns and QA items of categories 1–4."""
+    p = Path(data)
     files = sorted(p.glob("*.json")) if p.is_dir() else [p]
     out = []
     for f in files:
-        data = json.loads(f.read_text())
-        for i, conv in enumerate(data if isinstance(data, list) else [data]):
-            out.append((f.stem if not isinstance(data, list) else f"{f.stem}-{i}", conv))
+        for conv in load_locomo(f):
+            if len(files) > 1:
+                conv = replace(conv, sample_id=f"{f.stem}-{conv.sample_id}")
+            turns = [Turn(m["id"], m["speaker"], m["text"], float(m["at"])) for b in conv.batches for m in b.messages]
+            qas = []
+            for q in conv.qa:
+                if q.get("category") not in CATEGORIES:
+                    continue
+                ev = tuple(e.strip() for item in q["evidence"] for e in re.split(r"[;,]", item) if e.strip())
+                if ev:
+                    qas.append(QA(q["question"], ev, int(q["category"])))
+            out.append((conv, turns, qas))
     return out
 
 
@@ -129,7 +100,8 @@ class BM25:
 
 def take_within(items: Sequence[tuple[str, tuple[str, ...]]], budget: int) -> set[str]:
     """Sources of the items taken in rank order while their text fits ``budget`` tokens."""
-    used, found = 0, set()
+    used = 0
+    found: set[str] = set()
     for text, sources in items:
         t = estimate_tokens(text)
         if used + t > budget:
@@ -163,22 +135,20 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     tokens_full = 0
     tokens_used: list[int] = []
     root = Path(workdir or tempfile.mkdtemp(prefix="locomo-"))
-    convs = load_dir(data)[:limit]
+    convs = conversations(data)[:limit]
     maxb = max(budgets)
-    for ci, (name, conv) in enumerate(convs):
-        sessions, qas = load_conversation(conv)
-        turns = [t for s in sessions for t in s]
+    for conv, turns, qas in convs:
+        name = conv.sample_id
         n_msgs += len(turns)
         full = sum(estimate_tokens(raw_text(t)) for t in turns)
         tokens_full += full * len(qas)
         mem = SoulMemory(root / name, embedder=embedder, config=config)
         soul = Soul(f"locomo-{name}", root / name, memory=mem, model=model)
         t0 = time.perf_counter()
-        for si, sess in enumerate(sessions):
-            soul.observe([{"speaker": t.speaker, "text": t.text, "id": t.id, "at": t.at} for t in sess],
-                         session=sess[0].session)
+        for bi, batch in enumerate(conv.batches):
+            soul.observe(batch.messages, at=batch.at, session=batch.session)
             if progress:
-                progress(f"{name}: ingest", si + 1, len(sessions))
+                progress(f"{name}: ingest", bi + 1, len(conv.batches))
         ingest_s += time.perf_counter() - t0
         st = mem.stats()
         stored["episodes"] += st["episodes"]
@@ -196,7 +166,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             mine = [(it.text, it.sources) for it in items]
             b_rank = np.argsort(-bm25.scores(q.question), kind="stable")
             d_rank = np.argsort(-(vecs @ qvecs[qi]), kind="stable")
-            ranked = {"soul": mine,
+            ranked: dict[str, list[tuple[str, tuple[str, ...]]]] = {"soul": mine,
                       "bm25": [(raw[i], (turns[i].id,)) for i in b_rank[:200]],
                       "dense": [(raw[i], (turns[i].id,)) for i in d_rank[:200]]}
             for s in systems:

@@ -459,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--client-port", type=int, default=0, help="Ray Client port (default: a free one)")
     sp.add_argument("--num-cpus", type=int)
     sp.add_argument("--state-dir", help=f"where the head is recorded (default {DEFAULT_STATE_DIR})")
+    from .cli_bench import register
+    register(sub, fmt)
     return p
 
 

@@ -37,10 +37,11 @@ _INSTRUCTION = re.compile(
     r"|\byou are (now )?(no longer|an? unrestricted)\b"
     # obedience, permissions and persona swaps
     r"|\byou (must|shall|will|have to|need to) (obey|comply|follow my|do (what|whatever|as) i)\b"
-    r"|\b(obey|follow) (only )?(me|my (orders|instructions|commands|rules))\b"
+    r"|\bobey me\b|\b(obey|follow) (only )?my (orders|instructions|commands)\b"
     r"|\byou(?: are|'re)? (now )?(allowed|permitted|authori[sz]ed|free) to\b"
-    r"|\b(dan|stan|dude|god) mode\b|\bmode (enabled|activated|on)\b|\bunfiltered\b|\buncensored\b"
-    r"|\b(without|with no|free of) (any )?(rules|restrictions|filters|limits|guardrails|safety)\b"
+    r"|\b(dan|stan|dude|god|jailbreak|jailbroken) mode\b|\b(unfiltered|uncensored) (ai|assistant|model|mode|answers?)\b"
+    r"|\b(ai|assistant|model|bot|you)\b[^.]{0,30}\b(without|with no) (any )?(rules|restrictions|filters|limits"
+    r"|guardrails)\b"
     r"|\bact (as|like) (an?|my) \w+ (ai|assistant|model|bot)\b"
     # German, Spanish, French, Italian, Portuguese
     r"|\b(ignoriere|ignorier|vergiss|missachte|übergehe)\b[^.!?]{0,50}\b(anweisungen|regeln|vorgaben|instruktionen"
@@ -57,7 +58,7 @@ _INSTRUCTION = re.compile(
 _FORGED = re.compile(
     r"^\W{0,4}(system|developer|admin|instructions?|assistant)\W{0,4}\s*[:\]>]"
     r"|\[(system|inst|/inst|admin|developer)\]|<\|?(im_start|im_end|system|endoftext)\|?>|<<sys>>"
-    r"|</?\s*(script|iframe|object|embed|tool_call|function_call|tool_use|system)\b|\bjavascript:|\bon(error|load)\s*="
+    r"|<!--|</?\s*(script|iframe|object|embed|tool_call|function_call|tool_use|system)\b|\bjavascript:|\bon(error|load)\s*="
     r"|!\[[^\]]*\]\(\s*https?:"
     r"|[\"'](tool|function|tool_name|name|action)[\"']\s*:\s*[\"'][^\"']*[\"']\s*,\s*[\"'](args|arguments|parameters"
     r"|input|action_input)[\"']\s*:"
@@ -76,6 +77,9 @@ _DANGEROUS_STEP = re.compile(
     r"|history|evidence|trail)\b|\bforce[- ]push\b|\bchmod 777\b|\bcurl\b[^|]*\|\s*(ba)?sh\b",
     re.IGNORECASE,
 )
+
+
+_RECITED = re.compile(r"from memory \[", re.IGNORECASE)
 
 
 def is_instruction(text: str) -> bool:
@@ -112,11 +116,20 @@ def _quotes(text: str, source: str, n: int = 6) -> bool:
     return len(words) >= n and any(" ".join(words[i:i + n]) in text for i in range(len(words) - n + 1))
 
 
-def _tainted(value: str, user: str, history: tuple[ChatMessage, ...]) -> bool:
-    """Does ``value`` come only from an injected message earlier in the conversation (not from this turn)?"""
+def _unfounded(value: str, user: str, history: tuple[ChatMessage, ...]) -> bool:
+    """Does ``value`` (not said in this turn) come only from injected messages earlier in the conversation, or
+    from the soul reciting its own memories ("From memory [fact …]") — i.e. nothing real to confirm?"""
     v = normalise(value)
-    return bool(v) and v not in user and any(
-        m.role == "user" and is_injection(m.content) and v in normalise(m.content) for m in history)
+    if not v or v in user:
+        return False
+
+    def baseless(m: ChatMessage) -> bool:
+        if m.role == "user":
+            return is_injection(m.content)
+        return v not in normalise(_RECITED.split(m.content, maxsplit=1)[0])
+
+    said = [m for m in history if v in normalise(m.content)]
+    return bool(said) and all(baseless(m) for m in said)
 
 
 def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]:
@@ -139,22 +152,24 @@ def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]
             dropped.append(f"fact {f.entity}:{f.attribute}: a credential is never stored")
         elif f.kind == "stated" and (echo_turn or _echoes(_fact_text(f), known) or _echoes(f.value, known[:1])):
             dropped.append(f"fact {f.entity}:{f.attribute}: repeats the system prompt or a recalled memory")
-        elif f.kind != "retracted" and _tainted(f.value, user, exchange.history):
-            dropped.append(f"fact {f.entity}:{f.attribute}: {f.kind} from an injected message")
+        elif f.kind != "retracted" and _unfounded(f.value, user, exchange.history):
+            dropped.append(f"fact {f.entity}:{f.attribute}: {f.kind}, but only an injection or a recited memory said it")
         else:
             facts.append(f)
-    task = ex.task
+    task, bad_task = ex.task, ""
     if task is not None and any(is_injection(s) for s in task.steps):
-        dropped.append(f"task {task.task_class}: steps instruct the agent")
-        task = None
+        bad_task = "steps instruct the agent"
     elif task is not None and any(is_dangerous_step(s) for s in task.steps):
-        dropped.append(f"task {task.task_class}: steps switch off safety controls or destroy records")
-        task = None
-    elif task is not None and task.steps and all(_tainted(s, user, exchange.history) for s in task.steps):
-        dropped.append(f"task {task.task_class}: steps come from an injected message")
+        bad_task = "steps switch off safety controls or destroy records"
+    elif task is not None and task.steps and all(_unfounded(s, user, exchange.history) for s in task.steps):
+        bad_task = "steps come from an injected message"
+    if task is not None and bad_task:
+        dropped.append(f"task {task.task_class}: {bad_task}; its episode is not kept either")
         task = None
     episode = ex.episode
     if echo_turn and not any(f.kind != "stated" for f in facts) and task is None:
         dropped.append("episode: the turn repeats the system prompt or a recalled memory")
         episode = ""
+    elif episode and (bad_task or (len(facts) < len(ex.facts) and not facts and task is None)):
+        episode = ""  # the episode would only retell what was just refused
     return replace(ex, facts=tuple(facts), task=task, episode=episode), dropped

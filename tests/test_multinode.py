@@ -1,0 +1,70 @@
+"""Several Ray nodes on one machine (ray.cluster_utils.Cluster): actors spread over nodes, and a node
+that dies takes nothing acknowledged with it. Runs in a subprocess: one Ray per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    import ray
+    from ray.cluster_utils import Cluster
+    import soul_runtime
+    from actors import raycalls
+    from actors.orchestrator import host_name
+    from actors.soul_host import store_name
+
+    data_dir = sys.argv[1]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [cluster.add_node(num_cpus=1, resources={"soul_slot": 2}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    rt = soul_runtime.connect(cluster.address, data_dir=data_dir, namespace="mn", hosts=3, episodic_shards=2)
+    names = [host_name(i) for i in range(3)] + [store_name(l, i) for l, n in
+             (("episodic", 2), ("semantic", 1), ("procedural", 1)) for i in range(n)]
+    where = {n: raycalls.get(raycalls.call(raycalls.get_actor(n, "mn"), "where")) for n in names}
+    nodes = {w["node"] for w in where.values()}
+    souls = [f"soul-{i}" for i in range(6)]
+    acked = {}
+    for i in range(12):
+        for s in souls:
+            r = rt.soul(s).turn(f"Confirmed: the owner of Svc{i} is team T{i}{s[-1]}.", user="ops",
+                                request_id=f"{s}-{i}")
+            acked.setdefault(s, []).append(r.seq)
+        if i == 5:  # a worker node dies with whatever actors it held
+            victim = workers[0]
+            lost = [n for n, w in where.items() if w["node"] == victim.node_id]
+            cluster.remove_node(victim, allow_graceful=False)
+    out = {"nodes": len(nodes), "lost": lost, "seqs": acked,
+           "facts": {s: len(rt.soul(s).facts()) for s in souls},
+           "traces": {s: [t.seq for t in rt.soul(s).trace(last=50)] for s in souls}}
+    print("RESULT " + json.dumps(out))
+    rt.close()
+    ray.shutdown()
+    cluster.shutdown()
+""")
+
+
+def test_actors_spread_over_nodes_and_survive_a_node_loss() -> None:
+    data = tempfile.mkdtemp(prefix="mn-data-")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="mn", dir="/tmp")}
+    p = subprocess.run([sys.executable, "-c", SCRIPT, data], capture_output=True, text=True, timeout=600, env=env,
+                       cwd=ROOT)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, p.stdout[-2000:] + p.stderr[-4000:]
+    res = json.loads(line[len("RESULT "):])
+    assert res["nodes"] >= 2, res  # the actors did not all land on one node
+    for s, seqs in res["seqs"].items():
+        assert seqs == list(range(1, 13)), (s, seqs)
+        assert res["traces"][s] == list(range(1, 13))
+        assert res["facts"][s] == 12
