@@ -70,6 +70,8 @@ _SECRET = re.compile(r"\b(passwords?(?! manager)|passwd|passphrase|passcode|pin 
                      r"|(access|auth|bearer|session) ?tokens?|private[ _-]?keys?|credentials?|ssn"
                      r"|social security number)\b", re.IGNORECASE)
 
+_STEP_LIST = re.compile(r"\bsteps?\s*:|\bprocedure\b|\brunbook\b|(^|\s)1[.)]\s+\S.*\s2[.)]\s+\S|\bfirst\b.{1,80}\bthen\b",
+                        re.IGNORECASE | re.DOTALL)
 _DANGEROUS_STEP = re.compile(
     r"\b(disable|turn off|switch off|mute|silence|pause|bypass|skip|remove)\b[^.;]{0,25}\b(alerts?|alerting|monitoring"
     r"|logging|audit\w*|reviews?|approvals?|tests?|backups?|firewall|2fa|mfa|authentication|security|safeguards?)\b"
@@ -93,7 +95,8 @@ def is_forged(text: str) -> bool:
 
 
 def is_injection(text: str) -> bool:
-    return is_instruction(text) or is_forged(text)
+    """An instruction, forged markup, or a list of steps that switches off safety controls / destroys records."""
+    return is_instruction(text) or is_forged(text) or bool(_STEP_LIST.search(text) and is_dangerous_step(text))
 
 
 def is_dangerous_step(step: str) -> bool:
@@ -123,13 +126,15 @@ def _unfounded(value: str, user: str, history: tuple[ChatMessage, ...]) -> bool:
     if not v or v in user:
         return False
 
-    def baseless(m: ChatMessage) -> bool:
+    def baseless(i: int) -> bool:  # an injection, or the soul's answer to one, or the soul reciting memories
+        m = history[i]
         if m.role == "user":
             return is_injection(m.content)
-        return v not in normalise(_RECITED.split(m.content, maxsplit=1)[0])
+        after_injection = i > 0 and history[i - 1].role == "user" and is_injection(history[i - 1].content)
+        return after_injection or v not in normalise(_RECITED.split(m.content, maxsplit=1)[0])
 
-    said = [m for m in history if v in normalise(m.content)]
-    return bool(said) and all(baseless(m) for m in said)
+    said = [i for i, m in enumerate(history) if v in normalise(m.content)]
+    return bool(said) and all(baseless(i) for i in said)
 
 
 def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]:
@@ -163,13 +168,13 @@ def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]
         bad_task = "steps switch off safety controls or destroy records"
     elif task is not None and task.steps and all(_unfounded(s, user, exchange.history) for s in task.steps):
         bad_task = "steps come from an injected message"
-    if task is not None and bad_task:
-        dropped.append(f"task {task.task_class}: {bad_task}; its episode is not kept either")
-        task = None
+    if task is not None and bad_task:  # a procedure injection: nothing of the turn is kept
+        dropped.append(f"task {task.task_class}: {bad_task}; nothing of the turn kept")
+        return replace(ex, facts=(), task=None, event=False, episode="", detail="", entities=()), dropped
     episode = ex.episode
     if echo_turn and not any(f.kind != "stated" for f in facts) and task is None:
         dropped.append("episode: the turn repeats the system prompt or a recalled memory")
         episode = ""
-    elif episode and (bad_task or (len(facts) < len(ex.facts) and not facts and task is None)):
+    elif episode and len(facts) < len(ex.facts) and not facts and task is None:
         episode = ""  # the episode would only retell what was just refused
     return replace(ex, facts=tuple(facts), task=task, episode=episode), dropped

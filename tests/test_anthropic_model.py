@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
-from messages_api_server import MessagesApiServer, delayed, error, text_message, tool_message
 
 from soul_runtime.anthropic_model import DEFAULT_MODEL_ID, AnthropicModel, model_from_env
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.llm import ChatMessage, Exchange, ReplyRequest, Usage
 from soul_runtime.records import FactCandidate, TaskReport
+from tests.messages_api_server import MessagesApiServer, delayed, error, text_message, tool_message
 
 MODEL = "claude-test-20250101"
 KEY = "sk-ant-test-key"

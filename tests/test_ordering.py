@@ -45,8 +45,9 @@ CLIENT = textwrap.dedent("""
 
 
 def test_two_hundred_submitters_one_soul(runtime, soul_id) -> None:
-    from actors import raycalls
     import ray
+
+    from actors import raycalls
     gcs = ray.get_runtime_context().gcs_address
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", CLIENT, gcs, runtime.cfg.data_dir, runtime.cfg.namespace,
