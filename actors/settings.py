@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from soul_runtime.config import SoulConfig
@@ -39,8 +40,13 @@ class RuntimeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 10_000:
                 raise ConfigError(f"{name} must be an int in 1..10000, got {v!r}")
-        if not isinstance(self.idle_passivate_s, (int, float)) or self.idle_passivate_s <= 0:
-            raise ConfigError("idle_passivate_s must be > 0")
+        v = self.idle_passivate_s
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"idle_passivate_s must be a finite number > 0, got {v!r}")
+        if not isinstance(self.namespace, str) or not self.namespace or len(self.namespace) > 100:
+            raise ConfigError(f"namespace must be a non-empty string, got {self.namespace!r}")
+        if not isinstance(self.soul, SoulConfig):
+            raise ConfigError("soul must be a SoulConfig")
         if self.model not in ("auto", "offline", "anthropic"):
             raise ConfigError(f"model must be auto, offline or anthropic, got {self.model!r}")
 
@@ -51,8 +57,13 @@ class RuntimeConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RuntimeConfig:
+        if not isinstance(d, dict):
+            raise ConfigError("a runtime configuration must be a dict")
         d = dict(d)
         soul = SoulConfig.from_dict(d.pop("soul", {}))
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown runtime configuration keys: {', '.join(sorted(unknown))}")
         return cls(soul=soul, **d)
 
     def shards(self, layer: str) -> int:

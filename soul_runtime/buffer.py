@@ -73,7 +73,12 @@ class ShortTermBuffer:
     def from_bytes(cls, blob: bytes) -> ShortTermBuffer:
         try:
             d: dict[str, Any] = msgpack.unpackb(blob, raw=False)
-            return cls(session=d["session"], max_tokens=int(d["max_tokens"]),
-                       turns=[BufferTurn(*t) for t in d["turns"]])
+            turns = [BufferTurn(*t) for t in d["turns"]]
+            ok = isinstance(d["session"], str) and isinstance(d["max_tokens"], int) and all(
+                isinstance(t.role, str) and isinstance(t.speaker, str) and isinstance(t.text, str)
+                and isinstance(t.id, str) and isinstance(t.at, (int, float)) for t in turns)
         except Exception as e:
             raise InvalidInput(f"not a buffer checkpoint: {e.__class__.__name__}") from None
+        if not ok:
+            raise InvalidInput("not a buffer checkpoint: wrong field types")
+        return cls(session=d["session"], max_tokens=d["max_tokens"], turns=turns)

@@ -19,10 +19,13 @@ def to_timestamp(value: object) -> float:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        return value.timestamp()
+        return to_timestamp(value.timestamp())
     if isinstance(value, (int, float)):
-        v = float(value)
-        if not math.isfinite(v) or v < 0 or v > 32503680000:  # year 3000
+        try:
+            v = float(value)
+        except OverflowError:
+            raise InvalidInput(f"time out of range: {value!r}") from None
+        if not math.isfinite(v) or v < 0 or v > 32503680000:  # 1970 .. year 3000
             raise InvalidInput(f"time out of range: {value!r}")
         return v
     if isinstance(value, str):

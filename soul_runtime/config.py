@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidInput
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -63,7 +63,7 @@ class MemoryConfig:
         for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",
                      "max_episode_chars"):
             v = getattr(self, name)
-            _check(float(v).is_integer() and v >= 1, f"{name} must be a whole number >= 1, got {v!r}")
+            _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +104,12 @@ class SoulConfig:
     def __post_init__(self) -> None:
         _check(isinstance(self.memory, MemoryConfig), "memory must be a MemoryConfig")
         _check(isinstance(self.turn, TurnConfig), "turn must be a TurnConfig")
-        _check(isinstance(self.persona, str), "persona must be a string")
+        _check(isinstance(self.persona, str) and len(self.persona) <= 20_000, "persona must be a string")
+        try:
+            from .text import check_text
+            check_text(self.persona, what="persona", max_chars=20_000, allow_empty=True)
+        except InvalidInput as e:
+            raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory)},
@@ -113,6 +118,9 @@ class SoulConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SoulConfig:
+        if not isinstance(d, dict) or not isinstance(d.get("memory", {}), dict) or not isinstance(d.get("turn", {}),
+                                                                                                 dict):
+            raise ConfigError(f"a soul configuration must be a dict of dicts, got {d!r:.80}")
         try:
             return cls(memory=MemoryConfig(**d.get("memory", {})), turn=TurnConfig(**d.get("turn", {})),
                        persona=d.get("persona", cls().persona))

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import EmbedderError, InvalidInput, NotFound
+from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
 from .policy_episodic import decide_episode, hybrid_score, in_recall, is_near_duplicate, past_ttl, recency_weight
 from .policy_semantic import merge_sources
 from .records import Episode, Extraction, MemoryWrite, Op, RecalledItem, Store, WriteRequest
@@ -51,13 +51,6 @@ MIGRATIONS = [
 CANDIDATES = 60
 SAVE_EVERY = 2000
 
-
-def _pack(v: Any) -> bytes:
-    return msgpack.packb(v, use_bin_type=True)
-
-
-def _unpack(b: bytes) -> Any:
-    return msgpack.unpackb(b, raw=False)
 
 
 @dataclass(frozen=True)
@@ -129,8 +122,8 @@ class EpisodicStore:
     # ---- rows ------------------------------------------------------------------------
     @staticmethod
     def _episode(r: sqlite3.Row | tuple[Any, ...]) -> Episode:
-        return Episode(id=f"ep-{r[0]}", at=r[1], actor=r[2], summary=r[3], sources=tuple(_unpack(r[4])),
-                       entities=tuple(_unpack(r[5])), tags=tuple(_unpack(r[6])), session=r[7],
+        return Episode(id=f"ep-{r[0]}", at=r[1], actor=r[2], summary=r[3], sources=tuple(unpack(r[4])),
+                       entities=tuple(unpack(r[5])), tags=tuple(unpack(r[6])), session=r[7],
                        session_index=r[8], promoted=bool(r[9]))
 
     _COLS = "rowid, at, actor, summary, sources, entities, tags, session, session_index, promoted"
@@ -176,9 +169,9 @@ class EpisodicStore:
         out: list[list[MemoryWrite] | None] = [None] * len(reqs)
         todo: list[tuple[int, WriteRequest]] = []
         for i, req in enumerate(reqs):
-            prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
-            if prev:
-                out[i] = [MemoryWrite.from_dict(w) for w in _unpack(prev[0])]
+            prev = applied_writes(self.db, req.turn_key)
+            if prev is not None:
+                out[i] = prev
             else:
                 todo.append((i, req))
         wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
@@ -195,8 +188,7 @@ class EpisodicStore:
                     vi += 1
                 else:
                     writes.append(MemoryWrite(Store.EPISODIC, Op.NOOP, "", decision.reason))
-                self.db.execute("INSERT INTO applied VALUES (?, ?)",
-                                (req.turn_key, _pack([w.to_dict() for w in writes])))
+                record_applied(self.db, req.turn_key, writes)
                 out[i] = writes
             self._mark(promote_turns or [], supersede_sources or [])
         for op, key, vec, seq in index_ops:  # the record is durable; now the cache
@@ -220,7 +212,7 @@ class EpisodicStore:
             merged = merge_sources(dup.episode.sources, sources)
             entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
             self.db.execute("UPDATE episodes SET sources = ?, entities = ?, at = MAX(at, ?) WHERE rowid = ?",
-                            (_pack(list(merged)), _pack(list(entities)), req.now, dup.rowid))
+                            (pack(list(merged)), pack(list(entities)), req.now, dup.rowid))
             return MemoryWrite(Store.EPISODIC, Op.UPDATE, dup.episode.id,
                                "near-duplicate episode: merged sources", {"summary": dup.episode.summary,
                                                                            "sources": list(merged)})
@@ -228,7 +220,7 @@ class EpisodicStore:
         cur = self.db.execute(
             "INSERT INTO episodes (at, actor, summary, sources, entities, tags, session, session_index, turn_key,"
             " vector, key_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (req.now, req.actor, text, _pack(list(sources)), _pack(list(ex.entities)), _pack(list(tags)),
+            (req.now, req.actor, text, pack(list(sources)), pack(list(ex.entities)), pack(list(tags)),
              req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text))
         key = int(cur.lastrowid or 0)
         self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
@@ -251,7 +243,7 @@ class EpisodicStore:
         if supersede_sources:
             wanted = set(supersede_sources)
             for key, srcs in self.db.execute("SELECT rowid, sources FROM episodes WHERE superseded = 0").fetchall():
-                if wanted & set(_unpack(srcs)):
+                if wanted & set(unpack(srcs)):
                     self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
 
     def _delete(self, keys: list[int]) -> int:
@@ -353,7 +345,7 @@ class EpisodicStore:
     def stats(self) -> dict[str, int]:
         n = self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
         p = self.db.execute("SELECT COUNT(*) FROM episodes WHERE promoted = 1").fetchone()[0]
-        size = sum(f.stat().st_size for f in self.dir.glob("episodic.*") if f.is_file())
+        size = file_bytes(self.dir, "episodic")
         return {"episodes": int(n), "promoted_episodes": int(p), "indexed": len(self.index), "episodic_bytes": size}
 
     # ---- export / import -------------------------------------------------------------
@@ -362,8 +354,7 @@ class EpisodicStore:
                               "promoted, turn_key, vector, superseded, key_text FROM episodes ORDER BY rowid").fetchall()
         return {"embedder_id": self.embedder.embedder_id, "dim": self.embedder.dim,
                 "episodes": [list(r) for r in eps],
-                "sessions": [list(r) for r in self.db.execute("SELECT name, idx, first_at FROM sessions")],
-                "applied": [list(r) for r in self.db.execute("SELECT turn_key, writes FROM applied")]}
+                **dump_tables(self.db, ("sessions", "applied"))}
 
     def import_(self, data: dict[str, Any]) -> None:
         if data.get("embedder_id") != self.embedder.embedder_id or data.get("dim") != self.embedder.dim:
@@ -380,8 +371,7 @@ class EpisodicStore:
                                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
                 self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[13] or r[3]))
                 self._log("add", r[0])
-            self.db.executemany("INSERT INTO sessions VALUES (?, ?, ?)", data["sessions"])
-            self.db.executemany("INSERT INTO applied VALUES (?, ?)", data["applied"])
+            load_tables(self.db, data, ("sessions", "applied"))
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
         self.flush()
 

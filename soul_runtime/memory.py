@@ -6,6 +6,7 @@ individually (:func:`open_layer`), a laptop opens all three (:class:`SoulMemory`
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,11 +32,13 @@ def parse_stores(stores: Iterable[str] | None) -> tuple[Store, ...]:
         return LAYERS
     if isinstance(stores, str):
         stores = [stores]
+    if not isinstance(stores, (list, tuple, set, frozenset)):
+        raise InvalidInput(f"stores must be a list of layer names, got {stores!r}")
     out = []
     for s in stores:
         try:
             out.append(Store(s))
-        except ValueError:
+        except (ValueError, TypeError):
             raise InvalidInput(f"unknown store {s!r}; expected one of episodic, semantic, procedural") from None
     return tuple(dict.fromkeys(out))
 
@@ -112,19 +115,22 @@ class SoulMemory:
         return merge_recalls(lists, k)
 
     def facts(self, entity: str | None = None) -> list[Fact]:
-        return self.semantic.facts(entity)
+        return self.semantic.facts(_opt_text(entity, "entity"))
 
     def fact_history(self, entity: str, attribute: str) -> list[FactVersion]:
-        return self.semantic.history(entity, attribute)
+        return self.semantic.history(_text(entity, "entity"), _text(attribute, "attribute"))
 
     def procedures(self, task_class: str | None = None) -> list[Procedure]:
-        return self.procedural.procedures(task_class)
+        return self.procedural.procedures(_opt_text(task_class, "task class"))
 
     def episodes(self, *, since: Any = None, until: Any = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
+        if sessions_ago is not None and (not isinstance(sessions_ago, int) or isinstance(sessions_ago, bool)
+                                         or not 0 <= sessions_ago <= 1_000_000):
+            raise InvalidInput(f"sessions_ago must be an int in 0..1000000, got {sessions_ago!r}")
         return self.episodic.episodes(since=None if since is None else to_timestamp(since),
                                       until=None if until is None else to_timestamp(until),
-                                      session=session, sessions_ago=sessions_ago)
+                                      session=_opt_text(session, "session"), sessions_ago=sessions_ago)
 
     def sweep(self, now: Any) -> dict[str, int]:
         t = to_timestamp(now)
@@ -160,6 +166,16 @@ class SoulMemory:
         self.procedural.import_(data["procedural"])
 
 
+def _text(v: object, what: str) -> str:
+    if not isinstance(v, str) or not v or len(v) > 500:
+        raise InvalidInput(f"{what} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _opt_text(v: object, what: str) -> str | None:
+    return None if v is None else _text(v, what)
+
+
 def unpack_export(blob: bytes) -> dict[str, Any]:
     try:
         data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
@@ -171,16 +187,40 @@ def unpack_export(blob: bytes) -> dict[str, Any]:
         section = data.get(layer)
         if not isinstance(section, dict):
             raise InvalidInput(f"export is missing its {layer} section")
-        for table, width in tables.items():
+        for table, kinds in tables.items():
             rows = section.get(table)
-            if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != width for r in rows):
+            if not isinstance(rows, list) or not all(_row_ok(r, kinds) for r in rows):
                 raise InvalidInput(f"export's {layer}.{table} is malformed")
     return data
 
 
-_SHAPES = {"episodic": {"episodes": 14, "sessions": 3, "applied": 2},
-           "semantic": {"facts": 10, "observations": 7, "applied": 2},
-           "procedural": {"procedures": 8, "runs": 8, "applied": 2}}
+# column kinds of each exported table: i int, f number, s str, b bytes, m msgpack bytes
+_SHAPES = {"episodic": {"episodes": "ifssmmmsiisbis", "sessions": "sif", "applied": "sm"},
+           "semantic": {"facts": "sssssfmfsm", "observations": "sssssmf", "applied": "sm"},
+           "procedural": {"procedures": "simsmfii", "runs": "issmsfms", "applied": "sm"}}
+
+
+def _cell_ok(v: object, kind: str) -> bool:
+    if kind == "i":
+        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+    if kind == "f":
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 2**63
+    if kind == "s":
+        return isinstance(v, str)
+    if kind == "b":
+        return isinstance(v, bytes)
+    if not isinstance(v, bytes):
+        return False
+    try:
+        msgpack.unpackb(v, raw=False)
+    except Exception:
+        return False
+    return True
+
+
+def _row_ok(row: object, kinds: str) -> bool:
+    return isinstance(row, list) and len(row) == len(kinds) and all(_cell_ok(v, k) for v, k in zip(row, kinds,
+                                                                                                  strict=True))
 
 
 def wipe(directory: str | Path) -> None:

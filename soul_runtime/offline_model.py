@@ -219,7 +219,7 @@ def analyse(ex: Exchange) -> _Analysis:
         leftover += [sentence] if len(kept) == len(clauses) else []
     unique = {(f.entity, f.attribute, f.kind): f for f in reversed(a.facts)}  # first one wins
     a.facts = [f for f in unique.values() if not R.SECRET.search(f.attribute + " " + f.value) and not (
-        f.kind in ("stated", "confirmed") and R.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", guards))][::-1]
+        f.kind == "stated" and R.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", guards))][::-1]
     # tasks: a request here, or an outcome / "save this as a procedure" for the last request in history
     req = _request(text)
     if req:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from .config import MemoryConfig
 from .errors import InvalidInput
+from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
 from .policy_procedural import TaskRun, decide_procedure, step_signature
 from .records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from .sqlite_db import open_db, transaction
@@ -29,13 +28,6 @@ MIGRATIONS = [
 ]
 
 
-def _pack(v: Any) -> bytes:
-    return msgpack.packb(v, use_bin_type=True)
-
-
-def _unpack(b: bytes) -> Any:
-    return msgpack.unpackb(b, raw=False)
-
 
 def classify_lexically(query: str, classes: list[str]) -> list[tuple[str, float]]:
     """Task classes ranked by how much of the class's words the request contains."""
@@ -46,6 +38,9 @@ def classify_lexically(query: str, classes: list[str]) -> list[tuple[str, float]
         if ct and q & ct:
             out.append((c, len(q & ct) / len(ct)))
     return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
+TABLES = ("procedures", "runs", "applied")
 
 
 class ProceduralStore:
@@ -61,8 +56,8 @@ class ProceduralStore:
 
     @staticmethod
     def _proc(r: tuple[Any, ...]) -> Procedure:
-        return Procedure(task_class=r[0], version=r[1], steps=tuple(_unpack(r[2])), status=r[3],
-                         sources=tuple(_unpack(r[4])), created_at=r[5], clean_runs=r[6], failures=r[7])
+        return Procedure(task_class=r[0], version=r[1], steps=tuple(unpack(r[2])), status=r[3],
+                         sources=tuple(unpack(r[4])), created_at=r[5], clean_runs=r[6], failures=r[7])
 
     def procedures(self, task_class: str | None = None, *, include_retired: bool = True) -> list[Procedure]:
         rows = self.db.execute("SELECT * FROM procedures WHERE (? IS NULL OR task_class = ?) "
@@ -84,13 +79,12 @@ class ProceduralStore:
         out: list[list[MemoryWrite]] = []
         with transaction(self.db):
             for req in reqs:
-                prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
-                if prev:
-                    out.append([MemoryWrite.from_dict(w) for w in _unpack(prev[0])])
+                prev = applied_writes(self.db, req.turn_key)
+                if prev is not None:
+                    out.append(prev)
                     continue
                 writes = self._one(req)
-                self.db.execute("INSERT INTO applied VALUES (?, ?)",
-                                (req.turn_key, _pack([w.to_dict() for w in writes])))
+                record_applied(self.db, req.turn_key, writes)
                 out.append(writes)
         return out
 
@@ -99,7 +93,7 @@ class ProceduralStore:
         report = req.extraction.task
         if report is None or not report.task_class or not (report.outcome or report.save_requested):
             return writes
-        runs = [TaskRun(r[0], r[1], tuple(_unpack(r[2])), r[3], r[4], tuple(_unpack(r[5])))
+        runs = [TaskRun(r[0], r[1], tuple(unpack(r[2])), r[3], r[4], tuple(unpack(r[5])))
                 for r in self.db.execute("SELECT task_class, signature, steps, outcome, at, sources FROM runs "
                                          "WHERE task_class = ? ORDER BY id", (report.task_class,))]
         changes = decide_procedure(report, runs, self.procedures(report.task_class), sources=req.sources,
@@ -107,12 +101,12 @@ class ProceduralStore:
         if report.outcome:
             self.db.execute("INSERT INTO runs (task_class, signature, steps, outcome, at, sources, turn_key)"
                             " VALUES (?,?,?,?,?,?,?)",
-                            (report.task_class, step_signature(report.steps), _pack(list(report.steps)),
-                             report.outcome, req.now, _pack(list(req.sources)), req.turn_key))
+                            (report.task_class, step_signature(report.steps), pack(list(report.steps)),
+                             report.outcome, req.now, pack(list(req.sources)), req.turn_key))
         for ch in changes:
             p = ch.procedure
             self.db.execute("INSERT OR REPLACE INTO procedures VALUES (?,?,?,?,?,?,?,?)",
-                            (p.task_class, p.version, _pack(list(p.steps)), p.status, _pack(list(p.sources)),
+                            (p.task_class, p.version, pack(list(p.steps)), p.status, pack(list(p.sources)),
                              p.created_at, p.clean_runs, p.failures))
             writes.append(MemoryWrite(Store.PROCEDURAL, ch.op, p.id, ch.reason,
                                       {"status": p.status, "steps": list(p.steps), "clean_runs": p.clean_runs}))
@@ -148,17 +142,14 @@ class ProceduralStore:
         a = self.db.execute("SELECT COUNT(*) FROM procedures WHERE status = 'active'").fetchone()[0]
         c = self.db.execute("SELECT COUNT(*) FROM procedures WHERE status = 'candidate'").fetchone()[0]
         r = self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        size = sum(f.stat().st_size for f in self.dir.glob("procedural.*") if f.is_file())
+        size = file_bytes(self.dir, "procedural")
         return {"procedures": int(a), "candidate_procedures": int(c), "task_runs": int(r), "procedural_bytes": size}
 
     def export(self) -> dict[str, Any]:
-        return {name: [list(r) for r in self.db.execute(f"SELECT * FROM {name}")]
-                for name in ("procedures", "runs", "applied")}
+        return dump_tables(self.db, TABLES)
 
     def import_(self, data: dict[str, Any]) -> None:
         if self.db.execute("SELECT COUNT(*) FROM procedures").fetchone()[0]:
             raise InvalidInput("import needs an empty soul: this one already has procedures")
         with transaction(self.db):
-            self.db.executemany("INSERT INTO procedures VALUES (?,?,?,?,?,?,?,?)", data["procedures"])
-            self.db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?)", data["runs"])
-            self.db.executemany("INSERT INTO applied VALUES (?,?)", data["applied"])
+            load_tables(self.db, data, TABLES)

@@ -10,10 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from .config import MemoryConfig
 from .errors import InvalidInput, NotFound
+from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
 from .policy_semantic import merge_sources, reconcile_fact
 from .records import Fact, FactCandidate, FactVersion, MemoryWrite, Op, RecalledItem, Store, WriteRequest, fact_key
 from .sqlite_db import open_db, transaction
@@ -35,16 +34,12 @@ MIGRATIONS = [
 ]
 
 
-def _pack(v: Any) -> bytes:
-    return msgpack.packb(v, use_bin_type=True)
-
-
-def _unpack(b: bytes) -> Any:
-    return msgpack.unpackb(b, raw=False)
-
 
 def _history(raw: bytes) -> tuple[FactVersion, ...]:
-    return tuple(FactVersion(h[0], tuple(h[1]), h[2], h[3], h[4]) for h in _unpack(raw))
+    return tuple(FactVersion(h[0], tuple(h[1]), h[2], h[3], h[4]) for h in unpack(raw))
+
+
+TABLES = ("facts", "observations", "applied")
 
 
 class SemanticStore:
@@ -60,7 +55,7 @@ class SemanticStore:
 
     def _fact(self, r: tuple[Any, ...]) -> Fact:
         return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],
-                    confidence=r[5], sources=tuple(_unpack(r[6])), valid_from=r[7], status=r[8],
+                    confidence=r[5], sources=tuple(unpack(r[6])), valid_from=r[7], status=r[8],
                     history=_history(r[9]))
 
     def _get(self, entity: str, attribute: str) -> Fact | None:
@@ -71,7 +66,7 @@ class SemanticStore:
         hist = [[h.value, list(h.sources), h.valid_from, h.valid_to, h.reason] for h in f.history]
         self.db.execute("INSERT OR REPLACE INTO facts VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (f.entity, f.attribute, f.value, f.display_entity, f.display_attribute, f.confidence,
-                         _pack(list(f.sources)), f.valid_from, f.status, _pack(hist)))
+                         pack(list(f.sources)), f.valid_from, f.status, pack(hist)))
 
     # ---- writes ----------------------------------------------------------------------
     def apply(self, req: WriteRequest) -> list[MemoryWrite]:
@@ -89,13 +84,12 @@ class SemanticStore:
         out: list[list[MemoryWrite]] = []
         with transaction(self.db):
             for req in reqs:
-                prev = self.db.execute("SELECT writes FROM applied WHERE turn_key = ?", (req.turn_key,)).fetchone()
-                if prev:
-                    out.append([MemoryWrite.from_dict(w) for w in _unpack(prev[0])])
+                prev = applied_writes(self.db, req.turn_key)
+                if prev is not None:
+                    out.append(prev)
                     continue
                 writes = [self._one(req, c) for c in req.extraction.facts]
-                self.db.execute("INSERT INTO applied VALUES (?, ?)",
-                                (req.turn_key, _pack([w.to_dict() for w in writes])))
+                record_applied(self.db, req.turn_key, writes)
                 out.append(writes)
         return out
 
@@ -108,13 +102,13 @@ class SemanticStore:
         observations = 0
         if c.kind == "stated":
             self.db.execute("INSERT OR IGNORE INTO observations VALUES (?,?,?,?,?,?,?)",
-                            (c.entity, c.attribute, vnorm, c.value, req.turn_key, _pack(list(c.sources)), req.now))
+                            (c.entity, c.attribute, vnorm, c.value, req.turn_key, pack(list(c.sources)), req.now))
         obs = self.db.execute("SELECT turn_key, sources FROM observations WHERE entity = ? AND attribute = ? "
                               "AND value_norm = ? ORDER BY at", (c.entity, c.attribute, vnorm)).fetchall()
         if obs:  # a confirmation or promotion draws on the messages that stated the value
             srcs: tuple[str, ...] = ()
             for _, s in obs:
-                srcs = merge_sources(srcs, tuple(_unpack(s)))
+                srcs = merge_sources(srcs, tuple(unpack(s)))
             c = replace(c, sources=merge_sources(srcs, c.sources))
         if c.kind == "stated":
             observations = len(obs)
@@ -198,17 +192,14 @@ class SemanticStore:
         a = self.db.execute("SELECT COUNT(*) FROM facts WHERE status = 'active'").fetchone()[0]
         b = self.db.execute("SELECT COUNT(*) FROM facts WHERE status != 'active'").fetchone()[0]
         o = self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
-        size = sum(f.stat().st_size for f in self.dir.glob("semantic.*") if f.is_file())
+        size = file_bytes(self.dir, "semantic")
         return {"facts": int(a), "archived_facts": int(b), "observations": int(o), "semantic_bytes": size}
 
     def export(self) -> dict[str, Any]:
-        return {name: [list(r) for r in self.db.execute(f"SELECT * FROM {name}")]
-                for name in ("facts", "observations", "applied")}
+        return dump_tables(self.db, TABLES)
 
     def import_(self, data: dict[str, Any]) -> None:
         if self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0]:
             raise InvalidInput("import needs an empty soul: this one already has facts")
         with transaction(self.db):
-            self.db.executemany("INSERT INTO facts VALUES (?,?,?,?,?,?,?,?,?,?)", data["facts"])
-            self.db.executemany("INSERT INTO observations VALUES (?,?,?,?,?,?,?)", data["observations"])
-            self.db.executemany("INSERT INTO applied VALUES (?,?)", data["applied"])
+            load_tables(self.db, data, TABLES)

@@ -56,6 +56,8 @@ def check_messages(messages: Sequence[Any], default_at: float | None, max_chars:
     """Validate an observed conversation before anything of it is written."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidInput("messages must be a list of {speaker, text, id} dicts")
+    if not messages:
+        raise InvalidInput("observe() needs at least one message")
     out, seen = [], set()
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -128,6 +130,10 @@ class Soul:
         self.state.buffer.append(t)
 
     def _next_seq(self, seq: int | None, request_id: str) -> int | TurnTrace:
+        if not isinstance(request_id, str) or len(request_id) > 200:
+            raise InvalidInput(f"request_id must be a string of at most 200 characters, got {request_id!r}")
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
+            raise InvalidInput(f"seq must be an int >= 1, got {seq!r}")
         done = self.state.by_request(request_id)
         if done is not None:
             return done
@@ -294,6 +300,6 @@ class Soul:
         return self.state.trace(turn_id)
 
     def traces(self, last: int = 10) -> list[TurnTrace]:
-        if not isinstance(last, int) or last < 1:
-            raise InvalidInput("last must be an int >= 1")
+        if not isinstance(last, int) or isinstance(last, bool) or not 1 <= last <= 1_000_000:
+            raise InvalidInput(f"last must be an int in 1..1000000, got {last!r}")
         return self.state.last(last)

@@ -63,6 +63,8 @@ class SoulState:
         self.last_at = max(self.last_at, trace.at)
 
     def trace(self, turn_id: str) -> TurnTrace:
+        if not isinstance(turn_id, str) or len(turn_id) > 400:
+            raise NotFound(f"no turn {turn_id!r}")
         r = self.db.execute("SELECT trace FROM traces WHERE turn_id = ?", (turn_id,)).fetchone()
         if r is None:
             raise NotFound(f"no turn {turn_id!r}")

@@ -6,9 +6,8 @@ times, ``k``, store names, ids, vectors, exports, buffer checkpoints, configurat
 each call must raise a :class:`soul_runtime.errors.SoulError` subclass — never a bare
 TypeError / KeyError / UnicodeError / sqlite3 error — and the soul's memory afterwards
 is byte-identical (export, traces, sequence number). Valid but weird input (unicode,
-emoji, RTL text, long text) is accepted. Inputs that still break the promise are listed
-in ``KNOWN_BUGS`` as strict xfails (they start failing once fixed: then move them into
-the properties).
+emoji, RTL text, long text) is accepted. ``REGRESSIONS`` holds the inputs that once broke
+the promise (wrong cell types in an import, non-int ids, overflowing times, …).
 """
 
 from __future__ import annotations
@@ -444,7 +443,7 @@ def _runtime_from_dict(d: Any) -> Any:
     return RuntimeConfig.from_dict(d)
 
 
-KNOWN_BUGS: dict[str, Callable[[World, bytes], object]] = {
+REGRESSIONS: dict[str, Callable[[World, bytes], object]] = {
     "import: wrong cell types -> sqlite3 error and half-imported soul": _bug_import_types,
     "trace(dict) -> sqlite3.ProgrammingError": lambda w, v: rejects(w, "bug", lambda: w.soul.trace({}), expect=NotFound),
     "trace(2**63) -> OverflowError": lambda w, v: rejects(w, "bug", lambda: w.soul.trace(2**63), expect=NotFound),
@@ -478,10 +477,9 @@ KNOWN_BUGS: dict[str, Callable[[World, bytes], object]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(KNOWN_BUGS))
-@pytest.mark.xfail(strict=True, reason="known bug outside guards/offline_rules; see tests/test_bad_input.py KNOWN_BUGS")
-def test_known_bug(world: World, valid_export: bytes, name: str) -> None:
-    KNOWN_BUGS[name](world, valid_export)
+@pytest.mark.parametrize("name", list(REGRESSIONS))
+def test_regression(world: World, valid_export: bytes, name: str) -> None:
+    REGRESSIONS[name](world, valid_export)
 
 
 # ---- the same promise through the Ray runtime ------------------------------------------------------------------
