@@ -380,7 +380,11 @@ def _key_text(ex: Extraction) -> str:
     """What an episode is indexed under: its summary plus the fuller detail, when given."""
     summary = ex.episode.strip()
     detail = ex.detail.strip()
-    return summary if not detail or detail == summary else f"{summary} {detail}"[:4000]
+    if not detail or detail == summary:
+        return summary
+    if summary.rstrip(".…") in detail:  # a compact form of the detail: index the detail alone
+        return detail[:4000]
+    return f"{summary} {detail}"[:4000]
 
 
 def _key(episode_id: str) -> int:
