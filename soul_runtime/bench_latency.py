@@ -106,11 +106,9 @@ def build_corpus(n: int, held_out: int, locomo_dir: str | Path | None = None,
             raise ValueError(f"{locomo_dir}: only {len(sents)} usable sentences")
         rng.shuffle(sents)
         hold = min(held_out, len(sents) // 4)
-        for s in sents[:hold]:
-            take(s, queries)
+        for j, s in enumerate(sents):
+            take(s, queries if j < hold else out)
         pool = sents[hold:]
-        for s in pool:
-            take(s, out)
         guard = 0
         while len(out) < n and guard < 50 * n:
             guard += 1
@@ -251,7 +249,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     res: dict[str, Any] = {k: {} for k in (
         "search_p50_ms search_p99_ms exact_p50_ms exact_p99_ms index_recall_at_10 write_ms_per_episode write_p99_ms "
         "build_s ratios expansion_sweep expansion_search_needed index_save_ms bulk_load_per_s").split()}
-    res["load_avg_start"] = [round(x, 2) for x in os.getloadavg()]
+    res["load_avg_1min"] = loads = {"start": round(os.getloadavg()[0], 2)}  # the box may be shared: load per phase
     emb.embed(["warm up the model"])
     n_max, slack = sizes[-1], max(50, sizes[-1] // 50)
     texts, held, source = build_corpus(n_max + slack + writes * len(sizes), queries + turns, locomo_dir)
@@ -269,6 +267,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     res["query_embed_p50_ms"], res["query_embed_p99_ms"] = _pct(qe, 50), _pct(qe, 99)
     for n in sizes:  # 1. index vs exact scan
         say(f"index {n}: build + search", 0, 1)
+        loads[f"index {n}"] = round(os.getloadavg()[0], 2)
         _index_part(n, cvecs, qv, emb.embedder_id, tmp, res)
     ok = [int(e) for e, v in res["expansion_sweep"][str(n_max)].items() if v["recall_at_10"] >= 0.95 and v["p50_ms"] <= 5]
     res["expansion_search_recommended"] = min(ok) if ok else None
@@ -291,6 +290,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
             notes.append(f"store {n}: corpus ran out at {count} episodes (too many near-duplicate merges)")
         res["bulk_load_per_s"][str(n)] = round(loaded / max(time.perf_counter() - t0, 1e-9), 1)
         store.flush()
+        loads[f"writes {n}"] = round(os.getloadavg()[0], 2)
         ms = []
         for j in range(writes):
             i = tail + si * writes + j
@@ -311,6 +311,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     store.close()
     # 3. turns of an in-process Soul on the largest store, instant model, real query/episode embedding
     say("soul turns", 0, len(turn_texts))
+    loads["turns"] = round(os.getloadavg()[0], 2)
     mem = SoulMemory(sdir, embedder=LookupEmbedder(emb, texts, cvecs))
     soul = Soul("bench", sdir, memory=mem, model=InstantModel())
     per_turn: list[float] = []
@@ -340,11 +341,10 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     elif est > million_budget_s:
         notes.append(f"1M skipped: estimated {est:.0f} s to embed and build (> budget {million_budget_s:.0f} s)")
     else:
-        more, _, _ = build_corpus(1_000_000, queries + turns, locomo_dir)  # same seed: same held-out queries
-        mv, _ = embed_cached(emb, more, cache, progress)
+        mv, _ = embed_cached(emb, build_corpus(1_000_000, queries + turns, locomo_dir)[0], cache, progress)
         _index_part(1_000_000, mv, qv, emb.embedder_id, tmp, res)
         notes.append("1M: index vs exact scan only (no store write benchmark at 1M)")
-    res["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    loads["end"] = round(os.getloadavg()[0], 2)
     res["floors"] = _floors(res, sizes)
     res["notes"] = notes
     res["params"] = {**IndexParams().__dict__, "embedder": emb.embedder_id, "dim": emb.dim, "queries": len(qtexts),

@@ -46,10 +46,14 @@ MIGRATIONS = [
     ("0003_key_text", """
         ALTER TABLE episodes ADD COLUMN key_text TEXT NOT NULL DEFAULT ''
     """),
+    ("0004_session_index", """
+        CREATE INDEX episodes_session_name ON episodes(session, rowid)
+    """),
 ]
 
 CANDIDATES = 60
 SAVE_EVERY = 2000
+MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
 
 
 
@@ -229,12 +233,17 @@ class EpisodicStore:
                            {"summary": text, "sources": list(sources), "at": req.now})
 
     def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
-        for key, sim in self.index.search(vec, 3):
-            if sim < self.cfg.merge_similarity:
-                break
-            rows = self._rows("rowid = ? AND session = ?", (key, session))
-            if rows and is_near_duplicate(sim, text, rows[0].summary, self.cfg):
-                return _Row(key, rows[0])
+        """A stored episode of the same session that says the same thing (exact scan of the session's
+        latest episodes: the cost does not grow with the store)."""
+        rows = self.db.execute(f"SELECT {self._COLS}, vector FROM episodes WHERE session = ? "
+                               f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
+        if not rows:
+            return None
+        sims = np.vstack([np.frombuffer(r[-1], np.float32) for r in rows]) @ np.asarray(vec, np.float32)
+        for i in np.argsort(-sims)[:3]:
+            ep = self._episode(rows[i])
+            if is_near_duplicate(float(sims[i]), text, ep.summary, self.cfg):
+                return _Row(int(rows[i][0]), ep)
         return None
 
     def _mark(self, promote_turns: list[str], supersede_sources: list[str]) -> None:

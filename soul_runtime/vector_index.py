@@ -24,8 +24,8 @@ from usearch.index import Index
 class IndexParams:
     dtype: str = "f32"
     connectivity: int = 16
-    expansion_add: int = 128
-    expansion_search: int = 160
+    expansion_add: int = 64
+    expansion_search: int = 256
 
 
 class VectorIndex:

@@ -19,7 +19,7 @@ KEYS = {"search_p50_ms", "exact_p50_ms", "search_p99_ms", "exact_p99_ms", "index
 def test_run_small(tmp_path: Path) -> None:
     calls: list[tuple[str, int, int]] = []
     res = bench_latency.run(sizes=(200, 1000), queries=20, embedder=HashEmbedder(), cache_dir=tmp_path / "cache",
-                            workdir=tmp_path / "work", turns=40, writes=30,
+                            workdir=tmp_path / "work", turns=20, writes=20,
                             progress=lambda what, done, total: calls.append((what, done, total)))
     assert KEYS <= set(res)
     json.dumps(res)  # JSON-ready
