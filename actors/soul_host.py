@@ -200,3 +200,7 @@ class SoulHost:
 
     def where(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "node": raycalls.node_id()}
+
+    def metrics_snapshot(self) -> dict[str, int]:
+        """What this actor counted (also exported through ray.util.metrics)."""
+        return dict(self.metrics.local)

@@ -34,7 +34,7 @@ def soul_dir(data_dir: str, soul_id: str) -> Path:
 def request_from_plain(r: dict[str, Any]) -> WriteRequest:
     return WriteRequest(turn_key=r["turn_key"], now=float(r["now"]), actor=r["actor"], sources=tuple(r["sources"]),
                         extraction=extraction_from_plain(r["extraction"]), session=r.get("session", ""),
-                        session_index=int(r.get("session_index", 0)))
+                        session_index=int(r.get("session_index", 0)), key_context=r.get("key_context", ""))
 
 
 class LayerShard:
@@ -76,6 +76,10 @@ class LayerShard:
 
     def where(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "node": raycalls.node_id()}
+
+    def metrics_snapshot(self) -> dict[str, int]:
+        """What this actor counted (also exported through ray.util.metrics)."""
+        return dict(self.metrics.local)
 
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()

@@ -19,7 +19,7 @@ from .errors import EmbedderError, InvalidInput, NotFound
 from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
 from .policy_episodic import decide_episode, hybrid_score, in_recall, is_near_duplicate, past_ttl, recency_weight
 from .policy_semantic import merge_sources
-from .records import Episode, Extraction, MemoryWrite, Op, RecalledItem, Store, WriteRequest
+from .records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
 from .sqlite_db import open_db, transaction
 from .text import check_write_request, terms
 from .vector_index import IndexParams, VectorIndex
@@ -180,7 +180,7 @@ class EpisodicStore:
                 todo.append((i, req))
         wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
         texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
-        keys = [_key_text(r.extraction) for _, r, d in wanted if d.write]
+        keys = [_key_text(r) for _, r, d in wanted if d.write]
         vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
         vi = 0
@@ -385,15 +385,14 @@ class EpisodicStore:
         self.flush()
 
 
-def _key_text(ex: Extraction) -> str:
-    """What an episode is indexed under: its summary plus the fuller detail, when given."""
-    summary = ex.episode.strip()
-    detail = ex.detail.strip()
-    if not detail or detail == summary:
-        return summary
-    if summary.rstrip(".…") in detail:  # a compact form of the detail: index the detail alone
-        return detail[:4000]
-    return f"{summary} {detail}"[:4000]
+def _key_text(req: WriteRequest) -> str:
+    """What an episode is indexed under: its summary, the model's fuller wording, and the words it was said
+    in (the message and the one it replied to). Only the summary is shown in recall."""
+    summary = req.extraction.episode.strip()
+    detail = req.extraction.detail.strip()
+    parts = [detail] if detail and summary.rstrip(".…") in detail else [summary, detail]
+    parts.append(req.key_context.strip())
+    return " ".join(p for p in parts if p)[:4000]
 
 
 def _key(episode_id: str) -> int:

@@ -303,7 +303,7 @@ class OfflineModel(LanguageModel):
         a = analyse(exchange)
         short = R.compact(a.episode) if a.episode else ""
         ext = Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
-                         extra_sources=a.extra_sources, detail=(a.episode + " " + exchange.user_text) if short else "")
+                         extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")
         inp = exchange.user_text + exchange.reply_text + "".join(m.content for m in exchange.history)
         return ExtractResult(ext, _usage(inp, a.episode + repr(ext.facts) + repr(ext.task)))
 

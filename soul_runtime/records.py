@@ -197,7 +197,9 @@ class WriteRequest:
     extraction: Extraction
     session: str = ""
     session_index: int = 0
-    vector: tuple[float, ...] = ()
+    key_context: str = ""
+    """The words the exchange was said in (the message itself, the one it replied to): indexed with the
+    episode so recall finds it by what was said, never shown as its text."""
 
 
 def to_plain(obj: Any) -> Any:

@@ -5,7 +5,7 @@ every write path of the memory layers:
 
 * day 1 — facts stated and confirmed (role, team, Tendril's production database),
   the first postmortem with explicit steps and a success, chit-chat that must not be kept;
-* day 2 — a correction (Postgres 15 → 16), a preference, the second postmortem;
+* day 2 — a correction (Postgres 15 → 16), a preference (confirmed), the second postmortem;
 * day 3 — the third postmortem (the store then creates procedure v1), a question
   answered from memory, and two instruction-injection attempts that must store nothing;
 * day 4 — a postmortem with a changed step list (a v2 candidate) and "save this as a procedure".
@@ -56,8 +56,9 @@ SCENARIO: tuple[Day, ...] = (
         f"Please draft a postmortem for incident-207. Steps: {STEPS}.",
         "Looks good, it's published.",
         "By the way, I prefer timelines in UTC.",
+        "Yes, exactly.",
         "Thanks, talk soon!",
-    ), "A correction (Postgres 15 -> 16), a preference, the second postmortem (incident-207), success #2."),
+    ), "A correction (Postgres 15 -> 16), a preference (confirmed), the second postmortem (incident-207), success #2."),
     Day(_at(4, 10), (
         "Hey Atlas, how are you?",
         f"Could you draft the postmortem for incident-211? Steps: {STEPS}.",

@@ -200,7 +200,7 @@ class Soul:
         persisted, reason, cats, extraction, usage2 = self._decide(exchange, timings)
         usage = usage + usage2
         reqs = [WriteRequest(turn_key=turn_id, now=now, actor=user, sources=ids, extraction=extraction,
-                             session=session)] if persisted else []
+                             session=session, key_context=text)] if persisted else []
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="turn", at=now, query=text,
                           request_id=request_id, recalled=ctx.used, persisted=persisted, persist_reason=reason,
                           categories=cats, tokens=ctx.tokens, timings_ms=timings, model=self.model.label,
@@ -241,12 +241,10 @@ class Soul:
             self.state.save_intent(intent)
         writes = self.memory.write_many(reqs) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
-        t0 = time.perf_counter()
-        trace = replace(trace, writes=tuple(w for ws in writes for w in ws))
+        trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings))
         for t in new_turns:
             self._append(t, session)
-        self.state.commit(trace, self.cfg.turn.trace_keep)
-        timings["checkpoint"] = (time.perf_counter() - t0) * 1000
+        self.state.commit(trace, self.cfg.turn.trace_keep)  # the acknowledgement point (not timed in the trace)
         return trace
 
     @staticmethod
@@ -282,8 +280,10 @@ class Soul:
             usage = usage + u
             reasons.append(f"{m.id}: {reason}")
             if persisted:
+                prev = buffer.turns[-1] if buffer.turns else None
+                said = m.text if prev is None or prev.speaker == m.speaker else f"{m.text} (replying to: {prev.text[:300]})"
                 reqs.append(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker, sources=(m.id,),
-                                         extraction=extraction, session=sess))
+                                         extraction=extraction, session=sess, key_context=said))
             bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
             buffer.append(bt)
             new_turns.append(bt)

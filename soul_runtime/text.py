@@ -89,6 +89,7 @@ def check_write_request(req: object) -> None:
         raise InvalidInput(f"write time must be a finite number, got {req.now!r}")
     check_text(req.actor, what="actor", max_chars=200, allow_empty=True)
     check_text(req.session, what="session", max_chars=300, allow_empty=True)
+    check_text(req.key_context, what="key context", max_chars=200_000, allow_empty=True)
     for s in req.sources:
         check_text(s, what="source id", max_chars=300)
     ex = req.extraction

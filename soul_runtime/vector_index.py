@@ -22,7 +22,7 @@ from usearch.index import Index
 
 @dataclass(frozen=True, kw_only=True)
 class IndexParams:
-    dtype: str = "f32"
+    dtype: str = "f16"
     connectivity: int = 16
     expansion_add: int = 64
     expansion_search: int = 256

@@ -183,7 +183,18 @@ def test_errors_come_from_the_project_hierarchy(runtime, soul_id) -> None:
 
 def test_metrics_are_counted(runtime, soul_id) -> None:
     from actors import raycalls
+    from actors.placement import shard_index
+    from actors.soul_host import store_name
     s = runtime.soul(soul_id)
-    s.turn("The incident bridge number is 555-0199.", user="maya")
     host = raycalls.get_actor(runtime.placement(soul_id)["host"], runtime.cfg.namespace)
-    assert raycalls.get(raycalls.call(host, "ping"))
+    store = raycalls.get_actor(store_name("semantic", shard_index(soul_id, runtime.cfg.shards("semantic"), "semantic")),
+                               runtime.cfg.namespace)
+    before_h = raycalls.get(raycalls.call(host, "metrics_snapshot"))
+    before_s = raycalls.get(raycalls.call(store, "metrics_snapshot"))
+    s.turn("The incident bridge for Tendril is bridge-7.", user="maya")
+    s.turn("Yes, that's right.", user="maya")
+    after_h = raycalls.get(raycalls.call(host, "metrics_snapshot"))
+    after_s = raycalls.get(raycalls.call(store, "metrics_snapshot"))
+    assert after_h.get("turns:turn", 0) - before_h.get("turns:turn", 0) == 2
+    assert after_s.get("writes:semantic,ADD", 0) - before_s.get("writes:semantic,ADD", 0) == 1
+    assert after_s.get("recalls:semantic", 0) - before_s.get("recalls:semantic", 0) == 2
