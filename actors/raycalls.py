@@ -84,15 +84,21 @@ def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     return getattr(handle, method).remote(*args, **kwargs)
 
 
-def _unwrap(e: Exception) -> Exception:
-    if isinstance(e, ray.exceptions.RayTaskError):
-        cause = e.as_instanceof_cause()
-        inner = getattr(cause, "cause", None) or getattr(e, "cause", None)
-        if isinstance(inner, SoulError):
-            return inner
-        if isinstance(cause, SoulError):
-            return cause
-    return e
+def _unwrap(e: BaseException) -> BaseException:
+    """The SoulError behind a (possibly nested) RayTaskError, or ``e`` itself."""
+    cur: BaseException | None = e
+    for _ in range(8):
+        if isinstance(cur, SoulError) and not isinstance(cur, ray.exceptions.RayTaskError):
+            return cur
+        if not isinstance(cur, ray.exceptions.RayTaskError):
+            break
+        inner = getattr(cur, "cause", None)
+        if isinstance(inner, BaseException):
+            cur = inner
+            continue
+        as_cause = cur.as_instanceof_cause()
+        return as_cause if isinstance(as_cause, SoulError) else e
+    return cur if isinstance(cur, SoulError) else e
 
 
 def translate(e: BaseException) -> BaseException:

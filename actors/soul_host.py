@@ -187,7 +187,11 @@ class SoulHost:
     def import_(self, soul_id: str, blob: bytes) -> None:
         data = unpack_export(blob)
         act = self._activate(soul_id)
-        with act.lock:
+        with act.lock:  # all layers are checked first, so a refused import changes nothing
+            empty = raycalls.get([raycalls.call(self.stores.handle(s.value, soul_id), "read", soul_id, "is_empty")
+                                  for s in LAYERS])
+            if not all(empty):
+                raise InvalidInput(f"import needs an empty soul: {soul_id} already has memories")
             refs = [raycalls.call(self.stores.handle(s.value, soul_id), "import_", soul_id, data[s.value])
                     for s in LAYERS]
             raycalls.get(refs)

@@ -108,7 +108,8 @@ class LayerShard:
 
     def read(self, soul_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Read-only calls: facts, history, procedures, episodes, stats, task_classes."""
-        if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export"}:
+        if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
+                          "is_empty"}:
             raise AttributeError(method)
         return getattr(self._store(soul_id), method)(*args, **kwargs)
 

@@ -16,7 +16,7 @@ import numpy as np
 from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import EmbedderError, InvalidInput, NotFound
-from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
+from .layer_db import applied_writes, dump_tables, file_bytes, is_empty, load_tables, pack, record_applied, unpack
 from .policy_episodic import decide_episode, hybrid_score, in_recall, is_near_duplicate, past_ttl, recency_weight
 from .policy_semantic import merge_sources
 from .records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
@@ -358,6 +358,9 @@ class EpisodicStore:
         return {"episodes": int(n), "promoted_episodes": int(p), "indexed": len(self.index), "episodic_bytes": size}
 
     # ---- export / import -------------------------------------------------------------
+    def is_empty(self) -> bool:
+        return is_empty(self.db, ("episodes", "sessions", "applied"))
+
     def export(self) -> dict[str, Any]:
         eps = self.db.execute("SELECT rowid, at, actor, summary, sources, entities, tags, session, session_index, "
                               "promoted, turn_key, vector, superseded, key_text FROM episodes ORDER BY rowid").fetchall()
@@ -369,7 +372,7 @@ class EpisodicStore:
         if data.get("embedder_id") != self.embedder.embedder_id or data.get("dim") != self.embedder.dim:
             raise EmbedderError(f"export was embedded with {data.get('embedder_id')}, this store uses "
                                 f"{self.embedder.embedder_id}")
-        if self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]:
+        if not is_empty(self.db, ("episodes", "sessions", "applied")):
             raise InvalidInput("import needs an empty soul: this one already has episodes")
         with transaction(self.db):
             for r in data["episodes"]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgpack
 
+from .errors import InvalidInput
 from .records import MemoryWrite
 
 
@@ -34,8 +35,14 @@ def dump_tables(db: sqlite3.Connection, tables: Sequence[str]) -> dict[str, list
     return {name: [list(r) for r in db.execute(f"SELECT * FROM {name}")] for name in tables}
 
 
+def is_empty(db: sqlite3.Connection, tables: Sequence[str]) -> bool:
+    return not any(db.execute(f"SELECT 1 FROM {name} LIMIT 1").fetchone() for name in tables)
+
+
 def load_tables(db: sqlite3.Connection, data: dict[str, Any], tables: Sequence[str]) -> None:
-    """Insert exported rows (inside the caller's transaction)."""
+    """Insert exported rows (inside the caller's transaction); the layer must be empty."""
+    if not is_empty(db, tables):
+        raise InvalidInput("import needs an empty soul: this one already has memories")
     for name in tables:
         rows = data[name]
         if rows:

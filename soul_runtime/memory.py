@@ -147,6 +147,9 @@ class SoulMemory:
                 out["procedural"] = self.procedural.forget()
         return out
 
+    def is_empty(self) -> bool:
+        return all(layer.is_empty() for layer in (self.episodic, self.semantic, self.procedural))
+
     def stats(self) -> dict[str, int]:
         return {**self.episodic.stats(), **self.semantic.stats(), **self.procedural.stats()}
 
@@ -159,8 +162,8 @@ class SoulMemory:
     def import_(self, blob: bytes) -> None:
         """Load an export into this (empty) soul; a bad export changes nothing."""
         data = unpack_export(blob)
-        if any(self.stats()[k] for k in ("episodes", "facts", "procedures", "task_runs")):
-            raise InvalidInput("import needs an empty soul")
+        if not self.is_empty():
+            raise InvalidInput("import needs an empty soul: this one already has memories")
         self.episodic.import_(data["episodic"])
         self.semantic.import_(data["semantic"])
         self.procedural.import_(data["procedural"])

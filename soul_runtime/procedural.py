@@ -7,7 +7,7 @@ from typing import Any
 
 from .config import MemoryConfig
 from .errors import InvalidInput
-from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
+from .layer_db import applied_writes, dump_tables, file_bytes, is_empty, load_tables, pack, record_applied, unpack
 from .policy_procedural import TaskRun, decide_procedure, step_signature
 from .records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from .sqlite_db import open_db, transaction
@@ -145,11 +145,12 @@ class ProceduralStore:
         size = file_bytes(self.dir, "procedural")
         return {"procedures": int(a), "candidate_procedures": int(c), "task_runs": int(r), "procedural_bytes": size}
 
+    def is_empty(self) -> bool:
+        return is_empty(self.db, TABLES)
+
     def export(self) -> dict[str, Any]:
         return dump_tables(self.db, TABLES)
 
     def import_(self, data: dict[str, Any]) -> None:
-        if self.db.execute("SELECT COUNT(*) FROM procedures").fetchone()[0]:
-            raise InvalidInput("import needs an empty soul: this one already has procedures")
         with transaction(self.db):
             load_tables(self.db, data, TABLES)

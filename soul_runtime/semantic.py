@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import MemoryConfig
 from .errors import InvalidInput, NotFound
-from .layer_db import applied_writes, dump_tables, file_bytes, load_tables, pack, record_applied, unpack
+from .layer_db import applied_writes, dump_tables, file_bytes, is_empty, load_tables, pack, record_applied, unpack
 from .policy_semantic import merge_sources, reconcile_fact
 from .records import Fact, FactCandidate, FactVersion, MemoryWrite, Op, RecalledItem, Store, WriteRequest, fact_key
 from .sqlite_db import open_db, transaction
@@ -195,11 +195,12 @@ class SemanticStore:
         size = file_bytes(self.dir, "semantic")
         return {"facts": int(a), "archived_facts": int(b), "observations": int(o), "semantic_bytes": size}
 
+    def is_empty(self) -> bool:
+        return is_empty(self.db, TABLES)
+
     def export(self) -> dict[str, Any]:
         return dump_tables(self.db, TABLES)
 
     def import_(self, data: dict[str, Any]) -> None:
-        if self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0]:
-            raise InvalidInput("import needs an empty soul: this one already has facts")
         with transaction(self.db):
             load_tables(self.db, data, TABLES)
