@@ -8,7 +8,6 @@ A dedicated actor for a hot soul is the same class hosting a single soul.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +23,7 @@ from soul_runtime.soul import Soul, TurnResult
 from soul_runtime.trace import TurnTrace
 
 from . import raycalls
+from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import shard_index
 from .settings import RuntimeConfig
@@ -84,7 +84,7 @@ class _Activation:
     last_used: float = field(default_factory=time.monotonic)
 
 
-class SoulHost:
+class SoulHost(ActorInfo):
     def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | None = None) -> None:
         self.name = name
         self.cfg = RuntimeConfig.from_dict(config)
@@ -199,12 +199,3 @@ class SoulHost:
     def ping(self) -> str:
         return self.name
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def where(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "node": raycalls.node_id()}
-
-    def metrics_snapshot(self) -> dict[str, int]:
-        """What this actor counted (also exported through ray.util.metrics)."""
-        return dict(self.metrics.local)

@@ -7,7 +7,6 @@ Ray may retry them after a restart.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -21,7 +20,7 @@ from soul_runtime.records import Store, WriteRequest, extraction_from_plain
 from soul_runtime.semantic import SemanticStore
 from soul_runtime.text import check_id
 
-from . import raycalls
+from .introspection import ActorInfo
 from .metrics import Metrics
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
@@ -37,7 +36,7 @@ def request_from_plain(r: dict[str, Any]) -> WriteRequest:
                         session_index=int(r.get("session_index", 0)), key_context=r.get("key_context", ""))
 
 
-class LayerShard:
+class LayerShard(ActorInfo):
     """The stores of one layer for the souls hashed to this shard."""
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256) -> None:
@@ -71,15 +70,6 @@ class LayerShard:
     def ping(self) -> str:
         return self.layer.value
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def where(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "node": raycalls.node_id()}
-
-    def metrics_snapshot(self) -> dict[str, int]:
-        """What this actor counted (also exported through ray.util.metrics)."""
-        return dict(self.metrics.local)
 
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()

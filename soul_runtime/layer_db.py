@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from .errors import InvalidInput
-from .records import MemoryWrite
+from .records import MemoryWrite, WriteRequest
+from .sqlite_db import transaction
+from .text import check_write_request
 
 
 def pack(v: Any) -> bytes:
@@ -29,6 +31,23 @@ def applied_writes(db: sqlite3.Connection, turn_key: str) -> list[MemoryWrite] |
 
 def record_applied(db: sqlite3.Connection, turn_key: str, writes: Sequence[MemoryWrite]) -> None:
     db.execute("INSERT INTO applied VALUES (?, ?)", (turn_key, pack([w.to_dict() for w in writes])))
+
+
+def apply_idempotent(db: sqlite3.Connection, reqs: Sequence[WriteRequest],
+                     one: Callable[[WriteRequest], list[MemoryWrite]]) -> list[list[MemoryWrite]]:
+    """Apply ``one`` to each request in one durable transaction; a turn applied before returns its
+    recorded writes instead of running again."""
+    for req in reqs:
+        check_write_request(req)
+    out: list[list[MemoryWrite]] = []
+    with transaction(db):
+        for req in reqs:
+            prev = applied_writes(db, req.turn_key)
+            if prev is None:
+                prev = one(req)
+                record_applied(db, req.turn_key, prev)
+            out.append(prev)
+    return out
 
 
 def dump_tables(db: sqlite3.Connection, tables: Sequence[str]) -> dict[str, list[list[Any]]]:

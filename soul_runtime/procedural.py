@@ -7,11 +7,11 @@ from typing import Any
 
 from .config import MemoryConfig
 from .errors import InvalidInput
-from .layer_db import applied_writes, dump_tables, file_bytes, is_empty, load_tables, pack, record_applied, unpack
+from .layer_db import apply_idempotent, dump_tables, file_bytes, is_empty, load_tables, pack, unpack
 from .policy_procedural import TaskRun, decide_procedure, step_signature
 from .records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from .sqlite_db import open_db, transaction
-from .text import check_write_request, terms
+from .text import terms
 
 MIGRATIONS = [
     ("0001_procedures", """
@@ -74,19 +74,7 @@ class ProceduralStore:
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Record task runs and decide procedure changes, several exchanges in one durable transaction."""
-        for req in reqs:
-            check_write_request(req)
-        out: list[list[MemoryWrite]] = []
-        with transaction(self.db):
-            for req in reqs:
-                prev = applied_writes(self.db, req.turn_key)
-                if prev is not None:
-                    out.append(prev)
-                    continue
-                writes = self._one(req)
-                record_applied(self.db, req.turn_key, writes)
-                out.append(writes)
-        return out
+        return apply_idempotent(self.db, reqs, self._one)
 
     def _one(self, req: WriteRequest) -> list[MemoryWrite]:
         writes: list[MemoryWrite] = []

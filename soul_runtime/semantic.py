@@ -12,11 +12,11 @@ from typing import Any
 
 from .config import MemoryConfig
 from .errors import InvalidInput, NotFound
-from .layer_db import applied_writes, dump_tables, file_bytes, is_empty, load_tables, pack, record_applied, unpack
+from .layer_db import apply_idempotent, dump_tables, file_bytes, is_empty, load_tables, pack, unpack
 from .policy_semantic import merge_sources, reconcile_fact
 from .records import Fact, FactCandidate, FactVersion, MemoryWrite, Op, RecalledItem, Store, WriteRequest, fact_key
 from .sqlite_db import open_db, transaction
-from .text import check_write_request, normalise, terms
+from .text import normalise, terms
 
 MIGRATIONS = [
     ("0001_facts", """
@@ -79,21 +79,9 @@ class SemanticStore:
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Several exchanges in one durable transaction (in order)."""
-        for req in reqs:
-            check_write_request(req)
-        out: list[list[MemoryWrite]] = []
-        with transaction(self.db):
-            for req in reqs:
-                prev = applied_writes(self.db, req.turn_key)
-                if prev is not None:
-                    out.append(prev)
-                    continue
-                writes = [self._one(req, c) for c in req.extraction.facts]
-                record_applied(self.db, req.turn_key, writes)
-                out.append(writes)
-        return out
+        return apply_idempotent(self.db, reqs, lambda req: [self._fact_write(req, c) for c in req.extraction.facts])
 
-    def _one(self, req: WriteRequest, c: FactCandidate) -> MemoryWrite:
+    def _fact_write(self, req: WriteRequest, c: FactCandidate) -> MemoryWrite:
         if not c.entity or not c.attribute or not c.value.strip():
             return MemoryWrite(Store.SEMANTIC, Op.NOOP, "", "incomplete fact candidate ignored")
         key = fact_key(c.entity, c.attribute)

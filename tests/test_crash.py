@@ -35,22 +35,28 @@ WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kill_after", [7, 61, 163])
-def test_sigkill_during_writes_loses_nothing_acknowledged(tmp_path: Path, kill_after: int) -> None:
+def write_then_kill(path: Path, n: int) -> list[str]:
+    """Run the writer until ``n`` writes are acknowledged, then SIGKILL it; the acknowledged turn keys."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, env=env, cwd=ROOT,
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, env=env, cwd=ROOT,
                          text=True)
     acked: list[str] = []
     assert p.stdout is not None
     deadline = time.monotonic() + 120
-    while len(acked) < kill_after and time.monotonic() < deadline:
+    while len(acked) < n and time.monotonic() < deadline:
         line = p.stdout.readline()
         if not line:
             break
         acked.append(line.split()[1])
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert len(acked) == kill_after, "writer did not get far enough"
+    assert len(acked) == n, "writer did not get far enough"
+    return acked
+
+
+@pytest.mark.parametrize("kill_after", [7, 61, 163])
+def test_sigkill_during_writes_loses_nothing_acknowledged(tmp_path: Path, kill_after: int) -> None:
+    acked = write_then_kill(tmp_path, kill_after)
 
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     sources = {s for e in m.episodes() for s in e.sources}

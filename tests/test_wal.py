@@ -4,10 +4,6 @@ every acknowledged write is there, the index agrees, and the store keeps working
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,29 +11,12 @@ import pytest
 from soul_runtime.memory import SoulMemory
 from soul_runtime.records import Extraction, WriteRequest
 from tests.fakes import HashEmbedder
-from tests.test_crash import ROOT, WRITER
-
-
-def _write_then_kill(path: Path, n: int) -> list[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, env=env, cwd=ROOT,
-                         text=True)
-    acked: list[str] = []
-    assert p.stdout is not None
-    deadline = time.monotonic() + 60
-    while len(acked) < n and time.monotonic() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        acked.append(line.split()[1])
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    return acked
+from tests.test_crash import write_then_kill
 
 
 @pytest.mark.parametrize("damage", ["append-garbage", "truncate-partial-frame", "delete-index"])
 def test_torn_wal_tail_loses_nothing_acknowledged(tmp_path: Path, damage: str) -> None:
-    acked = _write_then_kill(tmp_path, 40)
+    acked = write_then_kill(tmp_path, 40)
     wal = tmp_path / "episodic.sqlite-wal"
     assert wal.exists() and wal.stat().st_size > 0, "the killed writer should leave its WAL behind"
     size = wal.stat().st_size
