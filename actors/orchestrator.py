@@ -18,7 +18,7 @@ from typing import Any
 
 import ray.exceptions
 
-from soul_runtime.errors import InvalidInput, NotFound, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.errors import InvalidInput, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
 from soul_runtime.text import check_id
 
 from . import raycalls
@@ -190,4 +190,4 @@ class TurnOrchestrator:
         return self.config
 
 
-__all__ = ["TurnOrchestrator", "NotFound"]
+__all__ = ["TurnOrchestrator"]

@@ -6,14 +6,13 @@ Errors from Ray are mapped onto the project's exception tree at this boundary.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import ray
 import ray.exceptions
 
-from soul_runtime.errors import AuthError, NotFound, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.errors import AuthError, RuntimeUnavailable, SoulError, TurnFailed
 
 T = TypeVar("T")
 
@@ -56,11 +55,6 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
 def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
-
-
-def actor_class(cls: type, **options: Any) -> Any:
-    """Make a plain class a Ray actor class with the given options (the one place this happens)."""
-    return ray.remote(cls).options(**options)
 
 
 def create(cls: type, name: str, namespace: str, args: Sequence[Any], **options: Any) -> Any:
@@ -123,22 +117,6 @@ def get(refs: Any, timeout: float | None = None) -> Any:
         raise translate(e) from None
 
 
-def retrying(fn: Callable[[], T], *, attempts: int = 30, delay_s: float = 0.2) -> T:
-    """Run ``fn`` again while the actor it calls is dead or restarting (idempotent calls only)."""
-    for i in range(attempts):
-        try:
-            return fn()
-        except ACTOR_DIED:
-            if i == attempts - 1:
-                raise
-            time.sleep(delay_s * min(8, 1 + i))
-        except RuntimeUnavailable:
-            if i == attempts - 1:
-                raise
-            time.sleep(delay_s * min(8, 1 + i))
-    raise AssertionError("unreachable")
-
-
 def node_id() -> str:
     """The id of the Ray node this process runs on ('' outside Ray)."""
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
@@ -158,4 +136,4 @@ def histogram(name: str, description: str, boundaries: list[float], tag_keys: tu
     return metrics.Histogram(name, description=description, boundaries=boundaries, tag_keys=tag_keys)
 
 
-__all__ = ["NotFound", "init", "shutdown", "create", "get_actor", "kill", "call", "get", "retrying"]
+__all__ = ["init", "shutdown", "create", "get_actor", "kill", "call", "get", "translate"]

@@ -9,9 +9,6 @@ from .errors import InvalidInput
 
 DAY = 86_400.0
 
-TimeLike = "datetime | float | int | str"
-
-
 def to_timestamp(value: object) -> float:
     """A ``datetime`` (naive = UTC), epoch seconds, or an ISO-8601 string → epoch seconds."""
     if isinstance(value, bool):

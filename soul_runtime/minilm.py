@@ -132,6 +132,8 @@ class MiniLMEmbedder(Embedder):
             raise EmbedderError("onnxruntime is not installed: pip install onnxruntime") from None
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self._threads
+        # idle ORT workers must not spin: they would steal the cores numpy and usearch need in the same process
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
