@@ -18,7 +18,6 @@ import functools
 import importlib.util
 import json
 import os
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -41,24 +40,11 @@ class Conversation:
 
 
 def load_locomo(locomo_dir: str | Path, categories: Sequence[int] = (1, 2, 3, 4)) -> list[Conversation]:
-    """The conversations of a LoCoMo directory (``*.json``, one conversation per file, or a list of them)."""
-    convs = []
-    for path in sorted(Path(locomo_dir).glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        for j, d in enumerate(data if isinstance(data, list) else [data]):
-            body = d.get("conversation", d)
-            keys = sorted((k for k, v in body.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list)),
-                          key=lambda k: int(k.split("_")[1]))
-            turns = [(t["dia_id"], t.get("speaker", ""), t.get("text", "")) for k in keys for t in body[k]]
-            qa = []
-            for q in d.get("qa", []):
-                if q.get("category") not in categories:
-                    continue
-                ev = frozenset(p.strip() for e in q.get("evidence", []) for p in re.split(r"[;,]", e) if p.strip())
-                if ev:
-                    qa.append((q["question"], ev))
-            convs.append(Conversation(f"{path.stem}" + (f"[{j}]" if isinstance(data, list) else ""), turns, qa))
-    return convs
+    """The conversations of a LoCoMo file or directory: raw turn text (no photo captions) and QA evidence."""
+    from .bench_locomo import conversations
+    return [Conversation(conv.sample_id, [(t.id, t.speaker, t.text) for t in turns],
+                         [(q.question, frozenset(q.evidence)) for q in qas])
+            for conv, turns, qas in conversations(locomo_dir, categories, captions=False)]
 
 
 def evidence_recall(embedder: Embedder, convs: Sequence[Conversation], budget_tokens: int = 1000,

@@ -50,21 +50,24 @@ class QA:
     category: int
 
 
-def conversations(data: str | Path) -> list[tuple[Conversation, list[Turn], list[QA]]]:
-    """The LoCoMo conversations in a file or directory, with their raw turns and QA items of categories 1–4."""
+def conversations(data: str | Path, categories: Sequence[int] = CATEGORIES, *, captions: bool = True
+                  ) -> list[tuple[Conversation, list[Turn], list[QA]]]:
+    """The LoCoMo conversations in a file or directory, with their raw turns and QA items of ``categories``
+    (evidence split on ';' and ','; prefixed like the message ids when a file holds several conversations)."""
     p = Path(data)
     files = sorted(p.glob("*.json")) if p.is_dir() else [p]
     out = []
     for f in files:
-        for conv in load_locomo(f):
+        for conv in load_locomo(f, captions=captions):
+            turns = [Turn(m["id"], m["speaker"], m["text"], float(m["at"])) for b in conv.batches for m in b.messages]
+            prefix = f"{conv.sample_id}:" if turns and turns[0].id.startswith(f"{conv.sample_id}:") else ""
             if len(files) > 1:
                 conv = replace(conv, sample_id=f"{f.stem}-{conv.sample_id}")
-            turns = [Turn(m["id"], m["speaker"], m["text"], float(m["at"])) for b in conv.batches for m in b.messages]
             qas = []
             for q in conv.qa:
-                if q.get("category") not in CATEGORIES:
+                if q.get("category") not in categories:
                     continue
-                ev = tuple(e.strip() for item in q["evidence"] for e in re.split(r"[;,]", item) if e.strip())
+                ev = tuple(prefix + e.strip() for item in q["evidence"] for e in re.split(r"[;,]", item) if e.strip())
                 if ev:
                     qas.append(QA(q["question"], ev, int(q["category"])))
             out.append((conv, turns, qas))

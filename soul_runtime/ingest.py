@@ -153,7 +153,8 @@ def _qa(items: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _conversation(sample: dict[str, Any], index: int, prefix: bool, where: str) -> Conversation:
+def _conversation(sample: dict[str, Any], index: int, prefix: bool, where: str, captions: bool = True
+                  ) -> Conversation:
     conv = sample.get("conversation", sample)
     if not isinstance(conv, dict):
         raise InvalidInput(f"{where}: 'conversation' must be an object")
@@ -177,7 +178,7 @@ def _conversation(sample: dict[str, Any], index: int, prefix: bool, where: str) 
             if not isinstance(t, dict) or not all(isinstance(t.get(k), str) for k in ("speaker", "dia_id", "text")):
                 raise InvalidInput(f"{where}: {sample_id} session_{n} message {i + 1} needs speaker, dia_id and text")
             text = t["text"]
-            if t.get("blip_caption"):
+            if captions and t.get("blip_caption"):
                 text += f" [shares a photo: {t['blip_caption']}]"
             msgs.append({"speaker": t["speaker"], "text": text,
                          "id": f"{sample_id}:{t['dia_id']}" if prefix else t["dia_id"], "at": at})
@@ -187,7 +188,8 @@ def _conversation(sample: dict[str, Any], index: int, prefix: bool, where: str) 
     return Conversation(sample_id, batches, _qa(sample.get("qa"), where), speakers)
 
 
-def load_locomo(path: str | Path) -> list[Conversation]:
+def load_locomo(path: str | Path, *, captions: bool = True) -> list[Conversation]:
+    """``captions``: append shared photos' captions to their message text."""
     try:
         data = json.loads(_read(path))
     except ValueError as e:
@@ -195,7 +197,7 @@ def load_locomo(path: str | Path) -> list[Conversation]:
     samples = data if isinstance(data, list) else [data]
     if not samples or not all(isinstance(s, dict) for s in samples):
         raise InvalidInput(f"{path}: a LoCoMo file holds a conversation object or a list of them")
-    return [_conversation(s, i, len(samples) > 1, str(path)) for i, s in enumerate(samples)]
+    return [_conversation(s, i, len(samples) > 1, str(path), captions) for i, s in enumerate(samples)]
 
 
 def load(path: str | Path, fmt: str = "auto") -> list[Conversation]:
