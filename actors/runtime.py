@@ -18,18 +18,18 @@ import msgpack
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError, InvalidInput
-from soul_runtime.memory import EXPORT_FORMAT, merge_recalls, parse_stores
+from soul_runtime.loop.soul import TurnResult
+from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.memory.soul_memory import EXPORT_FORMAT, merge_recalls, parse_stores
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
-from soul_runtime.soul import TurnResult
 from soul_runtime.text import check_id, check_text
-from soul_runtime.trace import TurnTrace
 
 from . import raycalls
+from .layer_shard import LayerShard
 from .orchestrator import TurnOrchestrator, host_name
 from .placement import shard_index
 from .settings import RuntimeConfig, default_data_dir
 from .soul_host import SoulHost, store_name
-from .store_actor import LayerShard
 
 ORCHESTRATOR = "soul-orchestrator"
 T = TypeVar("T")

@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soul_runtime.errors import InvalidInput, NotFound
-from soul_runtime.llm import LanguageModel
-from soul_runtime.memory import cross_layer_marks, merge_recalls, parse_stores, unpack_export
-from soul_runtime.model_factory import make_model
+from soul_runtime.loop.soul import Soul, TurnResult
+from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.memory.soul_memory import cross_layer_marks, merge_recalls, parse_stores, unpack_export
+from soul_runtime.models.base import LanguageModel
+from soul_runtime.models.choice import make_model
 from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, WriteRequest, to_plain
-from soul_runtime.soul import Soul, TurnResult
-from soul_runtime.trace import TurnTrace
 
 from . import raycalls
 from .introspection import ActorInfo
+from .layer_shard import soul_dir
 from .metrics import Metrics
 from .placement import shard_index
 from .settings import RuntimeConfig
-from .store_actor import soul_dir
 
 
 def store_name(layer: str, index: int) -> str:

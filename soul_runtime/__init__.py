@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import MemoryConfig, SoulConfig, TurnConfig
-from .errors import (
+from soul_runtime.config import MemoryConfig, SoulConfig, TurnConfig
+from soul_runtime.errors import (
     AuthError,
     ConfigError,
     EmbedderError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
-from .errors import InvalidInput
+from soul_runtime.errors import InvalidInput
 
 DAY = 86_400.0
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import ConfigError, InvalidInput
+from soul_runtime.errors import ConfigError, InvalidInput
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -106,7 +106,7 @@ class SoulConfig:
         _check(isinstance(self.turn, TurnConfig), "turn must be a TurnConfig")
         _check(isinstance(self.persona, str) and len(self.persona) <= 20_000, "persona must be a string")
         try:
-            from .text import check_text
+            from soul_runtime.text import check_text
             check_text(self.persona, what="persona", max_chars=20_000, allow_empty=True)
         except InvalidInput as e:
             raise ConfigError(str(e)) from None

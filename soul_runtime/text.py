@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .errors import InvalidInput
+from soul_runtime.errors import InvalidInput
 
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _CONTROL = {chr(c) for c in range(32) if chr(c) not in "\t\n\r"} | {"\x7f"}
@@ -80,7 +80,7 @@ def terms(text: str) -> list[str]:
 
 def check_write_request(req: object) -> None:
     """Validate every string and number of a write before any store is touched."""
-    from .records import WriteRequest  # local: records does not depend on text
+    from soul_runtime.records import WriteRequest  # local: records does not depend on text
 
     if not isinstance(req, WriteRequest):
         raise InvalidInput(f"expected a WriteRequest, got {type(req).__name__}")

@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from soul_runtime.embedding import Embedder
+from soul_runtime.embedding.base import Embedder
 
 _WORD = re.compile(r"\w+")
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from soul_runtime.anthropic_model import DEFAULT_MODEL_ID, AnthropicModel, model_from_env
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
-from soul_runtime.llm import ChatMessage, Exchange, ReplyRequest, Usage
+from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Usage
+from soul_runtime.models.claude import DEFAULT_MODEL_ID, AnthropicModel, model_from_env
 from soul_runtime.records import FactCandidate, TaskReport
 from tests.messages_api_server import MessagesApiServer, delayed, error, text_message, tool_message
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.audit import (
+from soul_runtime.errors import InvalidInput
+from soul_runtime.loop.audit import (
     AuditRow,
     audit,
     classify,
@@ -17,7 +18,6 @@ from soul_runtime.audit import (
     save_fixture,
     tally,
 )
-from soul_runtime.errors import InvalidInput
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRANSCRIPT = FIXTURES / "audit_transcript.jsonl"

@@ -26,13 +26,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soul_runtime.buffer import ShortTermBuffer
 from soul_runtime.config import MemoryConfig, SoulConfig, TurnConfig
-from soul_runtime.embedding import check_vectors
+from soul_runtime.embedding.base import check_vectors
 from soul_runtime.errors import ConfigError, InvalidInput, NotFound, SoulError
-from soul_runtime.memory import SoulMemory, unpack_export
-from soul_runtime.offline_model import OfflineModel
-from soul_runtime.soul import Soul
+from soul_runtime.loop.buffer import ShortTermBuffer
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory, unpack_export
+from soul_runtime.models.offline import OfflineModel
 from tests.fakes import HashEmbedder
 
 T0 = 1_780_000_000.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from soul_runtime import bench_latency
+from soul_runtime.bench import latency as bench_latency
 from tests.fakes import HashEmbedder
 
 KEYS = {"search_p50_ms", "exact_p50_ms", "search_p99_ms", "exact_p99_ms", "index_recall_at_10",

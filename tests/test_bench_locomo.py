@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from soul_runtime import bench_locomo
-from soul_runtime.cli_bench import locomo_markdown, update_readme
+from soul_runtime.bench import locomo as bench_locomo
+from soul_runtime.cli.bench import locomo_markdown, update_readme
 from tests.fakes import HashEmbedder
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from soul_runtime.ingest import load, parse_locomo_date
+from soul_runtime.loop.ingest import load, parse_locomo_date
 
 pytestmark = pytest.mark.ray
 

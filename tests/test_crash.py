@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.memory import SoulMemory
+from soul_runtime.memory.soul_memory import SoulMemory
 from tests.fakes import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 
 WRITER = textwrap.dedent("""
     import sys
-    from soul_runtime.memory import SoulMemory
+    from soul_runtime.memory.soul_memory import SoulMemory
     from soul_runtime.records import Extraction, FactCandidate, WriteRequest
     from tests.fakes import HashEmbedder
     m = SoulMemory(sys.argv[1], embedder=HashEmbedder())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from soul_runtime.embedding import Embedder, check_vectors, default_embedder
+from soul_runtime.embedding.base import Embedder, check_vectors, default_embedder
+from soul_runtime.embedding.minilm import MiniLMEmbedder
 from soul_runtime.errors import EmbedderError, InvalidInput
-from soul_runtime.minilm import MiniLMEmbedder
 from tests.fakes import HashEmbedder
 
 TEXTS = [

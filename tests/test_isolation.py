@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soul_runtime.memory import SoulMemory
-from soul_runtime.offline_model import OfflineModel
-from soul_runtime.soul import Soul
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.offline import OfflineModel
 from tests.fakes import HashEmbedder
 
 T0 = 1_780_000_000.0

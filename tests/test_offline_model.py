@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from soul_runtime import offline_rules as R
-from soul_runtime.llm import ChatMessage, Exchange, ReplyRequest, Tagging
-from soul_runtime.offline_model import OfflineModel
+from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
+from soul_runtime.models import offline_rules as rules
+from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Tagging
+from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import Extraction
-from soul_runtime.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
 
 M = OfflineModel()
 ASSISTANT_ACK = "[offline model] Noted: Tendril's production database is Postgres 15 \u2014 is that right?"
@@ -174,9 +174,9 @@ def test_steps() -> None:
             "send the draft to Maya for review")
     task = M.extract(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}.")).extraction.task
     assert task is not None and task.steps == want
-    assert R.parse_steps("Do this: 1. pull the logs 2. find the cause 3. write it up") == (
+    assert rules.parse_steps("Do this: 1. pull the logs 2. find the cause 3. write it up") == (
         "pull the logs", "find the cause", "write it up")
-    assert R.parse_steps("First check the alerts, then restart the pod, and finally tell me.", "Maya") == (
+    assert rules.parse_steps("First check the alerts, then restart the pod, and finally tell me.", "Maya") == (
         "check the alerts", "restart the pod", "tell Maya")
     task = M.extract(ex("Please draft the quarterly report.")).extraction.task
     assert task is not None and task.steps == ("gather inputs", "outline", "write draft", "review")
@@ -195,7 +195,7 @@ def test_outcomes_refer_to_the_task_in_history(text: str, outcome: str) -> None:
     assert task is not None and (task.task_class, task.outcome) == (EXPECTED_TASK_CLASS, outcome)
     assert len(task.steps) == 4
     assert M.extract(ex(text)).extraction.task is None  # no task in progress: nothing to report
-    assert R.detect_outcome("It hasn't shipped yet.") == ""
+    assert rules.detect_outcome("It hasn't shipped yet.") == ""
 
 
 @pytest.mark.parametrize("text", ["Save this as a procedure.", "Please save that as a workflow.",

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
+from soul_runtime.cli.scenario import PERSONA, USER
 from soul_runtime.config import MemoryConfig, SoulConfig
-from soul_runtime.context import memory_line
-from soul_runtime.guards import is_dangerous_step, is_injection, sanitize
-from soul_runtime.llm import Exchange, ExtractResult, Tagging
-from soul_runtime.memory import SoulMemory
-from soul_runtime.offline_model import OfflineModel
+from soul_runtime.loop.context import memory_line
+from soul_runtime.loop.guards import is_dangerous_step, is_injection, sanitize
+from soul_runtime.loop.soul import Soul, TurnResult
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.base import Exchange, ExtractResult, Tagging
+from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import Extraction, FactCandidate, Store, TaskReport
-from soul_runtime.scenario import PERSONA, USER
-from soul_runtime.soul import Soul, TurnResult
 from tests.fakes import HashEmbedder
 
 CORPUS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "poisoning.jsonl").read_text().splitlines()
@@ -233,5 +233,5 @@ def test_sanitize_drops_credentials_dangerous_steps_and_confirmed_injections() -
 
 
 def _msg(text: str) -> Any:
-    from soul_runtime.llm import ChatMessage
+    from soul_runtime.models.base import ChatMessage
     return ChatMessage("user", text, "m1", USER)

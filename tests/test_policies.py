@@ -7,9 +7,9 @@ import pytest
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import ConfigError
-from soul_runtime.policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
-from soul_runtime.policy_procedural import TaskRun, decide_procedure, step_signature
-from soul_runtime.policy_semantic import reconcile_fact
+from soul_runtime.memory.policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
+from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
+from soul_runtime.memory.policy_semantic import reconcile_fact
 from soul_runtime.records import Extraction, Fact, FactCandidate, Op, Procedure, TaskReport
 
 NOW = 1_780_000_000.0
@@ -168,7 +168,7 @@ def test_invalid_configuration_is_refused(kwargs: dict[str, object]) -> None:
 
 
 def test_near_duplicates_need_the_same_content_words() -> None:
-    from soul_runtime.policy_episodic import is_near_duplicate
+    from soul_runtime.memory.policy_episodic import is_near_duplicate
     assert is_near_duplicate(0.99, "Maya moved the standup to 10am.", "maya moved the standup to 10am", CFG)
     assert not is_near_duplicate(0.99, "Svc3's owner is team Falcon3.", "Svc13's owner is team Falcon13.", CFG)
     assert not is_near_duplicate(0.90, "Maya moved the standup to 10am.", "Maya moved the standup to 10am.", CFG)

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
+from soul_runtime.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import InvalidInput, NotFound
-from soul_runtime.scenario import SCENARIO, USER
 
 pytestmark = pytest.mark.ray
 

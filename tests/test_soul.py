@@ -6,9 +6,9 @@ from pathlib import Path
 
 from soul_runtime.clock import DAY
 from soul_runtime.config import SoulConfig, TurnConfig
-from soul_runtime.memory import SoulMemory
-from soul_runtime.offline_model import OfflineModel
-from soul_runtime.soul import Soul
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.offline import OfflineModel
 from soul_runtime.text import estimate_tokens
 from tests.fakes import HashEmbedder
 

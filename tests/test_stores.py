@@ -11,9 +11,9 @@ import pytest
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import EmbedderError, InvalidInput, NotFound, StorageError
-from soul_runtime.memory import SoulMemory
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.memory.sqlite_db import open_db
 from soul_runtime.records import Extraction, FactCandidate, Op, Store, TaskReport, WriteRequest
-from soul_runtime.sqlite_db import open_db
 from tests.fakes import HashEmbedder
 
 NOW = 1_780_000_000.0

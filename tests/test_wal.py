@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.memory import SoulMemory
+from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.records import Extraction, WriteRequest
 from tests.fakes import HashEmbedder
 from tests.test_crash import write_then_kill

@@ -1,0 +1,128 @@
+"""`soul bench …`: benchmarks with a table on screen, a JSON file and a PNG plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+README_START = "<!-- bench:locomo:start -->"
+README_END = "<!-- bench:locomo:end -->"
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budgets must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) <= 0:
+        raise argparse.ArgumentTypeError("budgets must be positive")
+    return out
+
+
+def locomo_markdown(res: dict[str, Any]) -> str:
+    budgets = sorted(res["soul"], key=int)
+    d = res["details"]
+    head = "| system | " + " | ".join(f"recall @ {b} tokens" for b in budgets) + " |"
+    rows = [head, "|---|" + "---|" * len(budgets)]
+    for s, label in (("soul", "soul-runtime"), ("bm25", "BM25 over raw turns"), ("dense", "dense over raw turns")):
+        rows.append(f"| {label} | " + " | ".join(f"{res[s][b]:.3f}" for b in budgets) + " |")
+    rows.append("| ratio soul / BM25 | " + " | ".join(f"{res['ratio_vs_bm25'][b]:.2f}×" for b in budgets) + " |")
+    rows.append("")
+    rows.append(f"{d['conversations']} conversations, {d['questions']} questions (categories 1–4), "
+                f"{d['raw_turns']} raw turns → {d['stored']['episodes']} episodes, {d['stored']['facts']} facts; "
+                f"tokens used at 1,000: {d['tokens_used_mean_at_1000']:.0f} of a full context of "
+                f"{d['full_context_tokens_mean']:.0f} ({100 * d['token_share_at_1000']:.1f}%); ingest "
+                f"{d['ingest_messages_per_s']} messages/s; recall p50 {d['recall_p50_ms']} ms, p99 "
+                f"{d['recall_p99_ms']} ms; embedder `{d['embedder']}`, model `{d['model']}`.")
+    return "\n".join(rows)
+
+
+def update_readme(path: Path, block: str) -> bool:
+    text = path.read_text()
+    pattern = re.compile(re.escape(README_START) + r".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        return False
+    path.write_text(pattern.sub(lambda _: f"{README_START}\n{block}\n{README_END}", text))
+    return True
+
+
+def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import locomo as bench_locomo
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=True) as prog:
+        task = prog.add_task("loading the embedder", total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+        res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
+    table = Table(title="LoCoMo evidence recall (same run, same budgets)")
+    table.add_column("system")
+    for b in args.budget:
+        table.add_column(f"@{b} tok", justify="right")
+    for s in ("soul", "bm25", "dense"):
+        table.add_row(s, *(f"{res[s][str(b)]:.3f}" for b in args.budget))
+    table.add_row("soul / bm25", *(f"{res['ratio_vs_bm25'][str(b)]:.2f}x" for b in args.budget))
+    out.print(table)
+    out.print(json.dumps(res["details"], indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    if args.plot:
+        bench_locomo.plot(res, args.plot)
+    if args.readme and not update_readme(Path(args.readme), locomo_markdown(res)):
+        out.print(f"{args.readme} has no {README_START} block; not updated")
+    return 0
+
+
+def cmd_latency(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import latency as bench_latency
+    argv = ["--sizes", args.sizes, "--queries", str(args.queries)]
+    for flag, value in (("--json", args.json), ("--plot", args.plot), ("--locomo", args.locomo)):
+        if value:
+            argv += [flag, value]
+    if args.million:
+        argv.append("--million")
+    return int(bench_latency.main(argv))
+
+
+def cmd_embedders(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import embedders as bench_embedders
+    res = bench_embedders.compare_embedders(args.data)
+    out.print(bench_embedders.format_table(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    """Add ``soul bench locomo|latency|embedders`` to the CLI's subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders",
+                           formatter_class=fmt)
+    bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    lp = bsub.add_parser("locomo", help="evidence recall vs budget against BM25 and dense baselines")
+    lp.add_argument("data", help="a LoCoMo JSON file or a directory of them (never copied into the repo)")
+    lp.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
+    lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    lp.add_argument("--json", metavar="FILE")
+    lp.add_argument("--plot", metavar="PNG")
+    lp.add_argument("--readme", metavar="README", help="rewrite the results block of this README")
+    lp.set_defaults(bench_fn=cmd_locomo)
+    tp = bsub.add_parser("latency", help="search / exact scan / write latency vs store size, query embedding")
+    tp.add_argument("--sizes", default="1000,10000,100000")
+    tp.add_argument("--queries", type=int, default=200)
+    tp.add_argument("--json", metavar="FILE")
+    tp.add_argument("--plot", metavar="PNG")
+    tp.add_argument("--locomo", metavar="DIR", help="LoCoMo dir to draw real sentences from")
+    tp.add_argument("--million", action="store_true", help="also try 1M episodes when the build fits")
+    tp.set_defaults(bench_fn=cmd_latency)
+    ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")
+    ep.add_argument("data")
+    ep.add_argument("--json", metavar="FILE")
+    ep.set_defaults(bench_fn=cmd_embedders)
+    bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))

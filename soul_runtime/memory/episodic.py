@@ -1,0 +1,420 @@
+"""The episodic layer: dated 1–2 sentence events, hybrid dense + lexical recall with recency.
+
+Record of truth: ``episodic.sqlite`` (episodes with their vectors, an FTS5 table
+for the lexical side, a change log for the index). Cache: ``episodic.usearch``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from soul_runtime.config import MemoryConfig
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.errors import EmbedderError, InvalidInput, NotFound
+from soul_runtime.memory.layer_db import (
+    applied_writes,
+    dump_tables,
+    file_bytes,
+    is_empty,
+    load_tables,
+    pack,
+    record_applied,
+    unpack,
+)
+from soul_runtime.memory.policy_episodic import (
+    decide_episode,
+    hybrid_score,
+    in_recall,
+    is_near_duplicate,
+    past_ttl,
+    recency_weight,
+)
+from soul_runtime.memory.policy_semantic import merge_sources
+from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.vector_index import IndexParams, VectorIndex
+from soul_runtime.records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
+from soul_runtime.text import check_write_request, terms
+
+MIGRATIONS = [
+    ("0001_episodes", """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE episodes (
+            rowid INTEGER PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, summary TEXT NOT NULL,
+            sources BLOB NOT NULL, entities BLOB NOT NULL, tags BLOB NOT NULL, session TEXT NOT NULL,
+            session_index INTEGER NOT NULL, promoted INTEGER NOT NULL DEFAULT 0, turn_key TEXT NOT NULL,
+            vector BLOB NOT NULL);
+        CREATE INDEX episodes_at ON episodes(at);
+        CREATE INDEX episodes_session ON episodes(session_index);
+        CREATE INDEX episodes_turn ON episodes(turn_key);
+        CREATE VIRTUAL TABLE episodes_fts USING fts5(summary, tokenize='porter unicode61');
+        CREATE TABLE sessions (name TEXT PRIMARY KEY, idx INTEGER NOT NULL UNIQUE, first_at REAL NOT NULL);
+        CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, key INTEGER NOT NULL);
+        CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
+    """),
+    ("0002_superseded", """
+        ALTER TABLE episodes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0
+    """),
+    ("0003_key_text", """
+        ALTER TABLE episodes ADD COLUMN key_text TEXT NOT NULL DEFAULT ''
+    """),
+    ("0004_session_index", """
+        CREATE INDEX episodes_session_name ON episodes(session, rowid)
+    """),
+]
+
+CANDIDATES = 60
+SAVE_EVERY = 2000
+MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
+
+
+
+@dataclass(frozen=True)
+class _Row:
+    rowid: int
+    episode: Episode
+
+
+class EpisodicStore:
+    """One soul's episodes. Not thread-safe: its owner serialises calls."""
+
+    store = Store.EPISODIC
+
+    def __init__(self, directory: Path, embedder: Embedder, cfg: MemoryConfig,
+                 index_params: IndexParams | None = None) -> None:
+        self.dir = Path(directory)
+        self.embedder = embedder
+        self.cfg = cfg
+        self.db = open_db(self.dir / "episodic.sqlite", MIGRATIONS)
+        self._check_embedder()
+        self.index = VectorIndex(self.dir / "episodic.usearch", dim=embedder.dim, embedder_id=embedder.embedder_id,
+                                 params=index_params)
+        self._unsaved = 0
+        self._open_index()
+
+    # ---- opening ---------------------------------------------------------------------
+    def _check_embedder(self) -> None:
+        row = dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+        want = {"embedder_id": self.embedder.embedder_id, "dim": str(self.embedder.dim)}
+        if not row:
+            with transaction(self.db):
+                self.db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
+        elif row.get("embedder_id") != want["embedder_id"] or row.get("dim") != want["dim"]:
+            raise EmbedderError(f"{self.dir}: episodes were embedded with {row.get('embedder_id')} "
+                                f"({row.get('dim')}-d), not {want['embedder_id']} ({want['dim']}-d); "
+                                "re-embed (export/import) to switch embedders")
+
+    def _last_seq(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM index_log").fetchone()[0])
+
+    def _open_index(self) -> None:
+        last = self._last_seq()
+        if self.index.load() and self.index.applied_seq <= last:
+            changes = self.db.execute("SELECT seq, op, key FROM index_log WHERE seq > ? ORDER BY seq",
+                                      (self.index.applied_seq,)).fetchall()
+            self.index.replay(changes, self._vector_blob)
+            count = self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+            if len(self.index) == count:
+                return
+        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), last)
+        self.flush()
+
+    def _vector_blob(self, key: int) -> bytes | None:
+        r = self.db.execute("SELECT vector FROM episodes WHERE rowid = ?", (key,)).fetchone()
+        return r[0] if r else None
+
+    def flush(self) -> None:
+        """Save the index and drop the change log it now holds."""
+        self.index.save()
+        with transaction(self.db):
+            self.db.execute("DELETE FROM index_log WHERE seq <= ?", (self.index.applied_seq,))
+        self._unsaved = 0
+
+    def close(self) -> None:
+        if self._unsaved:
+            self.flush()
+        self.db.close()
+
+    # ---- rows ------------------------------------------------------------------------
+    @staticmethod
+    def _episode(r: sqlite3.Row | tuple[Any, ...]) -> Episode:
+        return Episode(id=f"ep-{r[0]}", at=r[1], actor=r[2], summary=r[3], sources=tuple(unpack(r[4])),
+                       entities=tuple(unpack(r[5])), tags=tuple(unpack(r[6])), session=r[7],
+                       session_index=r[8], promoted=bool(r[9]))
+
+    _COLS = "rowid, at, actor, summary, sources, entities, tags, session, session_index, promoted"
+
+    def _rows(self, where: str = "1", params: tuple[Any, ...] = ()) -> list[Episode]:
+        sql = f"SELECT {self._COLS} FROM episodes WHERE {where} ORDER BY at, rowid"
+        return [self._episode(r) for r in self.db.execute(sql, params)]
+
+    def get(self, episode_id: str) -> Episode:
+        key = _key(episode_id)
+        rows = self._rows("rowid = ?", (key,))
+        if not rows:
+            raise NotFound(f"no episode {episode_id}")
+        return rows[0]
+
+    def _session_index(self, name: str, at: float) -> int:
+        r = self.db.execute("SELECT idx FROM sessions WHERE name = ?", (name,)).fetchone()
+        if r:
+            return int(r[0])
+        idx = int(self.db.execute("SELECT COALESCE(MAX(idx), 0) + 1 FROM sessions").fetchone()[0])
+        self.db.execute("INSERT INTO sessions VALUES (?, ?, ?)", (name, idx, at))
+        return idx
+
+    def _log(self, op: str, key: int) -> int:
+        cur = self.db.execute("INSERT INTO index_log (op, key) VALUES (?, ?)", (op, key))
+        return int(cur.lastrowid or 0)
+
+    # ---- writes ----------------------------------------------------------------------
+    def apply(self, req: WriteRequest) -> list[MemoryWrite]:
+        return self.apply_many([req])[0]
+
+    def apply_many(self, reqs: list[WriteRequest], *, promote_turns: list[str] | None = None,
+                   supersede_sources: list[str] | None = None) -> list[list[MemoryWrite]]:
+        """Apply the episodic writes of several exchanges in one durable transaction.
+
+        Idempotent per ``turn_key``: a turn applied before returns its recorded writes.
+        ``promote_turns``: turns whose episodes fed a promoted fact (they stop decaying).
+        ``supersede_sources``: message ids of fact values just replaced or retracted;
+        episodes derived from them leave recall (they would contradict the new value).
+        """
+        for req in reqs:
+            check_write_request(req)
+        out: list[list[MemoryWrite] | None] = [None] * len(reqs)
+        todo: list[tuple[int, WriteRequest]] = []
+        for i, req in enumerate(reqs):
+            prev = applied_writes(self.db, req.turn_key)
+            if prev is not None:
+                out[i] = prev
+            else:
+                todo.append((i, req))
+        wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
+        texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
+        keys = [_key_text(r) for _, r, d in wanted if d.write]
+        vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
+        index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
+        vi = 0
+        with transaction(self.db):
+            for i, req, decision in wanted:
+                writes: list[MemoryWrite] = []
+                if decision.write:
+                    writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops))
+                    vi += 1
+                else:
+                    writes.append(MemoryWrite(Store.EPISODIC, Op.NOOP, "", decision.reason))
+                record_applied(self.db, req.turn_key, writes)
+                out[i] = writes
+            self._mark(promote_turns or [], supersede_sources or [])
+        for op, key, vec, seq in index_ops:  # the record is durable; now the cache
+            if op == "add" and vec is not None:
+                self.index.add(key, vec, seq)
+            else:
+                self.index.remove(key, seq)
+        self._unsaved += len(index_ops)
+        if self._unsaved >= SAVE_EVERY:
+            self.flush()
+        return [o or [] for o in out]
+
+    def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
+                   index_ops: list[tuple[str, int, np.ndarray | None, int]]) -> MemoryWrite:
+        ex = req.extraction
+        tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
+                                                          else set())))
+        sources = merge_sources(tuple(ex.extra_sources), req.sources)
+        dup = self._near_duplicate(vec, text, req.session)
+        if dup is not None:
+            merged = merge_sources(dup.episode.sources, sources)
+            entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
+            self.db.execute("UPDATE episodes SET sources = ?, entities = ?, at = MAX(at, ?) WHERE rowid = ?",
+                            (pack(list(merged)), pack(list(entities)), req.now, dup.rowid))
+            return MemoryWrite(Store.EPISODIC, Op.UPDATE, dup.episode.id,
+                               "near-duplicate episode: merged sources", {"summary": dup.episode.summary,
+                                                                           "sources": list(merged)})
+        sidx = self._session_index(req.session, req.now)
+        cur = self.db.execute(
+            "INSERT INTO episodes (at, actor, summary, sources, entities, tags, session, session_index, turn_key,"
+            " vector, key_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (req.now, req.actor, text, pack(list(sources)), pack(list(ex.entities)), pack(list(tags)),
+             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text))
+        key = int(cur.lastrowid or 0)
+        self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
+        index_ops.append(("add", key, vec, self._log("add", key)))
+        return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
+                           {"summary": text, "sources": list(sources), "at": req.now})
+
+    def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
+        """A stored episode of the same session that says the same thing (exact scan of the session's
+        latest episodes: the cost does not grow with the store)."""
+        rows = self.db.execute(f"SELECT {self._COLS}, vector FROM episodes WHERE session = ? "
+                               f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
+        if not rows:
+            return None
+        sims = np.vstack([np.frombuffer(r[-1], np.float32) for r in rows]) @ np.asarray(vec, np.float32)
+        for i in np.argsort(-sims)[:3]:
+            ep = self._episode(rows[i])
+            if is_near_duplicate(float(sims[i]), text, ep.summary, self.cfg):
+                return _Row(int(rows[i][0]), ep)
+        return None
+
+    def _mark(self, promote_turns: list[str], supersede_sources: list[str]) -> None:
+        for tk in promote_turns:
+            self.db.execute("UPDATE episodes SET promoted = 1 WHERE turn_key = ?", (tk,))
+        if supersede_sources:
+            wanted = set(supersede_sources)
+            for key, srcs in self.db.execute("SELECT rowid, sources FROM episodes WHERE superseded = 0").fetchall():
+                if wanted & set(unpack(srcs)):
+                    self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
+
+    def _delete(self, keys: list[int]) -> int:
+        ops = []
+        with transaction(self.db):
+            for key in keys:
+                if self.db.execute("DELETE FROM episodes WHERE rowid = ?", (key,)).rowcount:
+                    self.db.execute("DELETE FROM episodes_fts WHERE rowid = ?", (key,))
+                    ops.append((key, self._log("remove", key)))
+        for key, seq in ops:
+            self.index.remove(key, seq)
+        self._unsaved += len(ops)
+        return len(ops)
+
+    def forget(self, episode_ids: list[str] | None = None) -> int:
+        """Hard-delete the given episodes (all when None). Returns how many were deleted."""
+        if episode_ids is None:
+            keys = [r[0] for r in self.db.execute("SELECT rowid FROM episodes")]
+        else:
+            keys = [_key(e) for e in episode_ids]
+        n = self._delete(keys)
+        self.flush()
+        return n
+
+    def sweep(self, now: float) -> dict[str, int]:
+        """Retention: delete unpromoted episodes past ``episodic_ttl_days``."""
+        rows = self.db.execute("SELECT rowid, at, promoted FROM episodes").fetchall()
+        doomed = [r[0] for r in rows if past_ttl(r[1], bool(r[2]), now, self.cfg)]
+        decayed = sum(1 for r in rows if not in_recall(r[1], bool(r[2]), now, self.cfg))
+        return {"episodes_deleted": self._delete(doomed), "episodes_out_of_recall": decayed - len(doomed)}
+
+    # ---- reads -----------------------------------------------------------------------
+    def recall(self, query: str, k: int, now: float, query_vector: np.ndarray | None = None) -> list[RecalledItem]:
+        """Hybrid dense + lexical candidates, scored, weighted by recency, decayed ones left out."""
+        if k <= 0:
+            raise InvalidInput("k must be >= 1")
+        if query_vector is None:
+            query_vector = self.embedder.embed([query])[0]
+        dense = dict(self.index.search(query_vector, max(CANDIDATES, 3 * k)))
+        lexical = self._lexical(query, max(CANDIDATES, 3 * k))
+        keys = set(dense) | set(lexical)
+        if not keys:
+            return []
+        top_lex = max(lexical.values(), default=0.0) or 1.0
+        rows = {int(e.id[3:]): e for e in self._rows(f"rowid IN ({','.join('?' * len(keys))})", tuple(keys))}
+        missing = [key for key in keys if key in rows and key not in dense]
+        if missing:  # lexical-only hits still get their true dense similarity
+            for key, blob in self.db.execute(
+                    f"SELECT rowid, vector FROM episodes WHERE rowid IN ({','.join('?' * len(missing))})", missing):
+                dense[key] = float(np.dot(np.frombuffer(blob, np.float32), query_vector))
+        items = []
+        superseded = {r[0] for r in self.db.execute(
+            f"SELECT rowid FROM episodes WHERE superseded = 1 AND rowid IN ({','.join('?' * len(keys))})",
+            tuple(keys))}
+        for key, ep in rows.items():
+            if key in superseded or not in_recall(ep.at, ep.promoted, now, self.cfg):
+                continue
+            base = hybrid_score(dense.get(key, 0.0), lexical.get(key, 0.0) / top_lex, self.cfg)
+            score = base * recency_weight(ep.at, now, self.cfg)
+            if score >= self.cfg.min_score:
+                items.append(RecalledItem("episodic", ep.id, ep.summary, round(score, 6), ep.sources, ep.at))
+        items.sort(key=lambda it: (-it.score, it.id))
+        return items[:k]
+
+    def _lexical(self, query: str, limit: int) -> dict[int, float]:
+        qt = list(dict.fromkeys(terms(query)))
+        if not qt:
+            return {}
+        match = " OR ".join('"' + t.replace('"', "") + '"' for t in qt)
+        rows = self.db.execute("SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? "
+                               "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
+        return {int(r[0]): -float(r[1]) for r in rows if -float(r[1]) > 0}
+
+    def episodes(self, *, since: float | None = None, until: float | None = None, session: str | None = None,
+                 sessions_ago: int | None = None) -> list[Episode]:
+        """The time axis: episodes in a time range, of a session, or of the session N before the latest."""
+        where: list[str] = ["1"]
+        params: list[Any] = []
+        if since is not None:
+            where.append("at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("at < ?")
+            params.append(until)
+        if session is not None:
+            where.append("session = ?")
+            params.append(session)
+        if sessions_ago is not None:
+            if sessions_ago < 0:
+                raise InvalidInput("sessions_ago must be >= 0")
+            r = self.db.execute("SELECT idx FROM sessions ORDER BY idx DESC LIMIT 1 OFFSET ?",
+                                (sessions_ago,)).fetchone()
+            if r is None:
+                return []
+            where.append("session_index = ?")
+            params.append(r[0])
+        return self._rows(" AND ".join(where), tuple(params))
+
+    def stats(self) -> dict[str, int]:
+        n = self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+        p = self.db.execute("SELECT COUNT(*) FROM episodes WHERE promoted = 1").fetchone()[0]
+        size = file_bytes(self.dir, "episodic")
+        return {"episodes": int(n), "promoted_episodes": int(p), "indexed": len(self.index), "episodic_bytes": size}
+
+    # ---- export / import -------------------------------------------------------------
+    def is_empty(self) -> bool:
+        return is_empty(self.db, ("episodes", "sessions", "applied"))
+
+    def export(self) -> dict[str, Any]:
+        eps = self.db.execute("SELECT rowid, at, actor, summary, sources, entities, tags, session, session_index, "
+                              "promoted, turn_key, vector, superseded, key_text FROM episodes ORDER BY rowid").fetchall()
+        return {"embedder_id": self.embedder.embedder_id, "dim": self.embedder.dim,
+                "episodes": [list(r) for r in eps],
+                **dump_tables(self.db, ("sessions", "applied"))}
+
+    def import_(self, data: dict[str, Any]) -> None:
+        if data.get("embedder_id") != self.embedder.embedder_id or data.get("dim") != self.embedder.dim:
+            raise EmbedderError(f"export was embedded with {data.get('embedder_id')}, this store uses "
+                                f"{self.embedder.embedder_id}")
+        if not is_empty(self.db, ("episodes", "sessions", "applied")):
+            raise InvalidInput("import needs an empty soul: this one already has episodes")
+        with transaction(self.db):
+            for r in data["episodes"]:
+                if len(r[11]) != 4 * self.embedder.dim:
+                    raise InvalidInput(f"episode {r[0]}: vector has the wrong size")
+                self.db.execute("INSERT INTO episodes (rowid, at, actor, summary, sources, entities, tags, session,"
+                                " session_index, promoted, turn_key, vector, superseded, key_text)"
+                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
+                self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[13] or r[3]))
+                self._log("add", r[0])
+            load_tables(self.db, data, ("sessions", "applied"))
+        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
+        self.flush()
+
+
+def _key_text(req: WriteRequest) -> str:
+    """What an episode is indexed under: its summary, the model's fuller wording, and the words it was said
+    in (the message and the one it replied to). Only the summary is shown in recall."""
+    summary = req.extraction.episode.strip()
+    detail = req.extraction.detail.strip()
+    parts = [detail] if detail and summary.rstrip(".…") in detail else [summary, detail]
+    parts.append(req.key_context.strip())
+    return " ".join(p for p in parts if p)[:4000]
+
+
+def _key(episode_id: str) -> int:
+    if not isinstance(episode_id, str) or not episode_id.startswith("ep-") or not episode_id[3:].isdigit():
+        raise NotFound(f"no episode {episode_id!r}")
+    return int(episode_id[3:])

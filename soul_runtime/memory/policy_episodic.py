@@ -1,0 +1,71 @@
+"""Episodic policies (pure): when to write an episode, how recency weighs, what decays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from soul_runtime.clock import DAY
+from soul_runtime.config import MemoryConfig
+from soul_runtime.records import Extraction
+from soul_runtime.text import terms
+
+
+@dataclass(frozen=True)
+class EpisodeDecision:
+    write: bool
+    reason: str
+
+
+def decide_episode(ex: Extraction) -> EpisodeDecision:
+    """Write an episode only for an exchange that changed state.
+
+    State changes: a tool call, a confirmed/corrected/retracted fact, a finished
+    task, a saved procedure, or content the extractor marks as a meaningful event.
+    Chit-chat writes nothing.
+    """
+    if not ex.episode.strip():
+        return EpisodeDecision(False, "no episode summary")
+    if ex.tool_call:
+        return EpisodeDecision(True, "tool call")
+    if any(f.kind in ("confirmed", "corrected", "retracted") for f in ex.facts):
+        kinds = sorted({f.kind for f in ex.facts if f.kind != "stated"})
+        return EpisodeDecision(True, f"fact {'/'.join(kinds)}")
+    if ex.task is not None and (ex.task.outcome or ex.task.save_requested):
+        return EpisodeDecision(True, f"task {ex.task.outcome or 'saved as procedure'}")
+    if ex.event:
+        return EpisodeDecision(True, "meaningful event")
+    return EpisodeDecision(False, "chit-chat: no state change")
+
+
+def recency_weight(at: float, now: float, cfg: MemoryConfig) -> float:
+    """Exponential decay with ``half_life_days``, floored at ``recency_floor``.
+
+    Episodes dated in the future (relative to ``now``) weigh 1.
+    """
+    age_days = max(0.0, (now - at) / DAY)
+    w: float = 0.5 ** (age_days / cfg.half_life_days)
+    return cfg.recency_floor + (1.0 - cfg.recency_floor) * w
+
+
+def in_recall(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
+    """Episodes older than ``decay_days`` drop out of recall unless promoted."""
+    return promoted or (now - at) <= cfg.decay_days * DAY
+
+
+def past_ttl(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
+    """Whether the retention sweep deletes this episode (``episodic_ttl_days`` > 0 only)."""
+    return cfg.episodic_ttl_days > 0 and not promoted and (now - at) > cfg.episodic_ttl_days * DAY
+
+
+def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: MemoryConfig) -> bool:
+    """Merge only what says the same thing: very high similarity AND the same content words
+    (so "svc3 moved to team 3" and "svc13 moved to team 13" stay two episodes)."""
+    if similarity < cfg.merge_similarity:
+        return False
+    a, b = set(terms(new_text)), set(terms(old_text))
+    return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
+
+
+def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:
+    """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended."""
+    return cfg.dense_weight * max(0.0, dense) + (1.0 - cfg.dense_weight) * lexical

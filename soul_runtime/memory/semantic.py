@@ -1,0 +1,204 @@
+"""The semantic layer: ``entity:attribute → value`` facts, updated in place with history.
+
+Record of truth: ``semantic.sqlite``. Observations of stated (unconfirmed) facts
+are counted per distinct episode until :func:`reconcile_fact` promotes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from soul_runtime.config import MemoryConfig
+from soul_runtime.errors import InvalidInput, NotFound
+from soul_runtime.memory.layer_db import apply_idempotent, dump_tables, file_bytes, is_empty, load_tables, pack, unpack
+from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact
+from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.records import (
+    Fact,
+    FactCandidate,
+    FactVersion,
+    MemoryWrite,
+    Op,
+    RecalledItem,
+    Store,
+    WriteRequest,
+    fact_key,
+)
+from soul_runtime.text import normalise, terms
+
+MIGRATIONS = [
+    ("0001_facts", """
+        CREATE TABLE facts (
+            entity TEXT NOT NULL, attribute TEXT NOT NULL, value TEXT NOT NULL, display_entity TEXT NOT NULL,
+            display_attribute TEXT NOT NULL, confidence REAL NOT NULL, sources BLOB NOT NULL,
+            valid_from REAL NOT NULL, status TEXT NOT NULL, history BLOB NOT NULL,
+            PRIMARY KEY (entity, attribute));
+        CREATE TABLE observations (
+            entity TEXT NOT NULL, attribute TEXT NOT NULL, value_norm TEXT NOT NULL, value TEXT NOT NULL,
+            turn_key TEXT NOT NULL, sources BLOB NOT NULL, at REAL NOT NULL,
+            PRIMARY KEY (entity, attribute, value_norm, turn_key));
+        CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
+    """),
+]
+
+
+
+def _history(raw: bytes) -> tuple[FactVersion, ...]:
+    return tuple(FactVersion(h[0], tuple(h[1]), h[2], h[3], h[4]) for h in unpack(raw))
+
+
+TABLES = ("facts", "observations", "applied")
+
+
+class SemanticStore:
+    store = Store.SEMANTIC
+
+    def __init__(self, directory: Path, cfg: MemoryConfig) -> None:
+        self.dir = Path(directory)
+        self.cfg = cfg
+        self.db = open_db(self.dir / "semantic.sqlite", MIGRATIONS)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _fact(self, r: tuple[Any, ...]) -> Fact:
+        return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],
+                    confidence=r[5], sources=tuple(unpack(r[6])), valid_from=r[7], status=r[8],
+                    history=_history(r[9]))
+
+    def _get(self, entity: str, attribute: str) -> Fact | None:
+        r = self.db.execute("SELECT * FROM facts WHERE entity = ? AND attribute = ?", (entity, attribute)).fetchone()
+        return self._fact(r) if r else None
+
+    def _put(self, f: Fact) -> None:
+        hist = [[h.value, list(h.sources), h.valid_from, h.valid_to, h.reason] for h in f.history]
+        self.db.execute("INSERT OR REPLACE INTO facts VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (f.entity, f.attribute, f.value, f.display_entity, f.display_attribute, f.confidence,
+                         pack(list(f.sources)), f.valid_from, f.status, pack(hist)))
+
+    # ---- writes ----------------------------------------------------------------------
+    def apply(self, req: WriteRequest) -> list[MemoryWrite]:
+        """Reconcile every fact candidate of one exchange; idempotent per ``turn_key``.
+
+        A write's payload carries ``promoted_turns`` (the episodes a promotion drew
+        on) so the episodic layer can mark them promoted.
+        """
+        return self.apply_many([req])[0]
+
+    def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+        """Several exchanges in one durable transaction (in order)."""
+        return apply_idempotent(self.db, reqs, lambda req: [self._fact_write(req, c) for c in req.extraction.facts])
+
+    def _fact_write(self, req: WriteRequest, c: FactCandidate) -> MemoryWrite:
+        if not c.entity or not c.attribute or not c.value.strip():
+            return MemoryWrite(Store.SEMANTIC, Op.NOOP, "", "incomplete fact candidate ignored")
+        key = fact_key(c.entity, c.attribute)
+        vnorm = normalise(c.value)
+        promoted_turns: list[str] = []
+        observations = 0
+        if c.kind == "stated":
+            self.db.execute("INSERT OR IGNORE INTO observations VALUES (?,?,?,?,?,?,?)",
+                            (c.entity, c.attribute, vnorm, c.value, req.turn_key, pack(list(c.sources)), req.now))
+        obs = self.db.execute("SELECT turn_key, sources FROM observations WHERE entity = ? AND attribute = ? "
+                              "AND value_norm = ? ORDER BY at", (c.entity, c.attribute, vnorm)).fetchall()
+        if obs:  # a confirmation or promotion draws on the messages that stated the value
+            srcs: tuple[str, ...] = ()
+            for _, s in obs:
+                srcs = merge_sources(srcs, tuple(unpack(s)))
+            c = replace(c, sources=merge_sources(srcs, c.sources))
+        if c.kind == "stated":
+            observations = len(obs)
+            promoted_turns = [o[0] for o in obs]
+        existing = self._get(c.entity, c.attribute)
+        d = reconcile_fact(existing, c, observations=observations, now=req.now, cfg=self.cfg)
+        payload: dict[str, Any] = {"value": c.value, "kind": c.kind, "sources": list(c.sources)}
+        if d.fact is not None:
+            self._put(d.fact)
+        if d.op in (Op.ADD, Op.UPDATE) and c.kind == "stated":
+            payload["promoted_turns"] = promoted_turns
+        if d.op in (Op.UPDATE, Op.DELETE) and existing is not None:
+            payload["previous"] = existing.value
+            payload["superseded_sources"] = [s for s in existing.sources if s not in c.sources]
+        return MemoryWrite(Store.SEMANTIC, d.op, key, d.reason, payload)
+
+    def forget(self, entity: str | None = None, attribute: str | None = None) -> int:
+        """Hard-delete facts (and their history and observations) for good."""
+        where, params = "1", []
+        if entity is not None:
+            where, params = "entity = ?", [entity]
+            if attribute is not None:
+                where += " AND attribute = ?"
+                params.append(attribute)
+        with transaction(self.db):
+            n = self.db.execute(f"DELETE FROM facts WHERE {where}", params).rowcount
+            self.db.execute(f"DELETE FROM observations WHERE {where}", params)
+        return int(n)
+
+    def sweep(self, now: float) -> dict[str, int]:
+        """Retention: drop archived facts and history entries past ``archived_fact_ttl_days``."""
+        ttl = self.cfg.archived_fact_ttl_days * 86_400.0
+        if ttl <= 0:
+            return {"facts_purged": 0}
+        n = 0
+        with transaction(self.db):
+            for f in [self._fact(r) for r in self.db.execute("SELECT * FROM facts").fetchall()]:
+                if f.status == "archived" and now - f.valid_from > ttl:
+                    self.db.execute("DELETE FROM facts WHERE entity = ? AND attribute = ?", (f.entity, f.attribute))
+                    n += 1
+        return {"facts_purged": n}
+
+    # ---- reads -----------------------------------------------------------------------
+    def facts(self, entity: str | None = None, *, include_archived: bool = False) -> list[Fact]:
+        sql = "SELECT * FROM facts WHERE (? IS NULL OR entity = ?)" + ("" if include_archived else
+                                                                     " AND status = 'active'")
+        ent = normalise(entity) if entity is not None else None
+        return [self._fact(r) for r in self.db.execute(sql + " ORDER BY entity, attribute", (ent, ent))]
+
+    def history(self, entity: str, attribute: str) -> list[FactVersion]:
+        """Every value the fact has had, oldest first; the current value last (``valid_to`` = 0)."""
+        f = self._get(normalise(entity), normalise(attribute).replace(" ", "_"))
+        if f is None:
+            raise NotFound(f"no fact {entity}:{attribute}")
+        current = () if f.status != "active" else (FactVersion(f.value, f.sources, f.valid_from, 0.0, "current"),)
+        return list(f.history) + list(current)
+
+    def entities(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT entity FROM facts WHERE status = 'active'")]
+
+    def recall(self, query: str, k: int) -> list[RecalledItem]:
+        """Entity and keyword lookup over current values only."""
+        if k <= 0:
+            raise InvalidInput("k must be >= 1")
+        q = set(terms(query))
+        qn = normalise(query)
+        items = []
+        for f in self.facts():
+            ent_hit = f.entity in qn or bool(set(terms(f.entity)) & q)
+            keys = set(terms(f.attribute.replace("_", " "))) | set(terms(f.value))
+            kw = len(keys & q) / max(1, len(keys))
+            if not ent_hit and kw == 0:
+                continue
+            score = min(1.0, (0.6 if ent_hit else 0.0) + 0.4 * kw + (0.2 if kw and ent_hit else 0.0))
+            items.append(RecalledItem("semantic", f.key, f.text, round(score * f.confidence, 6), f.sources,
+                                      f.valid_from))
+        items.sort(key=lambda it: (-it.score, it.id))
+        return items[:k]
+
+    def stats(self) -> dict[str, int]:
+        a = self.db.execute("SELECT COUNT(*) FROM facts WHERE status = 'active'").fetchone()[0]
+        b = self.db.execute("SELECT COUNT(*) FROM facts WHERE status != 'active'").fetchone()[0]
+        o = self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
+        size = file_bytes(self.dir, "semantic")
+        return {"facts": int(a), "archived_facts": int(b), "observations": int(o), "semantic_bytes": size}
+
+    def is_empty(self) -> bool:
+        return is_empty(self.db, TABLES)
+
+    def export(self) -> dict[str, Any]:
+        return dump_tables(self.db, TABLES)
+
+    def import_(self, data: dict[str, Any]) -> None:
+        with transaction(self.db):
+            load_tables(self.db, data, TABLES)

@@ -1,0 +1,240 @@
+"""One soul's long-term memory in process: the three layers behind one API.
+
+This is the engine the Ray layer wraps; store actors open the layers
+individually (:func:`open_layer`), a laptop opens all three (:class:`SoulMemory`).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from soul_runtime.clock import to_timestamp
+from soul_runtime.config import MemoryConfig
+from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.errors import InvalidInput
+from soul_runtime.memory.episodic import EpisodicStore
+from soul_runtime.memory.procedural import ProceduralStore
+from soul_runtime.memory.semantic import SemanticStore
+from soul_runtime.records import (
+    LAYERS,
+    Episode,
+    Fact,
+    FactVersion,
+    MemoryWrite,
+    Procedure,
+    RecalledItem,
+    Store,
+    WriteRequest,
+)
+from soul_runtime.text import check_write_request
+
+EXPORT_FORMAT = "soul-runtime/memory@1"
+
+
+def parse_stores(stores: Iterable[str] | None) -> tuple[Store, ...]:
+    if stores is None:
+        return LAYERS
+    if isinstance(stores, str):
+        stores = [stores]
+    if not isinstance(stores, (list, tuple, set, frozenset)):
+        raise InvalidInput(f"stores must be a list of layer names, got {stores!r}")
+    out = []
+    for s in stores:
+        try:
+            out.append(Store(s))
+        except (ValueError, TypeError):
+            raise InvalidInput(f"unknown store {s!r}; expected one of episodic, semantic, procedural") from None
+    return tuple(dict.fromkeys(out))
+
+
+def merge_recalls(lists: Sequence[Sequence[RecalledItem]], k: int) -> list[RecalledItem]:
+    """Merge the layers' results by score (each layer scores on [0, 1]); ties by store then id."""
+    order = {s.value: i for i, s in enumerate(LAYERS)}
+    items = [it for lst in lists for it in lst]
+    items.sort(key=lambda it: (-it.score, order.get(it.store, 9), it.id))
+    return items[:k]
+
+
+def cross_layer_marks(writes: Iterable[MemoryWrite]) -> dict[str, list[str]]:
+    """What semantic writes ask of the episodic layer: episodes to promote (they fed a
+    promoted fact) and sources whose episodes a new value superseded."""
+    promote: list[str] = []
+    supersede: list[str] = []
+    for w in writes:
+        promote.extend(t for t in w.payload.get("promoted_turns", ()) if t not in promote)
+        supersede.extend(t for t in w.payload.get("superseded_sources", ()) if t not in supersede)
+    return {"promote_turns": promote, "supersede_sources": supersede}
+
+
+class SoulMemory:
+    """Episodic, semantic and procedural stores of one soul, in one directory."""
+
+    def __init__(self, directory: str | Path, *, embedder: Embedder | None = None,
+                 config: MemoryConfig | None = None) -> None:
+        self.dir = Path(directory)
+        self.cfg = config or MemoryConfig()
+        self.embedder = embedder or default_embedder()
+        self.episodic = EpisodicStore(self.dir, self.embedder, self.cfg)
+        self.semantic = SemanticStore(self.dir, self.cfg)
+        self.procedural = ProceduralStore(self.dir, self.cfg)
+
+    def close(self) -> None:
+        self.episodic.close()
+        self.semantic.close()
+        self.procedural.close()
+
+    def __enter__(self) -> SoulMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writes ----------------------------------------------------------------------
+    def write(self, req: WriteRequest) -> list[MemoryWrite]:
+        """All layer writes of one exchange. Idempotent per ``req.turn_key``."""
+        return self.write_many([req])[0]
+
+    def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+        for r in reqs:
+            check_write_request(r)
+        sem = self.semantic.apply_many(reqs)
+        epi = self.episodic.apply_many(reqs, **cross_layer_marks(w for ws in sem for w in ws))
+        proc = self.procedural.apply_many(reqs)
+        return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
+
+    # ---- reads -----------------------------------------------------------------------
+    def recall(self, query: str, k: int = 10, *, now: Any, stores: Iterable[str] | None = None,
+               task_class: str | None = None) -> list[RecalledItem]:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1 or k > 1000:
+            raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
+        t = to_timestamp(now)
+        lists = []
+        for s in parse_stores(stores):
+            if s is Store.EPISODIC:
+                lists.append(self.episodic.recall(query, k, t))
+            elif s is Store.SEMANTIC:
+                lists.append(self.semantic.recall(query, k))
+            else:
+                lists.append(self.procedural.recall(query, k, task_class))
+        return merge_recalls(lists, k)
+
+    def facts(self, entity: str | None = None) -> list[Fact]:
+        return self.semantic.facts(_opt_text(entity, "entity"))
+
+    def fact_history(self, entity: str, attribute: str) -> list[FactVersion]:
+        return self.semantic.history(_text(entity, "entity"), _text(attribute, "attribute"))
+
+    def procedures(self, task_class: str | None = None) -> list[Procedure]:
+        return self.procedural.procedures(_opt_text(task_class, "task class"))
+
+    def episodes(self, *, since: Any = None, until: Any = None, session: str | None = None,
+                 sessions_ago: int | None = None) -> list[Episode]:
+        if sessions_ago is not None and (not isinstance(sessions_ago, int) or isinstance(sessions_ago, bool)
+                                         or not 0 <= sessions_ago <= 1_000_000):
+            raise InvalidInput(f"sessions_ago must be an int in 0..1000000, got {sessions_ago!r}")
+        return self.episodic.episodes(since=None if since is None else to_timestamp(since),
+                                      until=None if until is None else to_timestamp(until),
+                                      session=_opt_text(session, "session"), sessions_ago=sessions_ago)
+
+    def sweep(self, now: Any) -> dict[str, int]:
+        t = to_timestamp(now)
+        return {**self.episodic.sweep(t), **self.semantic.sweep(t)}
+
+    def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]:
+        out = {}
+        for s in parse_stores(stores):
+            if s is Store.EPISODIC:
+                out["episodic"] = self.episodic.forget()
+            elif s is Store.SEMANTIC:
+                out["semantic"] = self.semantic.forget()
+            else:
+                out["procedural"] = self.procedural.forget()
+        return out
+
+    def is_empty(self) -> bool:
+        return all(layer.is_empty() for layer in (self.episodic, self.semantic, self.procedural))
+
+    def stats(self) -> dict[str, int]:
+        return {**self.episodic.stats(), **self.semantic.stats(), **self.procedural.stats()}
+
+    # ---- export / import -------------------------------------------------------------
+    def export(self) -> bytes:
+        return msgpack.packb({"format": EXPORT_FORMAT, "episodic": self.episodic.export(),
+                              "semantic": self.semantic.export(), "procedural": self.procedural.export()},
+                             use_bin_type=True)
+
+    def import_(self, blob: bytes) -> None:
+        """Load an export into this (empty) soul; a bad export changes nothing."""
+        data = unpack_export(blob)
+        if not self.is_empty():
+            raise InvalidInput("import needs an empty soul: this one already has memories")
+        self.episodic.import_(data["episodic"])
+        self.semantic.import_(data["semantic"])
+        self.procedural.import_(data["procedural"])
+
+
+def _text(v: object, what: str) -> str:
+    if not isinstance(v, str) or not v or len(v) > 500:
+        raise InvalidInput(f"{what} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _opt_text(v: object, what: str) -> str | None:
+    return None if v is None else _text(v, what)
+
+
+def unpack_export(blob: bytes) -> dict[str, Any]:
+    try:
+        data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise InvalidInput(f"not a soul-runtime export: {e.__class__.__name__}") from None
+    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
+        raise InvalidInput("not a soul-runtime export (missing or unknown format tag)")
+    for layer, tables in _SHAPES.items():
+        section = data.get(layer)
+        if not isinstance(section, dict):
+            raise InvalidInput(f"export is missing its {layer} section")
+        for table, kinds in tables.items():
+            rows = section.get(table)
+            if not isinstance(rows, list) or not all(_row_ok(r, kinds) for r in rows):
+                raise InvalidInput(f"export's {layer}.{table} is malformed")
+    return data
+
+
+# column kinds of each exported table: i int, f number, s str, b bytes, m msgpack bytes
+_SHAPES = {"episodic": {"episodes": "ifssmmmsiisbis", "sessions": "sif", "applied": "sm"},
+           "semantic": {"facts": "sssssfmfsm", "observations": "sssssmf", "applied": "sm"},
+           "procedural": {"procedures": "simsmfii", "runs": "issmsfms", "applied": "sm"}}
+
+
+def _cell_ok(v: object, kind: str) -> bool:
+    if kind == "i":
+        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+    if kind == "f":
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 2**63
+    if kind == "s":
+        return isinstance(v, str)
+    if kind == "b":
+        return isinstance(v, bytes)
+    if not isinstance(v, bytes):
+        return False
+    try:
+        msgpack.unpackb(v, raw=False)
+    except Exception:
+        return False
+    return True
+
+
+def _row_ok(row: object, kinds: str) -> bool:
+    return isinstance(row, list) and len(row) == len(kinds) and all(_cell_ok(v, k) for v, k in zip(row, kinds,
+                                                                                                  strict=True))
+
+
+def wipe(directory: str | Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
