@@ -14,26 +14,24 @@ from typing import Any
 
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import default_embedder
+from soul_runtime.errors import NotFound
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
-from soul_runtime.records import Store, WriteRequest, extraction_from_plain
+from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id
 
+from . import raycalls
 from .introspection import ActorInfo
 from .metrics import Metrics
+from .placement import store_of
+from .settings import RuntimeConfig
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 
 
 def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
-
-
-def request_from_plain(r: dict[str, Any]) -> WriteRequest:
-    return WriteRequest(turn_key=r["turn_key"], now=float(r["now"]), actor=r["actor"], sources=tuple(r["sources"]),
-                        extraction=extraction_from_plain(r["extraction"]), session=r.get("session", ""),
-                        session_index=int(r.get("session_index", 0)), key_context=r.get("key_context", ""))
 
 
 class LayerShard(ActorInfo):
@@ -125,3 +123,21 @@ class LayerShard(ActorInfo):
         st = self.open.pop(soul_id, None)
         if st is not None:
             st.close()
+
+
+class StoreLocator:
+    """Handles of the store shards, by layer and soul."""
+
+    def __init__(self, cfg: RuntimeConfig) -> None:
+        self.cfg = cfg
+        self._handles: dict[str, Any] = {}
+
+    def handle(self, layer: str, soul_id: str) -> Any:
+        name = store_of(soul_id, layer, self.cfg.shards(layer))
+        h = self._handles.get(name)
+        if h is None:
+            h = raycalls.get_actor(name, self.cfg.namespace)
+            if h is None:
+                raise NotFound(f"store actor {name} is not running")
+            self._handles[name] = h
+        return h

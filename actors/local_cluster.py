@@ -11,7 +11,7 @@ Token auth (Ray 2.60): the head is started with ``RAY_AUTH_MODE=token`` and
 ``ray.init("ray://...")`` retries for ~30 s before a bare
 ``ConnectionError("ray client connection timeout")`` (RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S=1
 and RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S=1 shorten that to ~3 s, same message).
-``check_client_access`` tells "refused for lack of token" (AuthError) apart
+``raycalls.check_client_access`` tells "refused for lack of token" (AuthError) apart
 from "unreachable" (RuntimeUnavailable) in ~10 ms.
 Nothing here imports ray at module import time.
 """
@@ -55,7 +55,7 @@ def _free_port(host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> int:
             return port
 
 
-def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return True
@@ -165,7 +165,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         stop_head(sdir)
     port = port or _free_port()
     client_port = client_port or _free_port(avoid=(port,))
-    if _port_open("127.0.0.1", port) or _port_open("127.0.0.1", client_port):
+    if port_open("127.0.0.1", port) or port_open("127.0.0.1", client_port):
         raise RuntimeError(f"port {port} or {client_port} is already in use on 127.0.0.1")
     own_temp = temp_dir is None
     tdir = tempfile.mkdtemp(prefix="rt", dir="/tmp") if temp_dir is None else os.path.abspath(temp_dir)
@@ -194,7 +194,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         proc.kill()
         out, _ = proc.communicate()
         ok = False
-    while ok and not _port_open("127.0.0.1", client_port):
+    while ok and not port_open("127.0.0.1", client_port):
         if time.monotonic() - t0 > timeout:
             ok = False
             out += f"\nRay Client server port {client_port} did not accept connections within {timeout:.0f} s"
@@ -248,7 +248,7 @@ def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
     if state is None:
         return None
     alive = sorted(_scan(int(state["session_id"]), state["temp_dir"]))
-    running = bool(alive) and _port_open("127.0.0.1", int(state["client_port"]))
+    running = bool(alive) and port_open("127.0.0.1", int(state["client_port"]))
     info = HeadInfo(**{k: state[k] for k in HeadInfo.__dataclass_fields__})
     env = client_env(info)
     auth = "token" if info.token_path else "disabled"
@@ -264,36 +264,3 @@ def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
     return {"running": running, "client_address": info.client_address, "gcs_address": info.gcs_address,
             "temp_dir": info.temp_dir, "token_path": info.token_path, "auth_mode": auth,
             "pids": state.get("pids", []), "pids_alive": alive, "client_env": env, "text": text}
-
-
-def check_client_access(client_address: str, timeout: float = 5.0) -> None:
-    """Ping the Ray Client server the way ray.init("ray://...") would, with this
-    process's auth settings. Raises AuthError (token missing/wrong, ~10 ms) or
-    RuntimeUnavailable (nothing answers within `timeout`) instead of Ray's
-    ~30 s "ray client connection timeout". Imports ray (and grpc) lazily."""
-    import grpc
-    from ray._private.grpc_utils import init_grpc_channel
-    from ray.core.generated import ray_client_pb2_grpc
-    from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
-
-    from soul_runtime.errors import AuthError, RuntimeUnavailable
-
-    target = client_address.removeprefix("ray://")
-    host, _, port = target.rpartition(":")
-    if not _port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
-        raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
-    channel = init_grpc_channel(target, asynchronous=False)
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
-        stub.ClusterInfo(ClusterInfoRequest(type=ClusterInfoType.PING), timeout=timeout)
-    except grpc.FutureTimeoutError as e:
-        raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
-    except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
-            mode = os.environ.get("RAY_AUTH_MODE", "unset")
-            raise AuthError(f"{client_address} refused the connection: {e.details()} (RAY_AUTH_MODE={mode}; set "
-                            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the cluster's token file)") from e
-        raise RuntimeUnavailable(f"Ray Client server at {client_address}: {e.code().name}: {e.details()}") from e
-    finally:
-        channel.close()

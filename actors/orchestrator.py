@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import ray.exceptions
-
 from soul_runtime.errors import InvalidInput, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
 from soul_runtime.text import check_id
 
@@ -34,14 +32,6 @@ def host_name(i: int) -> str:
 
 def dedicated_name(soul_id: str) -> str:
     return f"soul-dedicated-{soul_id}"
-
-
-def _cause(e: BaseException) -> BaseException:
-    if isinstance(e, ray.exceptions.RayTaskError):
-        inner = getattr(e, "cause", None)
-        if isinstance(inner, BaseException):
-            return inner
-    return e
 
 
 class TurnOrchestrator:
@@ -90,8 +80,8 @@ class TurnOrchestrator:
                 if attempt == RETRIES - 1:
                     raise RuntimeUnavailable(f"soul host {name} stays unavailable") from None
                 await asyncio.sleep(min(2.0, 0.1 * (attempt + 1)))
-            except ray.exceptions.RayTaskError as e:
-                raise _cause(e) from None
+            except raycalls.TASK_ERROR as e:
+                raise raycalls.translate(e) from None
         raise AssertionError("unreachable")
 
     def _lock(self, soul_id: str) -> asyncio.Lock:

@@ -38,8 +38,7 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
         ray.init(**kwargs)
         return True
     if address.startswith("ray://"):
-        from .local_cluster import check_client_access  # fails fast: missing token vs. dead address
-        check_client_access(address)
+        check_client_access(address)  # fails fast: missing token vs. dead address
     try:
         ray.init(address=address, **kwargs)
     except ConnectionError as e:
@@ -71,6 +70,10 @@ def get_actor(name: str, namespace: str) -> Any | None:
 
 def kill(handle: Any, *, no_restart: bool = True) -> None:
     ray.kill(handle, no_restart=no_restart)
+
+
+TASK_ERROR = ray.exceptions.RayTaskError
+"""What an actor method's own exception arrives as (unwrap it with :func:`translate`)."""
 
 
 def call(handle: Any, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -137,3 +140,36 @@ def histogram(name: str, description: str, boundaries: list[float], tag_keys: tu
 
 
 __all__ = ["init", "shutdown", "create", "get_actor", "kill", "call", "get", "translate"]
+
+
+def check_client_access(client_address: str, timeout: float = 5.0) -> None:
+    """Ping the Ray Client server the way ray.init("ray://...") would, with this
+    process's auth settings. Raises AuthError (token missing/wrong, ~10 ms) or
+    RuntimeUnavailable (nothing answers within `timeout`) instead of Ray's
+    ~30 s "ray client connection timeout". Imports ray (and grpc) lazily."""
+    import grpc
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import ray_client_pb2_grpc
+    from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
+
+    from .local_cluster import port_open
+
+    target = client_address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
+        raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
+    channel = init_grpc_channel(target, asynchronous=False)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        stub = ray_client_pb2_grpc.RayletDriverStub(channel)
+        stub.ClusterInfo(ClusterInfoRequest(type=ClusterInfoType.PING), timeout=timeout)
+    except grpc.FutureTimeoutError as e:
+        raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+            mode = os.environ.get("RAY_AUTH_MODE", "unset")
+            raise AuthError(f"{client_address} refused the connection: {e.details()} (RAY_AUTH_MODE={mode}; set "
+                            "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the cluster's token file)") from e
+        raise RuntimeUnavailable(f"Ray Client server at {client_address}: {e.code().name}: {e.details()}") from e
+    finally:
+        channel.close()

@@ -25,11 +25,11 @@ from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, 
 from soul_runtime.text import check_id, check_text
 
 from . import raycalls
-from .layer_shard import LayerShard
+from .layer_shard import LayerShard, StoreLocator
 from .orchestrator import TurnOrchestrator, host_name
-from .placement import shard_index
+from .placement import store_name
 from .settings import RuntimeConfig, default_data_dir
-from .soul_host import SoulHost, store_name
+from .soul_host import SoulHost
 
 ORCHESTRATOR = "soul-orchestrator"
 T = TypeVar("T")
@@ -47,7 +47,7 @@ class Runtime:
         self.cfg = cfg
         self.started_ray = started_ray
         self.detached = detached
-        self._actors: dict[str, Any] = {}
+        self.stores = StoreLocator(cfg)
         self._start_actors()
 
     # ---- actors ----------------------------------------------------------------------
@@ -82,11 +82,7 @@ class Runtime:
                               f"connect with that data_dir or another namespace")
 
     def store(self, layer: str, soul_id: str) -> Any:
-        name = store_name(layer, shard_index(soul_id, self.cfg.shards(layer), layer))
-        h = self._actors.get(name)
-        if h is None:
-            h = self._actors[name] = raycalls.get_actor(name, self.cfg.namespace)
-        return h
+        return self.stores.handle(layer, soul_id)
 
     # ---- public ----------------------------------------------------------------------
     def soul(self, soul_id: str) -> SoulHandle:

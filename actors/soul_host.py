@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from soul_runtime.errors import InvalidInput, NotFound
+from soul_runtime.errors import InvalidInput
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
 from soul_runtime.memory.soul_memory import cross_layer_marks, merge_recalls, parse_stores, unpack_export
@@ -24,32 +24,9 @@ from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, WriteRequest
 
 from . import raycalls
 from .introspection import ActorInfo
-from .layer_shard import soul_dir
+from .layer_shard import StoreLocator, soul_dir
 from .metrics import Metrics
-from .placement import shard_index
 from .settings import RuntimeConfig
-
-
-def store_name(layer: str, index: int) -> str:
-    return f"soul-store-{layer}-{index}"
-
-
-class StoreLocator:
-    """Handles of the store shards, by layer and soul."""
-
-    def __init__(self, cfg: RuntimeConfig) -> None:
-        self.cfg = cfg
-        self._handles: dict[str, Any] = {}
-
-    def handle(self, layer: str, soul_id: str) -> Any:
-        name = store_name(layer, shard_index(soul_id, self.cfg.shards(layer), layer))
-        h = self._handles.get(name)
-        if h is None:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is None:
-                raise NotFound(f"store actor {name} is not running")
-            self._handles[name] = h
-        return h
 
 
 class RemoteMemory:

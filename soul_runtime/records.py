@@ -228,3 +228,10 @@ def extraction_from_plain(d: dict[str, Any]) -> Extraction:
         extra_sources=tuple(d.get("extra_sources", ())),
         detail=d.get("detail", ""),
     )
+
+
+def request_from_plain(d: dict[str, Any]) -> WriteRequest:
+    """A :class:`WriteRequest` from its :func:`to_plain` form (a write intent, a call to a store actor)."""
+    return WriteRequest(turn_key=d["turn_key"], now=float(d["now"]), actor=d["actor"], sources=tuple(d["sources"]),
+                        extraction=extraction_from_plain(d["extraction"]), session=d.get("session", ""),
+                        session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""))

@@ -57,16 +57,35 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def normalise(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).lower()
+def collapse(text: str) -> str:
+    """White space folded to single spaces, ends stripped."""
     return " ".join(text.split())
 
 
-def _stem(w: str) -> str:
+def normalise(text: str) -> str:
+    """NFKC, lower case, white space collapsed: the key facts and guards compare on."""
+    return collapse(unicodedata.normalize("NFKC", text).lower())
+
+
+def fold(text: str) -> str:
+    """:func:`normalise`, then straight quotes, possessive 's dropped, punctuation out: for word matching."""
+    t = re.sub(r"'s\b", "", normalise(text).replace("\u2019", "'").replace("\u2018", "'"))
+    return collapse(re.sub(r"[^\w\s'-]", " ", t).replace("'", ""))
+
+
+def stem(w: str) -> str:
+    """A light suffix stripper shared by lexical search and the offline model's word matching."""
     for suf in ("'s", "ing", "ies", "ed", "es", "s"):
         if w.endswith(suf) and len(w) - len(suf) >= 3:
             return w[: -len(suf)] + ("y" if suf == "ies" else "")
     return w
+
+
+def singular(word: str) -> str:
+    """A plural noun's singular ("timelines" → "timeline", "stories" → "story"); other words as they are, lower-cased."""
+    w = word.lower().strip("'")
+    plural = len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is"))
+    return w[:-3] + "y" if len(w) > 4 and w.endswith("ies") else w[:-1] if plural else w
 
 
 def words(text: str) -> list[str]:
@@ -75,7 +94,7 @@ def words(text: str) -> list[str]:
 
 def terms(text: str) -> list[str]:
     """Lexical terms: lower-case words without stopwords, lightly stemmed."""
-    return [_stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]
+    return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]
 
 
 def check_write_request(req: object) -> None:

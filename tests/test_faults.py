@@ -16,8 +16,7 @@ import time
 import pytest
 
 from actors import raycalls
-from actors.placement import shard_index
-from actors.soul_host import store_name
+from actors.placement import shard_index, store_name
 from soul_runtime.errors import RuntimeUnavailable, TurnFailed
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -28,7 +28,7 @@ mode, address, ns = sys.argv[1:4]
 out = {}
 t0 = time.monotonic()
 if mode == "probe":
-    from actors.local_cluster import check_client_access
+    from actors.raycalls import check_client_access
     try:
         check_client_access(address, timeout=5)
         out["probe"] = "ok"

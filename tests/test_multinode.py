@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent("""
     import soul_runtime
     from actors import raycalls
     from actors.orchestrator import host_name
-    from actors.soul_host import store_name
+    from actors.placement import store_name
 
     data_dir = sys.argv[1]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})

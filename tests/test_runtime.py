@@ -183,8 +183,7 @@ def test_errors_come_from_the_project_hierarchy(runtime, soul_id) -> None:
 
 def test_metrics_are_counted(runtime, soul_id) -> None:
     from actors import raycalls
-    from actors.placement import shard_index
-    from actors.soul_host import store_name
+    from actors.placement import shard_index, store_name
     s = runtime.soul(soul_id)
     host = raycalls.get_actor(runtime.placement(soul_id)["host"], runtime.cfg.namespace)
     store = raycalls.get_actor(store_name("semantic", shard_index(soul_id, runtime.cfg.shards("semantic"), "semantic")),

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.rule import Rule
 
-from soul_runtime.cli import render as R
+from soul_runtime.cli import render
 from soul_runtime.cli.scenario import ASSISTANT, EXPECTED_FACTS, EXPECTED_TASK_CLASS, SCENARIO, USER
 from soul_runtime.clock import iso
 from soul_runtime.errors import InvalidInput
@@ -63,12 +63,12 @@ def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = 
             res = soul.turn(text, user=USER, at=at)
             model_seen = res.model
             out["turns"].append({"day": d, "at": iso(at), "user": USER, "text": text, "reply": res.reply,
-                                 "turn_id": res.turn_id, "recalled": R.plain(res.recalled),
+                                 "turn_id": res.turn_id, "recalled": render.plain(res.recalled),
                                  "writes": [w.to_dict() for w in res.writes], "model": res.model,
                                  "offline": res.offline})
             if show:
                 console.print()
-                R.print_turn(console, USER, text, res, assistant=ASSISTANT)
+                render.print_turn(console, USER, text, res, assistant=ASSISTANT)
     out["turn_seconds"] = round(time.perf_counter() - t_start, 2)
     out["model"] = model_seen
     facts = soul.facts()
@@ -76,9 +76,9 @@ def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = 
     episodes = soul.episodes()
     history = soul.fact_history(*HISTORY_KEY)
     stats = soul.stats()
-    out.update(facts=R.plain(facts), procedures=R.plain(procs), episode_count=len(episodes),
-               recent_episodes=R.plain(episodes[-5:]), history=R.plain(history),
-               history_line=R.history_line(history), stats=stats)
+    out.update(facts=render.plain(facts), procedures=render.plain(procs), episode_count=len(episodes),
+               recent_episodes=render.plain(episodes[-5:]), history=render.plain(history),
+               history_line=render.history_line(history), stats=stats)
     found = {(f.entity, f.attribute): f.value for f in facts if f.status == "active"}
     days_played = len(scenario_days(days))
     expected = EXPECTED_FACTS if days_played == len(SCENARIO) else {}
@@ -91,17 +91,17 @@ def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = 
 def _summary(console: Console, facts: Any, procs: Any, episodes: Any, history: Any, stats: Mapping[str, Any],
              out: Mapping[str, Any], expected: Mapping[Any, str]) -> None:
     console.print(Rule("What the soul remembers"))
-    console.print(R.facts_table(facts))
-    console.print(R.procedures_table(procs) if procs else "[dim]procedures: none yet[/]")
+    console.print(render.facts_table(facts))
+    console.print(render.procedures_table(procs) if procs else "[dim]procedures: none yet[/]")
     versions = ", ".join(f"v{p.version} {p.status}" for p in procs if p.task_class == EXPECTED_TASK_CLASS)
     if versions:
         console.print(f"procedure [bold]{EXPECTED_TASK_CLASS}[/]: {versions}")
     console.print(f"episodes: [bold]{len(episodes)}[/] stored; the {min(5, len(episodes))} most recent:")
-    console.print(R.episodes_table(episodes[-5:], "recent episodes"))
+    console.print(render.episodes_table(episodes[-5:], "recent episodes"))
     ent, att = HISTORY_KEY
-    console.print(R.history_table(history, f"fact history of {ent}:{att}"))
+    console.print(render.history_table(history, f"fact history of {ent}:{att}"))
     console.print(f"[bold]{ent}:{att}[/]: {escape(out['history_line'])}")
-    console.print(R.kv_table("layer counts", stats))
+    console.print(render.kv_table("layer counts", stats))
     missing = out["expected_facts_missing"]
     if expected:
         console.print(f"scenario's expected facts: {len(expected) - len(missing)}/{len(expected)} are facts"
@@ -133,7 +133,7 @@ def run_cli(ctx: Any) -> int:
     out.update(data_dir=data_dir, model_label=label, offline=offline, connect_seconds=round(connected, 2),
                total_seconds=round(time.perf_counter() - t0, 2))
     if ctx.json:
-        R.print_json(out)
+        render.print_json(out)
     else:
         ctx.out.print(f"done in {out['total_seconds']:.1f} s (Ray + actors {connected:.1f} s); "
                       f"data in {data_dir}; inspect it with  soul facts atlas --data-dir {data_dir}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from soul_runtime.cli import render as R
+from soul_runtime.cli import render
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
 from soul_runtime.text import check_id
 
@@ -108,7 +108,7 @@ class Ctx:
 
     def emit(self, data: Any, *renderables: Any) -> None:
         if self.json:
-            R.print_json(data)
+            render.print_json(data)
         else:
             for r in renderables:
                 self.out.print(r)
@@ -166,9 +166,9 @@ def _chat_line(ctx: Ctx, soul: Any, user: str, line: str) -> bool:
     if not line.startswith("/"):
         res = soul.turn(line, user=user)
         if ctx.json:
-            R.print_json({"text": line, **R.plain(res)})
+            render.print_json({"text": line, **render.plain(res)})
         else:
-            R.print_turn(ctx.out, user, line, res, assistant=soul.id)
+            render.print_turn(ctx.out, user, line, res, assistant=soul.id)
         return True
     cmd, _, arg = line[1:].partition(" ")
     arg = arg.strip()
@@ -180,14 +180,14 @@ def _chat_line(ctx: Ctx, soul: Any, user: str, line: str) -> bool:
         if not arg:
             raise InvalidInput("usage: /recall QUERY")
         items = soul.recall(arg, k=10)
-        ctx.emit(items, R.recalled_table(items, f"recall {arg!r}") if items else "nothing recalled")
+        ctx.emit(items, render.recalled_table(items, f"recall {arg!r}") if items else "nothing recalled")
     elif cmd == "facts":
         facts = soul.facts(arg or None)
-        ctx.emit(facts, R.facts_table(facts) if facts else "no facts yet")
+        ctx.emit(facts, render.facts_table(facts) if facts else "no facts yet")
     elif cmd == "trace":
         n = int(arg) if arg.isdigit() and int(arg) > 0 else 5
         traces = soul.trace(last=n)
-        ctx.emit(traces, R.traces_table(traces))
+        ctx.emit(traces, render.traces_table(traces))
     else:
         ctx.err.print(f"unknown command /{cmd}; /help lists them")
     return True
@@ -223,7 +223,7 @@ def cmd_observe(ctx: Ctx) -> int:
             "messages": n_msgs, "batches_with_writes": persisted, "writes": writes,
             "qa": sum(len(c.qa) for c in convs), "observe_seconds": round(seconds, 2),
             "total_seconds": round(time.perf_counter() - t0, 2), "data_dir": ctx.data_dir}
-    ctx.emit(data, R.kv_table(f"observed into '{sid}'", data))
+    ctx.emit(data, render.kv_table(f"observed into '{sid}'", data))
     return 0
 
 
@@ -231,7 +231,7 @@ def cmd_recall(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
         items = rt.soul(sid).recall(ctx.args.query, k=ctx.args.k, at=_time(ctx.args.at), stores=ctx.args.store)
-    ctx.emit(items, R.recalled_table(items, f"recall {ctx.args.query!r} (k={ctx.args.k})") if items
+    ctx.emit(items, render.recalled_table(items, f"recall {ctx.args.query!r} (k={ctx.args.k})") if items
              else "nothing recalled")
     return 0
 
@@ -240,7 +240,7 @@ def cmd_facts(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
         facts = rt.soul(sid).facts(ctx.args.entity)
-    ctx.emit(facts, R.facts_table(facts) if facts else "no facts")
+    ctx.emit(facts, render.facts_table(facts) if facts else "no facts")
     return 0
 
 
@@ -248,8 +248,8 @@ def cmd_history(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
         versions = rt.soul(sid).fact_history(ctx.args.entity, ctx.args.attribute)
-    ctx.emit(versions, R.history_table(versions, f"history of {ctx.args.entity}:{ctx.args.attribute}"),
-             R.history_line(versions))
+    ctx.emit(versions, render.history_table(versions, f"history of {ctx.args.entity}:{ctx.args.attribute}"),
+             render.history_line(versions))
     return 0
 
 
@@ -257,7 +257,7 @@ def cmd_procedures(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
         procs = rt.soul(sid).procedures(ctx.args.task)
-    ctx.emit(procs, R.procedures_table(procs) if procs else "no procedures")
+    ctx.emit(procs, render.procedures_table(procs) if procs else "no procedures")
     return 0
 
 
@@ -268,7 +268,7 @@ def cmd_episodes(ctx: Ctx) -> int:
         eps = rt.soul(sid).episodes(since=_time(a.since), until=_time(a.until), session=a.session,
                                     sessions_ago=a.sessions_ago)
     shown = eps[-a.limit:] if a.limit else eps
-    ctx.emit(shown, R.episodes_table(shown, f"episodes of '{sid}' ({len(shown)} of {len(eps)})"))
+    ctx.emit(shown, render.episodes_table(shown, f"episodes of '{sid}' ({len(shown)} of {len(eps)})"))
     return 0
 
 
@@ -277,11 +277,11 @@ def cmd_trace(ctx: Ctx) -> int:
     with ctx.runtime() as rt:
         got = rt.soul(sid).trace(ctx.args.turn_id, last=ctx.args.last)
     if ctx.json:
-        R.print_json(got)
+        render.print_json(got)
     elif isinstance(got, list):
-        ctx.out.print(R.traces_table(got, f"last {len(got)} turn traces of '{sid}'"))
+        ctx.out.print(render.traces_table(got, f"last {len(got)} turn traces of '{sid}'"))
     else:
-        R.print_trace(ctx.out, got)
+        render.print_trace(ctx.out, got)
     return 0
 
 
@@ -289,7 +289,7 @@ def cmd_stats(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul) if ctx.args.soul else None
     with ctx.runtime() as rt:
         data = rt.soul(sid).stats() if sid else {**rt.stats(), "soul_ids": rt.souls()}
-    ctx.emit(data, R.kv_table(f"soul '{sid}'" if sid else "runtime", data))
+    ctx.emit(data, render.kv_table(f"soul '{sid}'" if sid else "runtime", data))
     return 0
 
 
@@ -298,9 +298,9 @@ def cmd_turn(ctx: Ctx) -> int:
     with ctx.runtime() as rt:
         res = rt.soul(sid).turn(ctx.args.text, user=ctx.args.user, at=_time(ctx.args.at))
     if ctx.json:
-        R.print_json(res)
+        render.print_json(res)
     else:
-        R.print_turn(ctx.out, ctx.args.user or "user", ctx.args.text, res, assistant=sid)
+        render.print_turn(ctx.out, ctx.args.user or "user", ctx.args.text, res, assistant=sid)
     return 0
 
 
@@ -311,11 +311,11 @@ def cmd_audit(ctx: Ctx) -> int:
     if ctx.args.save_fixture:
         save_fixture(ctx.args.save_fixture, report.rows, transcript)
     if ctx.json:
-        R.print_json(report.to_dict())
+        render.print_json(report.to_dict())
     else:
-        for t in R.audit_tables(report):
+        for t in render.audit_tables(report):
             ctx.out.print(t)
-        ctx.out.print(R.audit_verdict(report))
+        ctx.out.print(render.audit_verdict(report))
         if ctx.args.save_fixture:
             ctx.out.print(f"fixture written to {ctx.args.save_fixture}: review each 'expected' by hand")
     return 1 if ctx.args.strict and report.unbalanced else 0

@@ -34,7 +34,7 @@ from soul_runtime.records import (
     Message,
     RecalledItem,
     WriteRequest,
-    extraction_from_plain,
+    request_from_plain,
     to_plain,
 )
 from soul_runtime.text import check_id, check_text, estimate_tokens
@@ -122,8 +122,7 @@ class Soul:
         intent = self.state.pending_intent()
         if intent is None:
             return False
-        reqs = [WriteRequest(**{**r, "sources": tuple(r["sources"]), "extraction": extraction_from_plain(r["extraction"])})
-                for r in intent["requests"]]
+        reqs = [request_from_plain(r) for r in intent["requests"]]
         writes = self.memory.write_many(reqs) if reqs else []
         trace = TurnTrace.from_dict(intent["trace"])
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws))

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from soul_runtime.models import offline_rules as R
+from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import (
     ChatMessage,
     Exchange,
@@ -42,7 +42,7 @@ def _usage(inp: str, out: str) -> Usage:
 
 def _subject(speaker: str, text: str) -> str:
     """Who "I" is: the speaker, or for a generic speaker ("user") the name the text introduces."""
-    return (R.find_name(text) or speaker.strip()) if speaker.strip().lower() in R.GENERIC_SPEAKERS else speaker.strip()
+    return (rules.find_name(text) or speaker.strip()) if speaker.strip().lower() in rules.GENERIC_SPEAKERS else speaker.strip()
 
 
 def _say(f: FactCandidate) -> str:
@@ -57,30 +57,30 @@ def _render(facts: list[FactCandidate]) -> str:
     return "; ".join(_say(f) for f in (named or facts))
 
 
-def _candidate(st: R.Statement, kind: str, sources: tuple[str, ...]) -> FactCandidate:
-    return FactCandidate(R.entity_key(st.entity), st.attribute_key, st.value, kind, sources, st.entity, st.attribute)
+def _candidate(st: rules.Statement, kind: str, sources: tuple[str, ...]) -> FactCandidate:
+    return FactCandidate(rules.entity_key(st.entity), st.attribute_key, st.value, kind, sources, st.entity, st.attribute)
 
 
 def _prior(ex: Exchange) -> list[ChatMessage]:
     """The earlier messages (without the current one, should the caller have appended it)."""
     hist = list(ex.history)
-    same = hist and hist[-1].role == "user" and R.collapse(hist[-1].content) == R.collapse(ex.user_text)
+    same = hist and hist[-1].role == "user" and rules.collapse(hist[-1].content) == rules.collapse(ex.user_text)
     return hist[:-1][-_WINDOW:] if same else hist[-_WINDOW:]
 
 
 def _message_facts(msg: ChatMessage, speaker: str) -> list[FactCandidate]:
     """The facts a message states (an assistant's restatement: "Noted: Tendril's production database is …")."""
     text = msg.content.removeprefix(PREFIX).strip()
-    if R.is_instruction(text):
+    if rules.is_instruction(text):
         return []
     subject = "" if msg.role == "assistant" else _subject(msg.speaker or speaker, text)
     out: list[FactCandidate] = []
-    for sentence in R.split_sentences(text):
-        for clause in R.split_clauses(R.strip_fillers(sentence)):
+    for sentence in rules.split_sentences(text):
+        for clause in rules.split_clauses(rules.strip_fillers(sentence)):
             clause = re.sub(r"^(?i:noted|updated|confirmed|thanks|got it)\s*[:,\u2014-]\s*", "", clause)
-            corr = R.parse_correction(clause)
+            corr = rules.parse_correction(clause)
             clause = corr.statement if corr and corr.statement else clause
-            out += [_candidate(st, "", ()) for st in R.parse_statements(clause, subject)]
+            out += [_candidate(st, "", ()) for st in rules.parse_statements(clause, subject)]
     return out
 
 
@@ -103,13 +103,13 @@ class _Analysis:
         return [f for f in self.facts if f.kind == kind]
 
 
-def _resolve(corr: R.Correction, cands: list[FactCandidate], sources: tuple[str, ...]) -> FactCandidate | None:
+def _resolve(corr: rules.Correction, cands: list[FactCandidate], sources: tuple[str, ...]) -> FactCandidate | None:
     """The recalled / recent fact a bare correction ("actually, it's Postgres 16") replaces."""
-    new_words = set(R.normalise(corr.value).split())
-    hint = R.normalise(corr.old_hint)
+    new_words = set(rules.normalise(corr.value).split())
+    hint = rules.normalise(corr.old_hint)
 
     def score(c: FactCandidate) -> int:  # the old value named, words shared, both numeric
-        old = R.normalise(c.value)
+        old = rules.normalise(c.value)
         return (10 if hint and re.search(rf"\b{re.escape(hint)}\b", old) else 0) + 2 * len(
             {w for w in new_words & set(old.split()) if not w.isdigit()}) + bool(re.search(r"\d", old) and re.search(r"\d", corr.value))
 
@@ -120,7 +120,7 @@ def _resolve(corr: R.Correction, cands: list[FactCandidate], sources: tuple[str,
     if hint and corr.old_hint in best.value and len(new_words) == 1:
         value = best.value.replace(corr.old_hint, corr.value)
     elif re.fullmatch(r"\d+(?:\.\d+)*", corr.value):
-        value = R.replace_number(best.value, corr.value)
+        value = rules.replace_number(best.value, corr.value)
     if value == best.value:
         return None
     return dataclasses.replace(best, value=value, kind="corrected", sources=sources)
@@ -131,21 +131,21 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
     if positive == "":
         return [dataclasses.replace(f, kind="retracted", sources=sources) for f in previous]
     out = []
-    for st in R.parse_statements(positive, subject):
+    for st in rules.parse_statements(positive, subject):
         f = _candidate(st, "retracted", sources)
         same = [c for c in cands if c.entity == f.entity and (c.attribute == f.attribute or set(
-            R.content_words(c.value)) & set(R.content_words(f.value)))]
+            rules.content_words(c.value)) & set(rules.content_words(f.value)))]
         out.append(dataclasses.replace(same[0], kind="retracted", sources=sources) if same else f)
     if not out:  # "Tendril is no longer on Postgres": match a known fact by entity and value words
-        words = set(R.content_words(clause))
+        words = set(rules.content_words(clause))
         out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands
-               if set(R.content_words(c.display_entity or c.entity)) <= words and set(R.content_words(c.value)) & words]
+               if set(rules.content_words(c.display_entity or c.entity)) <= words and set(rules.content_words(c.value)) & words]
     return out[:3]
 
 
 def _request(text: str) -> tuple[str, str] | None:
     """(task class, request body) of the first task request in ``text``."""
-    found = ((R.task_class(sn), req[1]) for sn in R.split_sentences(text) if (req := R.parse_request(sn)))
+    found = ((rules.task_class(sn), req[1]) for sn in rules.split_sentences(text) if (req := rules.parse_request(sn)))
     return next(((cls, body) for cls, body in found if cls), None)
 
 
@@ -153,18 +153,18 @@ def _last_request(hist: list[ChatMessage], speaker: str) -> tuple[str, str, tupl
     """The task in progress: (class, body, steps) of the last request in history."""
     for i in range(len(hist) - 1, -1, -1):
         msg, after = hist[i], hist[i + 1].content.removeprefix(PREFIX) if i + 1 < len(hist) else ""
-        req = _request(msg.content) if msg.role == "user" and not R.is_instruction(msg.content) else None
+        req = _request(msg.content) if msg.role == "user" and not rules.is_instruction(msg.content) else None
         if req:
             subject = _subject(msg.speaker or speaker, msg.content)
-            steps = R.parse_steps(msg.content, subject) or R.parse_steps(after) or R.default_plan(req[0])
-            return req[0], R.to_third_person(req[1], subject), steps
+            steps = rules.parse_steps(msg.content, subject) or rules.parse_steps(after) or rules.default_plan(req[0])
+            return req[0], rules.to_third_person(req[1], subject), steps
     return None
 
 
 def _procedure_steps(lines: tuple[str, ...], cls: str) -> tuple[str, tuple[str, ...]]:
     for line in lines:
         m = _LINE.match(line.strip())
-        if m and m.group("store") == "procedural" and R.same_task(m.group("id").split("@")[0], cls):
+        if m and m.group("store") == "procedural" and rules.same_task(m.group("id").split("@")[0], cls):
             return m.group("id"), tuple(s.strip(" .") for s in re.findall(r"\d+\.\s+(.+?)(?=;\s*\d+\.|$)", m.group("text")))
     return "", ()
 
@@ -172,7 +172,7 @@ def _procedure_steps(lines: tuple[str, ...], cls: str) -> tuple[str, tuple[str, 
 def analyse(ex: Exchange) -> _Analysis:
     a = _Analysis()
     text = ex.user_text.strip()
-    a.chit, a.instruction = not _has_content(text), _has_content(text) and R.is_instruction(text)
+    a.chit, a.instruction = not _has_content(text), _has_content(text) and rules.is_instruction(text)
     if a.chit or a.instruction:
         return a
     hist, srcs = _prior(ex), tuple(ex.message_ids)
@@ -185,86 +185,86 @@ def analyse(ex: Exchange) -> _Analysis:
     cands = [f for m in reversed(hist) for f in _message_facts(m, ex.speaker)]
     cands += [FactCandidate(e, at, v, "", (), e, at.replace("_", " ")) for e, at, v in ex.known_facts]
     rest, leftover = text, []
-    conf = R.confirmation(text)
+    conf = rules.confirmation(text)
     if conf is not None:
         confirmed = previous + (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
         a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
         rest = conf
-    for sentence in R.split_sentences(rest):
-        if R.is_question(sentence):
+    for sentence in rules.split_sentences(rest):
+        if rules.is_question(sentence):
             leftover.append(sentence)
             continue
-        clauses, kept = R.split_clauses(R.strip_fillers(sentence)), []
+        clauses, kept = rules.split_clauses(rules.strip_fillers(sentence)), []
         for clause in clauses:
             n_facts = len(a.facts)
-            if R.echoes(clause, guards):
+            if rules.echoes(clause, guards):
                 continue
             m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
-            positive = R.parse_retraction(clause)
-            corr = R.parse_correction(clause) if not m and positive is None else None
+            positive = rules.parse_retraction(clause)
+            corr = rules.parse_correction(clause) if not m and positive is None else None
             if m:
-                a.facts += [_candidate(st, "confirmed", srcs) for st in R.parse_statements(m.group(1), subject)]
+                a.facts += [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), subject)]
             elif positive is not None:
                 a.facts += _retract(positive, clause, subject, cands, previous, srcs)
             elif corr and corr.statement:
-                a.facts += [_candidate(st, "corrected", srcs) for st in R.parse_statements(corr.statement, subject)]
+                a.facts += [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, subject)]
             elif corr:
                 fixed = _resolve(corr, cands, srcs)
                 a.facts += [fixed] if fixed else []
             else:
-                a.facts += [_candidate(st, "stated", srcs) for st in R.parse_statements(clause, subject)]
+                a.facts += [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, subject)]
             if len(a.facts) == n_facts or all(f.kind == "stated" for f in a.facts[n_facts:]):
                 kept.append(clause)
         leftover += [" \u2014 ".join(kept).rstrip(".!") + "."] if len(kept) < len(clauses) and kept else []
         leftover += [sentence] if len(kept) == len(clauses) else []
     unique = {(f.entity, f.attribute, f.kind): f for f in reversed(a.facts)}  # first one wins
-    a.facts = [f for f in unique.values() if not R.SECRET.search(f.attribute + " " + f.value) and not (
-        f.kind == "stated" and R.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", guards))][::-1]
+    a.facts = [f for f in unique.values() if not rules.SECRET.search(f.attribute + " " + f.value) and not (
+        f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", guards))][::-1]
     # tasks: a request here, or an outcome / "save this as a procedure" for the last request in history
     req = _request(text)
     if req:
-        cls, steps = next((k for k in ex.known_tasks if R.same_task(k, req[0])), req[0]), R.parse_steps(text, subject)
-        a.request, a.task_body, a.explicit_steps = cls, R.to_third_person(req[1], subject), bool(steps)
-        steps = steps or _procedure_steps(tuple(ex.recalled), cls)[1] or R.default_plan(cls)
-        a.task = TaskReport(cls, steps, "", R.save_requested(text))
-    outcome, save = R.detect_outcome(rest), R.save_requested(text)
+        cls, steps = next((k for k in ex.known_tasks if rules.same_task(k, req[0])), req[0]), rules.parse_steps(text, subject)
+        a.request, a.task_body, a.explicit_steps = cls, rules.to_third_person(req[1], subject), bool(steps)
+        steps = steps or _procedure_steps(tuple(ex.recalled), cls)[1] or rules.default_plan(cls)
+        a.task = TaskReport(cls, steps, "", rules.save_requested(text))
+    outcome, save = rules.detect_outcome(rest), rules.save_requested(text)
     last = _last_request(hist, ex.speaker) if not a.task and (outcome or save) else None
     if last:
-        cls = next((k for k in ex.known_tasks if R.same_task(k, last[0])), last[0])
+        cls = next((k for k in ex.known_tasks if rules.same_task(k, last[0])), last[0])
         a.task, a.task_body = TaskReport(cls, last[2], outcome, save), last[1]
     # the episode
     named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
     assistant = named.group(1) if named else "the assistant"
-    general = "" if a.request else R.summarise(" ".join(leftover), name)
-    if save and a.task and not outcome and R.collapse(R.strip_fillers(text)).count(" ") < 8:
+    general = "" if a.request else rules.summarise(" ".join(leftover), name)
+    if save and a.task and not outcome and rules.collapse(rules.strip_fillers(text)).count(" ") < 8:
         general = ""
     parts = [f"{name} {verb}: {_render(a.of_kind(kind))}." for kind, verb in
              (("confirmed", "confirmed"), ("corrected", "corrected"), ("retracted", "withdrew")) if a.of_kind(kind)]
     if a.request and a.task:
         parts += [f"{name} asked {assistant} to {a.task_body}."] + ["Steps: " + "; ".join(a.task.steps) + "."] * a.explicit_steps
     prev = hist[-1] if hist else None
-    gist = R.question_gist(prev.content.removeprefix(PREFIX), name) if prev and prev.speaker != ex.speaker else ""
-    if not parts and gist and R.is_elliptic(rest):
+    gist = rules.question_gist(prev.content.removeprefix(PREFIX), name) if prev and prev.speaker != ex.speaker else ""
+    if not parts and gist and rules.is_elliptic(rest):
         general = ""  # an answer that leans on the question: summarised with it below
-    if general and R.content_words(general):
+    if general and rules.content_words(general):
         parts.append(general)
     if a.task:
         parts += [f"The task to {a.task_body} {'succeeded' if a.task.outcome == 'success' else 'failed'}."] * bool(
             a.task.outcome) + [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
-    if not parts and prev and gist and R.is_elliptic(rest):
-        answer = R.clean_value(R.summarise(rest, name, limit=240) or R.strip_fillers(rest))
+    if not parts and prev and gist and rules.is_elliptic(rest):
+        answer = rules.clean_value(rules.summarise(rest, name, limit=240) or rules.strip_fillers(rest))
         first = answer.split()[0] if answer else ""
-        answer = answer[:1].lower() + answer[1:] if first != "I" and (len(first) == 1 or first.lower() in R.STOPWORDS
+        answer = answer[:1].lower() + answer[1:] if first != "I" and (len(first) == 1 or first.lower() in rules.STOPWORDS
                                                                      or first.endswith("ing")) else answer
         parts.append(f'Asked "{gist}", {name} said: {answer}.')
         a.extra_sources = (prev.id,) if getattr(prev, "id", "") else ()
     if not parts and (a.facts or a.task):
-        parts.append(R.summarise(text, name) or f"{name}: {_render(a.facts)}.")
-    a.episode = R.cap(" ".join(p for p in parts if p))
+        parts.append(rules.summarise(text, name) or f"{name}: {_render(a.facts)}.")
+    a.episode = rules.cap(" ".join(p for p in parts if p))
     a.event = bool(a.facts or a.task or a.episode)
-    a.question = not a.event and any(R.is_question(s) and len(R.content_words(s)) >= 2 for s in R.split_sentences(text))
+    a.question = not a.event and any(rules.is_question(s) and len(rules.content_words(s)) >= 2 for s in rules.split_sentences(text))
     a.chit = not a.event and not a.question
-    found = R.entities(text) + [f.display_entity for f in a.facts] + [subject] * (subject.lower() not in R.GENERIC_SPEAKERS)
+    found = rules.entities(text) + [f.display_entity for f in a.facts] + [subject] * (subject.lower() not in rules.GENERIC_SPEAKERS)
     firsts = {e.lower(): e for e in reversed(found) if e}  # the first spelling of each, in order of appearance
     a.entities = tuple(firsts[k] for k in dict.fromkeys(e.lower() for e in found if e))
     return a
@@ -301,20 +301,20 @@ class OfflineModel(LanguageModel):
 
     def extract(self, exchange: Exchange) -> ExtractResult:
         a = analyse(exchange)
-        short = R.compact(a.episode) if a.episode else ""
+        short = rules.compact(a.episode) if a.episode else ""
         ext = Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
                          extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")
         inp = exchange.user_text + exchange.reply_text + "".join(m.content for m in exchange.history)
         return ExtractResult(ext, _usage(inp, a.episode + repr(ext.facts) + repr(ext.task)))
 
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
-        cls = R.task_class(text)
-        match = next((k for k in known if k == cls), None) or next((k for k in known if cls and R.same_task(k, cls)), None)
+        cls = rules.task_class(text)
+        match = next((k for k in known if k == cls), None) or next((k for k in known if cls and rules.same_task(k, cls)), None)
         confidence = 0.0 if cls is None else 1.0 if match == cls else 0.8 if match else 0.6
         return TaskClassification(match or cls, confidence, _usage(text, match or cls or "none"))
 
     def reply(self, request: ReplyRequest) -> ModelReply:
-        text, user = request.user_text, request.user if request.user.lower() not in R.GENERIC_SPEAKERS else ""
+        text, user = request.user_text, request.user if request.user.lower() not in rules.GENERIC_SPEAKERS else ""
         lines = [m for m in (_LINE.match(x.strip()) for x in request.memory_lines) if m]
         known = tuple((m.group("id").split(":")[0], m.group("id").split(":", 1)[1], m.group("text").rsplit(": ", 1)[-1])
                       for m in lines if m.group("store") == "semantic" and ":" in m.group("id"))
@@ -340,8 +340,8 @@ class OfflineModel(LanguageModel):
                          f"{a.task.outcome} for '{a.task.task_class}'.")
         if a.task and a.task.save_requested:
             parts.append(f"I'll save '{a.task.task_class}' as a procedure.")
-        qwords = set(R.content_words(text))
-        scored = [(len(qwords & set(R.content_words(m.group("text") + " " + re.sub(r"[:_@]", " ", m.group("id"))))), i, m)
+        qwords = set(rules.content_words(text))
+        scored = [(len(qwords & set(rules.content_words(m.group("text") + " " + re.sub(r"[:_@]", " ", m.group("id"))))), i, m)
                   for i, m in enumerate(lines) if not (m.group("store") == "procedural" and a.request)]
         top = max((s for s, _, _ in scored), default=0)
         relevant = sorted((x for x in scored if x[0] >= max(1, top // 2)), key=lambda x: (-x[0], x[1]))[:3]

@@ -11,17 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from soul_runtime import text
+from soul_runtime.text import collapse, singular
+from soul_runtime.text import fold as normalise
+
 GENERIC_SPEAKERS = frozenset({"", "user", "human", "you", "me", "speaker", "unknown"})
-STOPWORDS = frozenset("""
-a an the and or but if so to of in on at for with from by as is are was were be been being am do does did
-have has had i me my mine myself we us our you your yours he him his she her they them their it its this that
-these those there here what which who whom whose when where why how not no yes yeah yep ok okay oh wow hey hi
-hello thanks thank please just really very too also still much many more most some any all can could would
-should will shall may might must about into over then than up out off get got go going gonna wanna im it's
-that's i've i'd i'll i'm you're you've you'd don't didn't can't won't isn't lol haha cool great awesome nice
-amazing good love glad happy sure totally agree well kind lot bit thing things stuff see talk soon bye later
-care doing been new anything something everything day time hear sounds sound looks look let's one like know
-mean guess feel think way pretty super such even ever right now today yet again always never bad fine welcome
+# chatter on top of the retrieval stop words: words that carry no fact in conversation
+STOPWORDS = text.STOPWORDS | frozenset("""
+agree always amazing anything awesome bad bit bye can't care cool day even ever everything feel fine get glad go going
+gonna good got great guess haha happy hear hello i'll im isn't kind know later let's like lol look looks lot love many
+mean more most much myself never new nice now one please pretty right see something soon sound sounds still stuff super
+sure talk thank thanks thing things think time today totally wanna way welcome well won't yep yet you'd you've yours
 """.split())
 OPINION = frozenset("so really very pretty super too great awesome amazing cool nice good bad fine fun special "
                     "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
@@ -29,16 +29,6 @@ PRONOUNS = frozenset("it that this them him her you me us those these they he sh
 SECRET = re.compile(r"password|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn", re.I)
 
 # ---- normalisation -------------------------------------------------------------
-
-
-def collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
-def normalise(text: str) -> str:
-    """Lower-case, straight quotes, possessive 's dropped, punctuation out, spaces collapsed."""
-    t = re.sub(r"'s\b", "", text.replace("\u2019", "'").replace("\u2018", "'").lower())
-    return collapse(re.sub(r"[^\w\s'-]", " ", t).replace("'", ""))
 
 
 def clean_value(value: str) -> str:
@@ -57,17 +47,11 @@ def attribute_key(words: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", words.lower().replace("'s", "").replace("favorite", "favourite")).strip("_")
 
 
-def stem(word: str) -> str:
-    w = word.lower().strip("'")
-    plural = len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is"))
-    return w[:-3] + "y" if len(w) > 4 and w.endswith("ies") else w[:-1] if plural else w
-
-
 _STOP_NORM = frozenset(w.replace("'s", "").replace("'", "") for w in STOPWORDS)
 
 
 def content_words(text: str) -> list[str]:
-    return [stem(w) for w in normalise(text).split() if len(w) > 1 and w not in _STOP_NORM and not w.isdigit()]
+    return [singular(w) for w in normalise(text).split() if len(w) > 1 and w not in _STOP_NORM and not w.isdigit()]
 
 
 def split_sentences(text: str) -> list[str]:
@@ -202,7 +186,7 @@ def _value(raw: str, generic: bool = False) -> str:
 def _head(value: str) -> str:
     skip = ("the", "a", "an", "my", "to", "some", "all", "every", "any")
     words = [w for w in re.findall(r"[a-z0-9][\w-]*", value.lower()) if w not in skip]
-    return stem(words[0]) if words else ""
+    return singular(words[0]) if words else ""
 
 
 def _bad_entity(ent: str, initial: bool) -> bool:
@@ -402,7 +386,7 @@ def task_class(text: str) -> str | None:
         words = [w for w in np.split() if w.lower() not in _DETS and not re.search(r"\d", w) and not w[:1].isupper()
                  and w.isascii() and re.match(r"^[a-z-]+$", w)]
         if words:
-            return f"{verb} {stem(words[-1])}"
+            return f"{verb} {singular(words[-1])}"
     return None
 
 

@@ -1,0 +1,132 @@
+"""The folders draw the architecture: imports go one way, the core never imports Ray or the Ray layer,
+and only ``actors/raycalls.py`` talks to Ray."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# layer -> the layers it may import (besides itself)
+FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
+API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily
+ALLOWED: dict[str, set[str]] = {
+    FOUNDATION: set(),
+    "soul_runtime.embedding": {FOUNDATION},
+    "soul_runtime.models": {FOUNDATION},
+    "soul_runtime.memory": {FOUNDATION, "soul_runtime.embedding"},
+    "soul_runtime.loop": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory"},
+    "actors": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"},
+    "soul_runtime.bench": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
+                           "soul_runtime.loop", "actors"},
+    "soul_runtime.cli": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
+                         "soul_runtime.loop", "actors", "soul_runtime.bench", API},
+    API: {FOUNDATION, "actors"},
+}
+CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _layer(module: str) -> str | None:
+    if module == "soul_runtime":
+        return API
+    parts = module.split(".")
+    if parts[0] == "actors":
+        return "actors"
+    if parts[0] != "soul_runtime":
+        return None
+    candidate = ".".join(parts[:2])
+    return candidate if candidate in ALLOWED else FOUNDATION
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, at any depth of the file (lazy imports count too)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    mod = _module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target != "soul_runtime":  # `from soul_runtime import text` names the module, not the front door
+                out.append(target)
+            out += [f"{target}.{a.name}" for a in node.names]  # `from pkg import module`
+    return out
+
+
+def _sources() -> list[Path]:
+    return sorted(p for d in ("soul_runtime", "actors") for p in (ROOT / d).rglob("*.py"))
+
+
+def test_imports_go_one_way() -> None:
+    bad = []
+    for path in _sources():
+        mine = _layer(_module_name(path))
+        assert mine is not None
+        for target in _imports(path):
+            theirs = _layer(target)
+            if theirs is None or theirs == mine:
+                continue
+            if theirs not in ALLOWED[mine]:
+                bad.append(f"{path.relative_to(ROOT)} ({mine}) imports {target} ({theirs})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_core_never_imports_ray_or_the_ray_layer() -> None:
+    bad = []
+    for path in _sources():
+        if _layer(_module_name(path)) not in CORE:  # the front door (API) is not core: it hands off to actors
+            continue
+        for target in _imports(path):
+            if target.split(".")[0] in ("ray", "actors"):
+                bad.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_raycalls_imports_ray() -> None:
+    users = {str(p.relative_to(ROOT)) for p in _sources()
+             if any(t.split(".")[0] == "ray" for t in _imports(p))}
+    assert users == {"actors/raycalls.py"}
+
+
+def test_the_allowed_graph_has_no_cycles() -> None:
+    seen: dict[str, int] = {}
+
+    def visit(node: str, stack: tuple[str, ...]) -> None:
+        assert node not in stack, f"cycle: {' -> '.join(stack + (node,))}"
+        if seen.get(node):
+            return
+        for dep in ALLOWED[node]:
+            visit(dep, stack + (node,))
+        seen[node] = 1
+
+    for layer in ALLOWED:
+        visit(layer, ())
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    """The rules are not vacuous: a core module importing the Ray layer is caught."""
+    fake = ROOT / "soul_runtime" / "memory" / "_layout_probe.py"
+    fake.write_text("def f():\n    from actors import raycalls\n    import ray\n")
+    try:
+        imports = _imports(fake)
+        assert "actors.raycalls" in imports and "ray" in imports
+        assert _layer(_module_name(fake)) == "soul_runtime.memory"
+        assert "actors" not in ALLOWED["soul_runtime.memory"]
+    finally:
+        fake.unlink()
