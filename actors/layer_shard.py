@@ -7,19 +7,25 @@ Ray may retry them after a restart.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from soul_runtime.batching import MicroBatcher, Ticket
 from soul_runtime.config import MemoryConfig
-from soul_runtime.embedding.base import default_embedder
-from soul_runtime.errors import NotFound
-from soul_runtime.memory.episodic import EpisodicStore
+from soul_runtime.embedding.batching import BatchingEmbedder
+from soul_runtime.embedding.choice import make_embedder
+from soul_runtime.errors import NotFound, SoulError
+from soul_runtime.memory.episodic import EpisodicStore, index_key_text
+from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.records import Store, request_from_plain
-from soul_runtime.text import check_id
+from soul_runtime.text import check_id, check_write_request
 
 from . import raycalls
 from .introspection import ActorInfo
@@ -34,36 +40,98 @@ def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
 
 
-class LayerShard(ActorInfo):
-    """The stores of one layer for the souls hashed to this shard."""
+STORE_CLASS: dict[Store, Any] = {Store.EPISODIC: EpisodicStore, Store.SEMANTIC: SemanticStore,
+                                  Store.PROCEDURAL: ProceduralStore}
 
-    def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256) -> None:
+
+class _SoulLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+class LayerShard(ActorInfo):
+    """The stores of one layer for the souls hashed to this shard.
+
+    A threaded actor: calls for different souls run concurrently, calls for one soul one at a time (a lock
+    per soul, taken by :meth:`_soul`); the episodic shard's embedder batches concurrent callers' texts.
+    """
+
+    def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256,
+                 embedder: str = "default") -> None:
         self.layer = Store(layer)
         self.data_dir = data_dir
         self.cfg = MemoryConfig(**memory_config)
         self.capacity = capacity
         self.open: OrderedDict[str, LayerStore] = OrderedDict()
-        self.embedder = default_embedder() if self.layer is Store.EPISODIC else None
+        self.locks: dict[str, _SoulLock] = {}
+        self.guard = threading.Lock()  # the LRU and the lock table
+        self.embedder = BatchingEmbedder(make_embedder(embedder)) if self.layer is Store.EPISODIC else None
         self.metrics = Metrics.create()
 
-    def _store(self, soul_id: str) -> Any:
-        st = self.open.get(soul_id)
-        if st is not None:
-            self.open.move_to_end(soul_id)
-            return st
+    @contextmanager
+    def _claimed(self, soul_id: str) -> Iterator[None]:
+        """Hold the soul's lock; the lock-table entry lives while anyone holds or waits for it."""
+        with self.guard:
+            entry = self.locks.setdefault(soul_id, _SoulLock())
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self.guard:
+                entry.users -= 1
+                if entry.users == 0 and soul_id not in self.open:
+                    del self.locks[soul_id]
+
+    @contextmanager
+    def _soul(self, soul_id: str) -> Iterator[Any]:
+        """The soul's store, opened if need be, used by this thread alone until the block ends."""
+        with self._claimed(soul_id):
+            with self.guard:
+                st = self.open.get(soul_id)
+                if st is not None:
+                    self.open.move_to_end(soul_id)
+            if st is None:
+                st = self._open_store(soul_id)
+                with self.guard:
+                    self.open[soul_id] = st
+            yield st
+        self._evict()
+
+    def _open_store(self, soul_id: str) -> Any:
         d = soul_dir(self.data_dir, soul_id)
         if self.layer is Store.EPISODIC:
             assert self.embedder is not None
-            st = EpisodicStore(d, self.embedder, self.cfg)
-        elif self.layer is Store.SEMANTIC:
-            st = SemanticStore(d, self.cfg)
-        else:
-            st = ProceduralStore(d, self.cfg)
-        self.open[soul_id] = st
-        while len(self.open) > self.capacity:
-            _, old = self.open.popitem(last=False)
-            old.close()
-        return st
+            return EpisodicStore(d, self.embedder, self.cfg)
+        return STORE_CLASS[self.layer](d, self.cfg)
+
+    def _absent(self, soul_id: str) -> bool:
+        """The soul has no store of this layer: none open here and no file on disk."""
+        with self.guard:
+            if soul_id in self.open:
+                return False
+        return not (soul_dir(self.data_dir, soul_id) / f"{self.layer.value}.sqlite").exists()
+
+    def _evict(self) -> None:
+        """Close the least recently used stores beyond capacity, skipping any a thread holds or waits for."""
+        while True:
+            with self.guard:
+                if len(self.open) <= self.capacity:
+                    return
+                victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
+            if victim is None:
+                return
+            self._close(victim)
+
+    def _close(self, soul_id: str) -> None:
+        with self._claimed(soul_id):
+            with self.guard:
+                st = self.open.pop(soul_id, None)
+            if st is not None:
+                st.close()
 
     def ping(self) -> str:
         return self.layer.value
@@ -71,58 +139,138 @@ class LayerShard(ActorInfo):
 
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()
-        st = self._store(soul_id)
-        if self.layer is Store.EPISODIC:
-            out = st.recall(query, k, now)
-        elif self.layer is Store.SEMANTIC:
-            out = st.recall(query, k)
-        else:
-            out = st.recall(query, k, task_class)
+        if self._absent(soul_id):  # nothing stored in this layer yet: do not create a store to read it
+            self.metrics.recall(self.layer.value, time.perf_counter() - t0)
+            return []
+        with self._soul(soul_id) as st:
+            if self.layer is Store.EPISODIC:
+                out = st.recall(query, k, now)
+            elif self.layer is Store.SEMANTIC:
+                out = st.recall(query, k)
+            else:
+                out = st.recall(query, k, task_class)
         self.metrics.recall(self.layer.value, time.perf_counter() - t0)
         return list(out)
 
     def apply(self, soul_id: str, reqs: list[dict[str, Any]], marks: dict[str, list[str]] | None = None
               ) -> list[list[Any]]:
-        st = self._store(soul_id)
         requests = [request_from_plain(r) for r in reqs]
-        if self.layer is Store.EPISODIC:
-            out = st.apply_many(requests, **(marks or {}))
-        else:
-            out = st.apply_many(requests)
+        for req in requests:
+            check_write_request(req)
+        if self._absent(soul_id):  # a soul's first turns create only the stores they write to
+            answer = STORE_CLASS[self.layer].writes_without_store(requests)
+            if answer is not None:
+                return answer
+        with self._soul(soul_id) as st:
+            if self.layer is Store.EPISODIC:
+                out = st.apply_many(requests, **(marks or {}))
+            else:
+                out = st.apply_many(requests)
         for ws in out:
             for w in ws:
                 self.metrics.write(w.store.value, w.op.value)
         return out
+
+    # ---- batches: the recalls / writes of several souls in one call (from a host's ShardCalls) --------
+    def recall_batch(self, items: list[tuple[str, str, int, float, str | None]]) -> list[Any]:
+        """``recall`` for each item; one result (or the exception it raised) per item, in order."""
+        if self.embedder is not None:
+            self._warm([q for _, q, _, _, _ in items])
+        out: list[Any] = []
+        for soul_id, query, k, now, task_class in items:
+            try:
+                out.append(self.recall(soul_id, query, k, now, task_class))
+            except Exception as e:  # goes back to its own caller only
+                out.append(e)
+        return out
+
+    def apply_batch(self, items: list[tuple[str, list[dict[str, Any]], dict[str, list[str]] | None]]) -> list[Any]:
+        """``apply`` for each item; one result (or the exception it raised) per item, in order."""
+        if self.embedder is not None:
+            keys = []
+            for _, reqs, _ in items:
+                for r in reqs:
+                    try:
+                        req = request_from_plain(r)
+                    except Exception:  # validated (and refused) by apply itself
+                        continue
+                    if decide_episode(req.extraction).write:
+                        keys.append(index_key_text(req))
+            self._warm(keys)
+        out: list[Any] = []
+        for soul_id, reqs, marks in items:
+            try:
+                out.append(self.apply(soul_id, reqs, marks))
+            except Exception as e:  # goes back to its own caller only
+                out.append(e)
+        return out
+
+    def _warm(self, texts: list[str]) -> None:
+        """Embed the texts of a batch in one model call; the stores then find them in the embedder's cache."""
+        assert self.embedder is not None
+        try:
+            self.embedder.embed(list(dict.fromkeys(t for t in texts if isinstance(t, str))))
+        except SoulError:  # a bad text fails its own item below, not the batch
+            pass
 
     def read(self, soul_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Read-only calls: facts, history, procedures, episodes, stats, task_classes."""
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
                           "is_empty"}:
             raise AttributeError(method)
-        return getattr(self._store(soul_id), method)(*args, **kwargs)
+        with self._soul(soul_id) as st:
+            return getattr(st, method)(*args, **kwargs)
 
     def forget(self, soul_id: str) -> int:
-        return int(self._store(soul_id).forget())
+        with self._soul(soul_id) as st:
+            return int(st.forget())
 
     def import_(self, soul_id: str, data: dict[str, Any]) -> None:
-        self._store(soul_id).import_(data)
+        with self._soul(soul_id) as st:
+            st.import_(data)
 
     def sweep(self, soul_id: str, now: float) -> dict[str, int]:
-        st = self._store(soul_id)
-        return dict(st.sweep(now)) if hasattr(st, "sweep") else {}
+        with self._soul(soul_id) as st:
+            return dict(st.sweep(now)) if hasattr(st, "sweep") else {}
 
     def flush(self) -> int:
         n = 0
-        for st in self.open.values():
-            if isinstance(st, EpisodicStore):
-                st.flush()
-                n += 1
+        with self.guard:
+            souls = list(self.open)
+        for soul_id in souls:
+            with self._soul(soul_id) as st:
+                if isinstance(st, EpisodicStore):
+                    st.flush()
+                    n += 1
         return n
 
     def close_soul(self, soul_id: str) -> None:
-        st = self.open.pop(soul_id, None)
-        if st is not None:
-            st.close()
+        self._close(soul_id)
+
+
+class ShardCalls:
+    """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
+    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call."""
+
+    def __init__(self, stores: StoreLocator, *, max_batch: int = 32, max_wait_s: float = 0.002) -> None:
+        self.stores = stores
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
+        """Send ``item`` to the shard holding the soul's layer (``method`` is ``recall_batch`` or
+        ``apply_batch``); ``.result()`` on the ticket waits for its answer."""
+        name = store_of(soul_id, layer, self.stores.cfg.shards(layer))
+        with self._lock:
+            b = self._batchers.get((name, method))
+            if b is None:
+                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method) -> Any:
+                    return raycalls.call(self.stores.handle(_layer, _soul), _m, items)
+                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=raycalls.get, max_batch=self.max_batch,
+                                                                  max_wait_s=self.max_wait_s)
+        return b.start([item])
 
 
 class StoreLocator:

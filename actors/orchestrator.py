@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from soul_runtime.errors import InvalidInput, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
 from soul_runtime.text import check_id
@@ -24,6 +27,8 @@ from .placement import rendezvous
 from .settings import RuntimeConfig
 
 RETRIES = 40
+SEQ_CACHE = 100_000
+"""Souls whose next sequence number the orchestrator remembers; a forgotten one costs one `last_seq` call."""
 
 
 def host_name(i: int) -> str:
@@ -34,13 +39,31 @@ def dedicated_name(soul_id: str) -> str:
     return f"soul-dedicated-{soul_id}"
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedLRU(OrderedDict[K, V]):
+    """A dict that forgets its least recently written entries beyond ``maxsize``."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def __setitem__(self, key: K, value: V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+
+
 class TurnOrchestrator:
     def __init__(self, config: dict[str, Any], host_class: Any = None) -> None:
         self.cfg = RuntimeConfig.from_dict(config)
         self.config = config
         self.host_class = host_class
-        self.locks: dict[str, asyncio.Lock] = {}
-        self.next_seq: dict[str, int] = {}
+        self.locks: dict[str, list[Any]] = {}  # soul -> [lock, users]; an entry lives while it is used
+        self.next_seq: BoundedLRU[str, int] = BoundedLRU(SEQ_CACHE)  # a cache: the host knows the truth
         self.registry = Path(self.cfg.data_dir) / "dedicated.json"
         self.dedicated: dict[str, str] = self._load_registry()
         self.hosts = [host_name(i) for i in range(self.cfg.hosts)]
@@ -84,11 +107,21 @@ class TurnOrchestrator:
                 raise raycalls.translate(e) from None
         raise AssertionError("unreachable")
 
-    def _lock(self, soul_id: str) -> asyncio.Lock:
-        lock = self.locks.get(soul_id)
-        if lock is None:
-            lock = self.locks[soul_id] = asyncio.Lock()
-        return lock
+    @asynccontextmanager
+    async def _lock(self, soul_id: str) -> AsyncIterator[None]:
+        """The soul's FIFO lock (asyncio.Lock wakes waiters in order); dropped when nobody holds or awaits it,
+        so the orchestrator's state stays bounded by the souls in flight, not the souls ever seen."""
+        entry = self.locks.get(soul_id)
+        if entry is None:
+            entry = self.locks[soul_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.locks[soul_id]
 
     async def submit(self, soul_id: str, op: str, payload: dict[str, Any], request_id: str) -> Any:
         """Run one turn (or observe) of a soul in order; returns its TurnResult."""

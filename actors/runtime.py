@@ -66,8 +66,8 @@ class Runtime:
             for i in range(cfg.shards(layer)):
                 name = store_name(layer, i)
                 created.append(raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
-                                                                      cfg.store_capacity),
-                                               **self._opts(max_task_retries=-1)))
+                                                                      cfg.store_capacity, cfg.embedder),
+                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads)))
         for i in range(cfg.hosts):
             created.append(raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
                                            **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1)))

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from soul_runtime.config import SoulConfig
+from soul_runtime.embedding.choice import EMBEDDERS
 from soul_runtime.errors import ConfigError
 
 
@@ -28,6 +29,11 @@ class RuntimeConfig:
     host_threads: int = 16
     max_dedicated: int = 16
     """Dedicated actors for hot souls (custom resource ``soul_slot``)."""
+    shard_threads: int = 8
+    """Threads per store shard: different souls are served concurrently (one soul at a time each), and the
+    episodic shard's embedder batches what they ask for together."""
+    embedder: str = "default"
+    """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline`` or ``anthropic``."""
     soul: SoulConfig = field(default_factory=SoulConfig)
@@ -36,7 +42,7 @@ class RuntimeConfig:
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
         for name in ("hosts", "episodic_shards", "semantic_shards", "procedural_shards", "host_capacity",
-                     "store_capacity", "host_threads", "max_dedicated"):
+                     "store_capacity", "host_threads", "shard_threads", "max_dedicated"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 10_000:
                 raise ConfigError(f"{name} must be an int in 1..10000, got {v!r}")
@@ -47,6 +53,8 @@ class RuntimeConfig:
             raise ConfigError(f"namespace must be a non-empty string, got {self.namespace!r}")
         if not isinstance(self.soul, SoulConfig):
             raise ConfigError("soul must be a SoulConfig")
+        if self.embedder not in EMBEDDERS:
+            raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {self.embedder!r}")
         if self.model not in ("auto", "offline", "anthropic"):
             raise ConfigError(f"model must be auto, offline or anthropic, got {self.model!r}")
 

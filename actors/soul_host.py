@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,40 +26,47 @@ from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, WriteRequest
 
 from . import raycalls
 from .introspection import ActorInfo
-from .layer_shard import StoreLocator, soul_dir
+from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
 from .settings import RuntimeConfig
 
 
 class RemoteMemory:
-    """The loop's MemoryPort over store actors: parallel reads, cross-layer marks on write."""
+    """The loop's MemoryPort over store actors: the three layers in parallel, cross-layer marks on write,
+    each call batched with other souls' calls to the same shard (:class:`ShardCalls`)."""
 
-    def __init__(self, soul_id: str, stores: StoreLocator) -> None:
+    def __init__(self, soul_id: str, calls: ShardCalls) -> None:
         self.soul_id = soul_id
-        self.stores = stores
+        self.calls = calls
 
     def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
                task_class: str | None = None) -> list[RecalledItem]:
-        refs = [raycalls.call(self.stores.handle(s.value, self.soul_id), "recall", self.soul_id, query, k, float(now),
-                              task_class) for s in parse_stores(stores)]
-        return merge_recalls(raycalls.get(refs), k)
+        tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
+                                    (self.soul_id, query, k, float(now), task_class)) for s in parse_stores(stores)]
+        return merge_recalls([t.result()[0] for t in tickets], k)
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         plain = [to_plain(r) for r in reqs]
-        sem_ref = raycalls.call(self.stores.handle("semantic", self.soul_id), "apply", self.soul_id, plain)
-        proc_ref = raycalls.call(self.stores.handle("procedural", self.soul_id), "apply", self.soul_id, plain)
-        sem = raycalls.get(sem_ref)
+        sem_t = self.calls.start("semantic", self.soul_id, "apply_batch", (self.soul_id, plain, None))
+        proc_t = self.calls.start("procedural", self.soul_id, "apply_batch", (self.soul_id, plain, None))
+        sem = sem_t.result()[0]
         marks = cross_layer_marks(w for ws in sem for w in ws)
-        epi = raycalls.get(raycalls.call(self.stores.handle("episodic", self.soul_id), "apply", self.soul_id, plain,
-                                         marks))
-        proc = raycalls.get(proc_ref)
+        epi = self.calls.start("episodic", self.soul_id, "apply_batch", (self.soul_id, plain, marks)).result()[0]
+        proc = proc_t.result()[0]
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
 
 @dataclass
 class _Activation:
-    soul: Soul
+    soul: Soul | None  # None while its opener is opening it
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def live(self) -> Soul:
+        """The open soul (an activation returned by ``SoulHost._activate`` always has one)."""
+        assert self.soul is not None
+        return self.soul
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -67,57 +76,94 @@ class SoulHost(ActorInfo):
         self.cfg = RuntimeConfig.from_dict(config)
         self.model = model or make_model(self.cfg.model)
         self.stores = StoreLocator(self.cfg)
+        self.calls = ShardCalls(self.stores)
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.guard = threading.Lock()
         self.metrics = Metrics.create()
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
+        """The soul's activation, opening it if need be. Opening (files, recovery) happens outside the host's
+        lock, so a cold soul never stalls the other souls of the host; its own callers wait for it."""
         with self.guard:
             act = self.active.get(soul_id)
-            if act is not None:
+            opener = act is None
+            if act is None:
+                act = self.active[soul_id] = _Activation(None)
+            else:
                 self.active.move_to_end(soul_id)
                 act.last_used = time.monotonic()
-                return act
-            soul = Soul(soul_id, soul_dir(self.cfg.data_dir, soul_id), memory=RemoteMemory(soul_id, self.stores),
-                        model=self.model, config=self.cfg.soul)
-            act = self.active[soul_id] = _Activation(soul)
-            self.metrics.activation()
-            self._evict_locked()
+        if not opener:
+            act.ready.wait()
+            if act.soul is None:  # the opener failed: try again from scratch
+                return self._activate(soul_id)
             return act
+        try:
+            act.soul = Soul(soul_id, soul_dir(self.cfg.data_dir, soul_id), memory=RemoteMemory(soul_id, self.calls),
+                            model=self.model, config=self.cfg.soul)
+        except BaseException:
+            with self.guard:
+                if self.active.get(soul_id) is act:
+                    del self.active[soul_id]
+            raise
+        finally:
+            act.ready.set()
+        self.metrics.activation()
+        self._evict()
+        return act
 
-    def _evict_locked(self) -> None:
+    @contextmanager
+    def _hold(self, soul_id: str) -> Iterator[_Activation]:
+        """The soul's activation with its lock held (one turn at a time); if it was passivated between
+        activation and lock, it is activated again."""
+        while True:
+            act = self._activate(soul_id)
+            with act.lock:
+                with self.guard:
+                    current = self.active.get(soul_id) is act
+                if current:
+                    yield act
+                    return
+
+    def _evict(self) -> int:
+        """Passivate souls beyond capacity (least recently used first) and idle ones; the files close outside
+        the host's lock. Souls in a turn are skipped."""
         now = time.monotonic()
-        for sid in list(self.active):
-            act = self.active[sid]
-            over = len(self.active) > self.cfg.host_capacity
-            idle = now - act.last_used > self.cfg.idle_passivate_s
-            if (over or idle) and act.lock.acquire(blocking=False):
-                try:
-                    act.soul.close()
+        victims: list[_Activation] = []
+        with self.guard:
+            over = len(self.active) - self.cfg.host_capacity
+            for sid in list(self.active):
+                act = self.active[sid]
+                idle = now - act.last_used > self.cfg.idle_passivate_s
+                if (idle or over > 0) and act.soul is not None and act.lock.acquire(blocking=False):
                     del self.active[sid]
-                    self.metrics.passivation()
-                finally:
-                    act.lock.release()
+                    victims.append(act)
+                    over -= 1
+        for act in victims:
+            try:
+                act.live.close()
+                self.metrics.passivation()
+            finally:
+                act.lock.release()
+        return len(victims)
 
     def passivate(self, soul_id: str) -> bool:
         with self.guard:
             act = self.active.get(soul_id)
         if act is None:
             return False
-        with act.lock, self.guard:
-            if self.active.get(soul_id) is act:
-                act.soul.close()
+        act.ready.wait()
+        with act.lock:
+            with self.guard:
+                if self.active.get(soul_id) is not act or act.soul is None:
+                    return False
                 del self.active[soul_id]
-                self.metrics.passivation()
-                return True
-        return False
+            act.live.close()
+            self.metrics.passivation()
+            return True
 
     def passivate_idle(self) -> int:
-        with self.guard:
-            before = len(self.active)
-            self._evict_locked()
-            return before - len(self.active)
+        return self._evict()
 
     def active_souls(self) -> list[str]:
         with self.guard:
@@ -126,14 +172,13 @@ class SoulHost(ActorInfo):
     # ---- turns -------------------------------------------------------------------------
     def run(self, soul_id: str, op: str, seq: int, request_id: str, payload: dict[str, Any]) -> TurnResult:
         t0 = time.perf_counter()
-        act = self._activate(soul_id)
-        with act.lock:
+        with self._hold(soul_id) as act:
             act.last_used = time.monotonic()
             if op == "turn":
-                res = act.soul.turn(payload["text"], user=payload.get("user"), at=payload.get("at"),
+                res = act.live.turn(payload["text"], user=payload.get("user"), at=payload.get("at"),
                                     request_id=request_id, seq=seq)
             elif op == "observe":
-                res = act.soul.observe(payload["messages"], at=payload.get("at"), session=payload.get("session"),
+                res = act.live.observe(payload["messages"], at=payload.get("at"), session=payload.get("session"),
                                        request_id=request_id, seq=seq)
             else:
                 raise InvalidInput(f"unknown operation {op!r}")
@@ -141,30 +186,27 @@ class SoulHost(ActorInfo):
         return res
 
     def last_seq(self, soul_id: str) -> int:
-        act = self._activate(soul_id)
-        with act.lock:
-            return act.soul.last_seq
+        with self._hold(soul_id) as act:
+            return act.live.last_seq
 
     def trace(self, soul_id: str, turn_id: str) -> TurnTrace:
-        return self._activate(soul_id).soul.trace(turn_id)
+        return self._activate(soul_id).live.trace(turn_id)
 
     def traces(self, soul_id: str, last: int) -> list[TurnTrace]:
-        return self._activate(soul_id).soul.traces(last)
+        return self._activate(soul_id).live.traces(last)
 
     def forget(self, soul_id: str) -> dict[str, int]:
         """Erase a soul's memory for good: all three layers, its buffer and traces."""
-        act = self._activate(soul_id)
-        with act.lock:
+        with self._hold(soul_id) as act:
             refs = {s.value: raycalls.call(self.stores.handle(s.value, soul_id), "forget", soul_id) for s in LAYERS}
             out = {k: int(v) for k, v in zip(refs, raycalls.get(list(refs.values())), strict=True)}
-            out["traces"] = act.soul.state.count()
-            act.soul.state.wipe()
+            out["traces"] = act.live.state.count()
+            act.live.state.wipe()
             return out
 
     def import_(self, soul_id: str, blob: bytes) -> None:
         data = unpack_export(blob)
-        act = self._activate(soul_id)
-        with act.lock:  # all layers are checked first, so a refused import changes nothing
+        with self._hold(soul_id):  # all layers are checked first, so a refused import changes nothing
             empty = raycalls.get([raycalls.call(self.stores.handle(s.value, soul_id), "read", soul_id, "is_empty")
                                   for s in LAYERS])
             if not all(empty):

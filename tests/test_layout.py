@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "soul_runtime.loop": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory"},
     "actors": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"},
     "soul_runtime.bench": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
-                           "soul_runtime.loop", "actors"},
+                           "soul_runtime.loop", "actors", API},
     "soul_runtime.cli": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
                          "soul_runtime.loop", "actors", "soul_runtime.bench", API},
     API: {FOUNDATION, "actors"},

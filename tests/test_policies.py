@@ -172,3 +172,12 @@ def test_near_duplicates_need_the_same_content_words() -> None:
     assert is_near_duplicate(0.99, "Maya moved the standup to 10am.", "maya moved the standup to 10am", CFG)
     assert not is_near_duplicate(0.99, "Svc3's owner is team Falcon3.", "Svc13's owner is team Falcon13.", CFG)
     assert not is_near_duplicate(0.90, "Maya moved the standup to 10am.", "Maya moved the standup to 10am.", CFG)
+
+
+def test_lexical_terms_keep_the_rare_ones_within_a_cap() -> None:
+    from soul_runtime.memory.policy_episodic import MAX_LEXICAL_TERMS, lexical_terms
+    df = {"maya": 9000, "budget": 2500, "zeppelin": 3, "hangar": 40}
+    assert lexical_terms(["maya", "budget", "zeppelin", "hangar"], df, 10_000) == ["zeppelin", "hangar"]
+    assert lexical_terms(["maya", "budget"], df, 10_000) == ["budget"]  # all common: the rarest stays
+    many = [f"t{i}" for i in range(20)]
+    assert len(lexical_terms(many, {t: i for i, t in enumerate(many)}, 10_000)) == MAX_LEXICAL_TERMS

@@ -213,7 +213,7 @@ def test_migrations_are_ordered_and_named(tmp_path: Path) -> None:
     import sqlite3
     names = [r[0] for r in sqlite3.connect(tmp_path / "episodic.sqlite").execute(
         "SELECT name FROM schema_migrations ORDER BY seq")]
-    assert names == ["0001_episodes", "0002_superseded", "0003_key_text", "0004_session_index"]
+    assert names == ["0001_episodes", "0002_superseded", "0003_key_text", "0004_session_index", "0005_term_counts"]
     with pytest.raises(StorageError):
         open_db(tmp_path / "episodic.sqlite", [("0001_other", "SELECT 1")])
 
@@ -235,3 +235,69 @@ def test_bad_input_raises_clear_errors_and_changes_nothing(mem: SoulMemory) -> N
     with pytest.raises(NotFound):
         mem.episodic.get("ep-999")
     assert mem.export() == before
+
+
+@pytest.mark.parametrize("ex", [
+    Extraction(),  # chit-chat: nothing for any layer
+    Extraction(episode="Maya shipped the release.", event=True),
+    Extraction(facts=(tendril("Postgres 15", "stated", "t1"),)),
+    Extraction(task=TaskReport("deploy", ("build", "ship"), "success", False)),
+    Extraction(task=TaskReport("deploy", ("build",), "", False)),  # a plan, no run
+])
+def test_a_soul_without_a_store_answers_as_a_fresh_store_would(tmp_path: Path, ex: Extraction) -> None:
+    """A layer's store is created only when a write needs it; the answer without it is the fresh store's."""
+    from soul_runtime.memory.episodic import EpisodicStore
+    from soul_runtime.memory.procedural import ProceduralStore
+    from soul_runtime.memory.semantic import SemanticStore
+    reqs = [req("turn-1", ex)]
+    cfg = MemoryConfig()
+    for cls, make in ((EpisodicStore, lambda d: EpisodicStore(d, HashEmbedder(), cfg)),
+                      (SemanticStore, lambda d: SemanticStore(d, cfg)), (ProceduralStore, lambda d: ProceduralStore(d, cfg))):
+        without = cls.writes_without_store(reqs)
+        store = make(tmp_path / cls.__name__)
+        try:
+            fresh = store.apply_many(reqs)
+            kept = _holds_content(store.db)  # observations, runs or episodes: the store was needed
+        finally:
+            store.close()
+        if without is not None:
+            assert without == fresh and not kept
+        else:
+            assert kept
+
+
+def _holds_content(db) -> bool:
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+              if r[0] not in ("applied", "schema_migrations", "meta", "sqlite_sequence") and "fts" not in r[0]]
+    return any(db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in tables)
+
+
+def test_a_large_store_searches_the_rare_terms_of_a_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past LEXICAL_PRUNE_AT episodes, terms most episodes share leave the lexical query; the rare ones find
+    their episode still."""
+    from soul_runtime.memory import episodic
+    monkeypatch.setattr(episodic, "LEXICAL_PRUNE_AT", 10)
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    store = m.episodic
+    for i in range(40):
+        extra = " about the zeppelin hangar" if i == 17 else ""
+        m.write(req(f"t{i}", Extraction(episode=f"Maya reviewed the weekly budget numbers {i}{extra}.", event=True),
+                    at=NOW + i * 60))
+    seen: list[str] = []
+    monkeypatch.setattr(store, "db", _Spy(store.db, seen))
+    items = store.recall("maya weekly budget zeppelin hangar", 3, NOW + 3000)
+    assert items and "zeppelin" in items[0].text
+    match = next(p[0] for q, p in seen if "MATCH" in q and p)
+    assert "zeppelin" in match and "maya" not in match and "budget" not in match
+
+
+class _Spy:
+    def __init__(self, db, seen: list) -> None:
+        self._db, self._seen = db, seen
+
+    def execute(self, sql: str, params=()):
+        self._seen.append((sql, params))
+        return self._db.execute(sql, params)
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)

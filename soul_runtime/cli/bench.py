@@ -100,6 +100,48 @@ def cmd_embedders(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("every level must be >= 1")
+    return levels
+
+
+def cmd_scale(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import scale as bench_scale
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=True) as prog:
+        task = prog.add_task("starting the runtime", total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+        res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
+                              host_capacity=args.host_capacity, store_capacity=args.store_capacity,
+                              progress=progress)
+    if args.json == "-":
+        out.print_json(json.dumps(res))
+    else:
+        table = Table(title=f"{res['souls']} souls, {res['embedder']} embedder, offline model "
+                            f"({res['machine']['cpus']} cores)")
+        for col in ("phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms"):
+            table.add_column(col, justify="right")
+        for row in bench_scale.summary_rows(res):
+            table.add_row(*row)
+        out.print(table)
+        out.print(f"activations {res['activations']}, passivations {res['passivations']}, "
+                  f"disk/soul {res['disk_bytes_per_soul'] / 1024:.1f} KiB, Ray RSS "
+                  f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
+                  f"max open fds {res['max_open_fds']}")
+    if args.json and args.json != "-":
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    if args.plot:
+        bench_scale.plot(res, args.plot)
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``soul bench locomo|latency|embedders`` to the CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders",
@@ -125,4 +167,14 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")
     ep.set_defaults(bench_fn=cmd_embedders)
+    sp = bsub.add_parser("scale", help="many souls on one node: turns/s, latency, overhead, RSS, fds, disk")
+    sp.add_argument("--souls", type=int, default=1000, help="souls created, each given a first turn")
+    sp.add_argument("--active", type=_levels, default=[64], help="turns in flight, comma-separated levels")
+    sp.add_argument("--turns", type=int, default=2, help="further turns per soul at each level")
+    sp.add_argument("--embedder", choices=("default", "fast"), default="default")
+    sp.add_argument("--host-capacity", type=int, default=None, help="active souls per host (LRU)")
+    sp.add_argument("--store-capacity", type=int, default=None, help="open stores per shard (LRU)")
+    sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
+    sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
+    sp.set_defaults(bench_fn=cmd_scale)
     bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))

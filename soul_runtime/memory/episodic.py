@@ -27,10 +27,12 @@ from soul_runtime.memory.layer_db import (
     unpack,
 )
 from soul_runtime.memory.policy_episodic import (
+    LEXICAL_PRUNE_AT,
     decide_episode,
     hybrid_score,
     in_recall,
     is_near_duplicate,
+    lexical_terms,
     past_ttl,
     recency_weight,
 )
@@ -65,6 +67,9 @@ MIGRATIONS = [
     ("0004_session_index", """
         CREATE INDEX episodes_session_name ON episodes(session, rowid)
     """),
+    ("0005_term_counts", """
+        CREATE VIRTUAL TABLE episodes_vocab USING fts5vocab(episodes_fts, 'row')
+    """),
 ]
 
 CANDIDATES = 60
@@ -94,6 +99,7 @@ class EpisodicStore:
         self.index = VectorIndex(self.dir / "episodic.usearch", dim=embedder.dim, embedder_id=embedder.embedder_id,
                                  params=index_params)
         self._unsaved = 0
+        self._doc_freq: dict[str, tuple[int, int]] = {}  # term -> (episodes holding it, store size then)
         self._open_index()
 
     # ---- opening ---------------------------------------------------------------------
@@ -172,6 +178,10 @@ class EpisodicStore:
         return int(cur.lastrowid or 0)
 
     # ---- writes ----------------------------------------------------------------------
+    @staticmethod
+    def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+        return writes_without_store(reqs)
+
     def apply(self, req: WriteRequest) -> list[MemoryWrite]:
         return self.apply_many([req])[0]
 
@@ -196,7 +206,7 @@ class EpisodicStore:
                 todo.append((i, req))
         wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
         texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
-        keys = [_key_text(r) for _, r, d in wanted if d.write]
+        keys = [index_key_text(r) for _, r, d in wanted if d.write]
         vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
         vi = 0
@@ -207,7 +217,7 @@ class EpisodicStore:
                     writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops))
                     vi += 1
                 else:
-                    writes.append(MemoryWrite(Store.EPISODIC, Op.NOOP, "", decision.reason))
+                    writes.append(_noop(decision.reason))
                 record_applied(self.db, req.turn_key, writes)
                 out[i] = writes
             self._mark(promote_turns or [], supersede_sources or [])
@@ -337,10 +347,25 @@ class EpisodicStore:
         qt = list(dict.fromkeys(terms(query)))
         if not qt:
             return {}
+        size = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
+        if size >= LEXICAL_PRUNE_AT:  # a large store: the terms most episodes share cost much and weigh little
+            qt = lexical_terms(qt, {t: self._term_docs(t, size) for t in qt}, size)
         match = " OR ".join('"' + t.replace('"', "") + '"' for t in qt)
         rows = self.db.execute("SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? "
                                "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
         return {int(r[0]): -float(r[1]) for r in rows if -float(r[1]) > 0}
+
+    def _term_docs(self, term: str, size: int) -> int:
+        """How many episodes hold ``term`` (FTS5's own count, remembered until the store grows by a quarter)."""
+        hit = self._doc_freq.get(term)
+        if hit is not None and size <= hit[1] * 1.25:
+            return hit[0]
+        row = self.db.execute("SELECT doc FROM episodes_vocab WHERE term = ?", (term,)).fetchone()
+        n = int(row[0]) if row else 0
+        if len(self._doc_freq) > 4096:
+            self._doc_freq.clear()
+        self._doc_freq[term] = (n, size)
+        return n
 
     def episodes(self, *, since: float | None = None, until: float | None = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
@@ -404,7 +429,20 @@ class EpisodicStore:
         self.flush()
 
 
-def _key_text(req: WriteRequest) -> str:
+def _noop(reason: str) -> MemoryWrite:
+    return MemoryWrite(Store.EPISODIC, Op.NOOP, "", reason)
+
+
+def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+    """What :meth:`EpisodicStore.apply_many` would answer for a soul with no episodic store yet, when none of
+    ``reqs`` writes an episode (so the store need not be created); None when one does."""
+    decisions = [decide_episode(r.extraction) for r in reqs]
+    if any(d.write for d in decisions):
+        return None
+    return [[_noop(d.reason)] for d in decisions]
+
+
+def index_key_text(req: WriteRequest) -> str:
     """What an episode is indexed under: its summary, the model's fuller wording, and the words it was said
     in (the message and the one it replied to). Only the summary is shown in recall."""
     summary = req.extraction.episode.strip()

@@ -69,3 +69,18 @@ def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: Memo
 def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:
     """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended."""
     return cfg.dense_weight * max(0.0, dense) + (1.0 - cfg.dense_weight) * lexical
+
+
+LEXICAL_PRUNE_AT = 5_000
+"""Episodes in a store from which lexical recall drops the terms most of them share (below, all terms are cheap)."""
+COMMON_TERM_SHARE = 0.2
+MAX_LEXICAL_TERMS = 8
+
+
+def lexical_terms(query_terms: list[str], doc_freq: dict[str, int], size: int) -> list[str]:
+    """The query terms worth a lexical search in a store of ``size`` episodes: the rarest first, at most
+    ``MAX_LEXICAL_TERMS``, without terms held by more than ``COMMON_TERM_SHARE`` of the episodes (BM25 gives
+    them little weight, and each costs a scan of its postings) unless nothing else is left."""
+    ranked = sorted(query_terms, key=lambda t: (doc_freq.get(t, 0), query_terms.index(t)))
+    kept = [t for t in ranked if doc_freq.get(t, 0) <= COMMON_TERM_SHARE * size]
+    return (kept or ranked[:1])[:MAX_LEXICAL_TERMS]

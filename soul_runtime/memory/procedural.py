@@ -72,6 +72,12 @@ class ProceduralStore:
     def apply(self, req: WriteRequest) -> list[MemoryWrite]:
         return self.apply_many([req])[0]
 
+    @staticmethod
+    def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+        """The answer of :meth:`apply_many` for a soul with no procedural store yet when no request reports a
+        task run or a save (the store need not be created); None when one does."""
+        return None if any(_reports_run(r) for r in reqs) else [[] for _ in reqs]
+
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Record task runs and decide procedure changes, several exchanges in one durable transaction."""
         return apply_idempotent(self.db, reqs, self._one)
@@ -79,7 +85,7 @@ class ProceduralStore:
     def _one(self, req: WriteRequest) -> list[MemoryWrite]:
         writes: list[MemoryWrite] = []
         report = req.extraction.task
-        if report is None or not report.task_class or not (report.outcome or report.save_requested):
+        if report is None or not _reports_run(req):
             return writes
         runs = [TaskRun(r[0], r[1], tuple(unpack(r[2])), r[3], r[4], tuple(unpack(r[5])))
                 for r in self.db.execute("SELECT task_class, signature, steps, outcome, at, sources FROM runs "
@@ -142,3 +148,8 @@ class ProceduralStore:
     def import_(self, data: dict[str, Any]) -> None:
         with transaction(self.db):
             load_tables(self.db, data, TABLES)
+
+
+def _reports_run(req: WriteRequest) -> bool:
+    report = req.extraction.task
+    return report is not None and bool(report.task_class) and bool(report.outcome or report.save_requested)

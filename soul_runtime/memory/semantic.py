@@ -87,6 +87,12 @@ class SemanticStore:
         """
         return self.apply_many([req])[0]
 
+    @staticmethod
+    def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+        """The answer of :meth:`apply_many` for a soul with no semantic store yet when no request carries a
+        fact (the store need not be created); None when one does."""
+        return None if any(r.extraction.facts for r in reqs) else [[] for _ in reqs]
+
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Several exchanges in one durable transaction (in order)."""
         return apply_idempotent(self.db, reqs, lambda req: [self._fact_write(req, c) for c in req.extraction.facts])

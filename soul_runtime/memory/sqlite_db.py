@@ -10,6 +10,10 @@ from pathlib import Path
 from soul_runtime.errors import StorageError
 
 Migration = tuple[str, str]  # (name, SQL script)
+PAGE_SIZE = 1024
+"""Bytes a page for new databases: a near-empty soul's schema takes a quarter of the space of 4 KiB pages."""
+WAL_LIMIT = 64 * 1024
+"""The WAL is truncated to this after a checkpoint instead of keeping its high-water size on disk."""
 
 
 def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
@@ -22,7 +26,9 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+        con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only: small souls, small files
         con.execute("PRAGMA journal_mode=WAL")
+        con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
         con.execute("PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (seq INTEGER PRIMARY KEY, name TEXT UNIQUE)")
@@ -30,15 +36,16 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
         known = [m[0] for m in migrations]
         if done != known[: len(done)]:
             raise StorageError(f"{path}: schema {done} does not match this version's migrations {known}")
-        for seq, (name, sql) in enumerate(migrations):
-            if seq < len(done):
-                continue
+        if len(done) < len(known):  # the pending migrations, in order, in one transaction (one fsync)
             con.execute("BEGIN IMMEDIATE")
             try:
-                for stmt in sql.split(";"):
-                    if stmt.strip():
-                        con.execute(stmt)
-                con.execute("INSERT INTO schema_migrations (seq, name) VALUES (?, ?)", (seq, name))
+                for seq, (name, sql) in enumerate(migrations):
+                    if seq < len(done):
+                        continue
+                    for stmt in sql.split(";"):
+                        if stmt.strip():
+                            con.execute(stmt)
+                    con.execute("INSERT INTO schema_migrations (seq, name) VALUES (?, ?)", (seq, name))
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from dataclasses import dataclass, field
 
 from soul_runtime.models import offline_rules as rules
@@ -289,8 +290,19 @@ class OfflineModel(LanguageModel):
     model_id = "soul-offline-rules-v1"
     offline = True
 
-    def tag(self, exchange: Exchange) -> Tagging:
+    def __init__(self) -> None:
+        self._last = threading.local()  # the tag and the extraction of one exchange share one analysis
+
+    def _analyse(self, exchange: Exchange) -> _Analysis:
+        last = getattr(self._last, "pair", None)
+        if last is not None and (last[0] is exchange or last[0] == exchange):
+            return last[1]
         a = analyse(exchange)
+        self._last.pair = (exchange, a)
+        return a
+
+    def tag(self, exchange: Exchange) -> Tagging:
+        a = self._analyse(exchange)
         inp = exchange.user_text + exchange.reply_text
         if a.instruction:
             return Tagging(False, (), "instruction", _usage(inp, "instruction"))
@@ -300,7 +312,7 @@ class OfflineModel(LanguageModel):
         return Tagging(bool(cats), cats, reason, _usage(inp, reason))
 
     def extract(self, exchange: Exchange) -> ExtractResult:
-        a = analyse(exchange)
+        a = self._analyse(exchange)
         short = rules.compact(a.episode) if a.episode else ""
         ext = Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
                          extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")

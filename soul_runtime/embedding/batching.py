@@ -1,0 +1,69 @@
+"""``BatchingEmbedder``: concurrent ``embed`` calls on a node share one model call.
+
+It wraps an :class:`Embedder` for a threaded actor: the texts of concurrent callers go to the model together
+through a :class:`~soul_runtime.batching.MicroBatcher` (at most ``max_batch`` texts, waiting at most
+``max_wait_s`` for company). A small LRU of recent texts means a text embedded a moment ago (a turn's query,
+then the same words in the episode's index key, or a batch warmed ahead of the writes) is not embedded
+again. The vectors are exactly the wrapped embedder's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from soul_runtime.batching import MicroBatcher
+from soul_runtime.embedding.base import Embedder
+
+
+class BatchingEmbedder(Embedder):
+    """Same ``embedder_id`` and vectors as ``inner``; thread-safe; batches concurrent callers."""
+
+    def __init__(self, inner: Embedder, *, max_batch: int = 32, max_wait_s: float = 0.002, cache_size: int = 4096
+                 ) -> None:
+        self.inner = inner
+        self.embedder_id = inner.embedder_id
+        self.dim = inner.dim
+        self.cache_size = cache_size
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(self._model_call, max_batch=max_batch,
+                                                                     max_wait_s=max_wait_s)
+        self.cache_hits = 0
+
+    @property
+    def model_calls(self) -> int:
+        return self._batcher.calls
+
+    def _model_call(self, texts: list[str]) -> list[np.ndarray]:
+        return list(self.inner._checked_batch(texts))
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        # validation and normalisation stay in the base class; _embed_batch below does the sharing
+        return super().embed(texts, batch_size=max(batch_size, len(texts) or 1))
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        missing: list[int] = []
+        with self._lock:
+            for i, t in enumerate(texts):
+                hit = self._cache.get(t)
+                if hit is None:
+                    missing.append(i)
+                else:
+                    self._cache.move_to_end(t)
+                    out[i] = hit
+                    self.cache_hits += 1
+        if missing:
+            want = list(dict.fromkeys(texts[i] for i in missing))
+            rows = dict(zip(want, self._batcher.submit(want), strict=True))
+            for i in missing:
+                out[i] = rows[texts[i]]
+            with self._lock:
+                self._cache.update(rows)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return out

@@ -1,0 +1,128 @@
+"""Micro-batching: concurrent callers share calls, each gets exactly its own results and errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from soul_runtime.batching import MicroBatcher
+from soul_runtime.embedding.batching import BatchingEmbedder
+from soul_runtime.embedding.fast import FastEmbedder
+from soul_runtime.errors import EmbedderError, InvalidInput
+
+
+def _run_threads(n: int, fn) -> list:
+    out: list = [None] * n
+    barrier = threading.Barrier(n)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = fn(i)
+        except BaseException as e:  # collected for the assertions
+            out[i] = e
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return out
+
+
+def test_concurrent_callers_share_calls_and_get_their_own_results() -> None:
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        time.sleep(0.005)
+        return [x * 10 for x in items]
+    b: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=0.05)
+    out = _run_threads(16, lambda i: b.submit([i, 100 + i]))
+    assert out == [[i * 10, (100 + i) * 10] for i in range(16)]
+    assert sum(len(c) for c in calls) == 32
+    assert len(calls) < 16  # shared, not one call per caller
+
+
+def test_max_batch_splits_batches() -> None:
+    sizes: list[int] = []
+
+    def run(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return items
+    b: MicroBatcher[int, int] = MicroBatcher(run, max_batch=4, max_wait_s=0.05)
+    out = _run_threads(12, lambda i: b.submit([i]))
+    assert out == [[i] for i in range(12)]
+    assert max(sizes) <= 4 and sum(sizes) == 12
+
+
+def test_an_item_error_reaches_only_its_caller_and_a_run_error_reaches_all() -> None:
+    def run(items: list[int]) -> list[object]:
+        return [ValueError(f"bad {x}") if x % 2 else x for x in items]
+    b: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=0.02)
+    out = _run_threads(6, lambda i: b.submit([i]))
+    for i, r in enumerate(out):
+        if i % 2:
+            assert isinstance(r, ValueError) and str(r) == f"bad {i}"
+        else:
+            assert r == [i]
+
+    def broken(items: list[int]) -> list[int]:
+        raise RuntimeError("down")
+    b2: MicroBatcher[int, int] = MicroBatcher(broken, max_batch=64, max_wait_s=0.02)
+    assert all(isinstance(r, RuntimeError) for r in _run_threads(4, lambda i: b2.submit([i])))
+
+
+def test_start_lets_a_caller_send_several_batches_before_waiting() -> None:
+    resolved = []
+
+    def resolve(value: list[int]) -> list[int]:
+        resolved.append(value)
+        return value
+    a: MicroBatcher[int, int] = MicroBatcher(lambda items: [x + 1 for x in items], resolve=resolve, max_wait_s=0)
+    b: MicroBatcher[int, int] = MicroBatcher(lambda items: [x + 2 for x in items], resolve=resolve, max_wait_s=0)
+    ta, tb = a.start([1]), b.start([1])
+    assert tb.result() == [3] and ta.result() == [2]
+    assert len(resolved) == 2
+
+
+class SlowEmbedder(FastEmbedder):
+    """A model call that takes a while, as a real one does: callers arriving meanwhile wait to share the next."""
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        time.sleep(0.02)
+        return super()._embed_batch(texts)
+
+
+def test_a_lone_caller_is_not_kept_waiting() -> None:
+    b: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=5.0)
+    t0 = time.perf_counter()
+    assert b.submit([1]) == [1]
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_batching_embedder_gives_the_inner_vectors_and_batches() -> None:
+    inner = SlowEmbedder()
+    emb = BatchingEmbedder(inner, max_batch=64, max_wait_s=0.05)
+    texts = [f"message number {i} about the deploy" for i in range(24)]
+    out = _run_threads(24, lambda i: emb.embed([texts[i]])[0])
+    want = inner.embed(texts)
+    assert all(np.allclose(out[i], want[i]) for i in range(24))
+    assert emb.model_calls < 24
+    before = emb.model_calls
+    again = emb.embed(texts[:3])  # cached: no model call
+    assert np.allclose(again, want[:3]) and emb.model_calls == before and emb.cache_hits >= 3
+
+
+def test_batching_embedder_keeps_the_error_tree() -> None:
+    emb = BatchingEmbedder(FastEmbedder())
+    with pytest.raises(InvalidInput):
+        emb.embed(["ok", 3])  # type: ignore[list-item]
+
+    class Broken(FastEmbedder):
+        def _embed_batch(self, texts: list[str]) -> np.ndarray:
+            raise OSError("model file gone")
+    with pytest.raises(EmbedderError):
+        BatchingEmbedder(Broken()).embed(["x"])
