@@ -301,3 +301,21 @@ class _Spy:
 
     def __getattr__(self, name: str):
         return getattr(self._db, name)
+
+
+def test_closing_a_large_index_leaves_it_and_replays_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eviction does not rewrite a large index: its file stays as saved, the next open replays the change log."""
+    from soul_runtime.memory import episodic
+    monkeypatch.setattr(episodic, "REWRITE_ON_CLOSE", 2)
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    for i in range(4):
+        m.write(req(f"a{i}", Extraction(episode=f"episode number {i} of the first batch", event=True)))
+    m.episodic.flush()
+    saved = (tmp_path / "episodic.usearch").read_bytes()
+    m.write(req("b", Extraction(episode="an episode after the save", event=True)))
+    m.close()
+    assert (tmp_path / "episodic.usearch").read_bytes() == saved  # not rewritten on close
+    m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
+    assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 5
+    assert m2.recall("after the save", 1, now=NOW + 60)[0].text == "an episode after the save"
+    m2.close()

@@ -74,6 +74,7 @@ MIGRATIONS = [
 
 CANDIDATES = 60
 SAVE_EVERY = 2000
+REWRITE_ON_CLOSE = 1000  # vectors: a smaller index is saved whole on close (cheaper than a replay later)
 MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
 
 
@@ -141,7 +142,9 @@ class EpisodicStore:
         self._unsaved = 0
 
     def close(self) -> None:
-        if self._unsaved:
+        """Close. A large index that was saved before is not rewritten: the change log since its last save
+        stays in SQLite and is replayed on the next open (eviction costs the changes, not the index)."""
+        if self._unsaved and (len(self.index) <= REWRITE_ON_CLOSE or not self.index.path.exists()):
             self.flush()
         self.db.close()
 
