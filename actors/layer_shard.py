@@ -24,6 +24,7 @@ from soul_runtime.memory.episodic import EpisodicStore, index_key_text
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
+from soul_runtime.memory.soul_memory import answer_without_store
 from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
@@ -38,10 +39,6 @@ LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 
 def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
-
-
-STORE_CLASS: dict[Store, Any] = {Store.EPISODIC: EpisodicStore, Store.SEMANTIC: SemanticStore,
-                                  Store.PROCEDURAL: ProceduralStore}
 
 
 class _SoulLock:
@@ -106,7 +103,7 @@ class LayerShard(ActorInfo):
         if self.layer is Store.EPISODIC:
             assert self.embedder is not None
             return EpisodicStore(d, self.embedder, self.cfg)
-        return STORE_CLASS[self.layer](d, self.cfg)
+        return SemanticStore(d, self.cfg) if self.layer is Store.SEMANTIC else ProceduralStore(d, self.cfg)
 
     def _absent(self, soul_id: str) -> bool:
         """The soul has no store of this layer: none open here and no file on disk."""
@@ -157,10 +154,9 @@ class LayerShard(ActorInfo):
         requests = [request_from_plain(r) for r in reqs]
         for req in requests:
             check_write_request(req)
-        if self._absent(soul_id):  # a soul's first turns create only the stores they write to
-            answer = STORE_CLASS[self.layer].writes_without_store(requests)
-            if answer is not None:
-                return answer
+        answer = answer_without_store(self.layer, requests, marks)
+        if answer is not None:  # nothing to write: no store opened (or created), no transaction
+            return answer
         with self._soul(soul_id) as st:
             if self.layer is Store.EPISODIC:
                 out = st.apply_many(requests, **(marks or {}))

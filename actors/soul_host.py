@@ -19,10 +19,16 @@ from typing import Any
 from soul_runtime.errors import InvalidInput
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
-from soul_runtime.memory.soul_memory import cross_layer_marks, merge_recalls, parse_stores, unpack_export
+from soul_runtime.memory.soul_memory import (
+    answer_without_store,
+    cross_layer_marks,
+    merge_recalls,
+    parse_stores,
+    unpack_export,
+)
 from soul_runtime.models.base import LanguageModel
 from soul_runtime.models.choice import make_model
-from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, WriteRequest, to_plain
+from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, WriteRequest, to_plain
 
 from . import raycalls
 from .introspection import ActorInfo
@@ -46,13 +52,23 @@ class RemoteMemory:
         return merge_recalls([t.result()[0] for t in tickets], k)
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+        """The layers that have something to write get a call (semantic and procedural at once, then episodic
+        with the semantic layer's marks); the others answer here without a call (``answer_without_store``)."""
         plain = [to_plain(r) for r in reqs]
-        sem_t = self.calls.start("semantic", self.soul_id, "apply_batch", (self.soul_id, plain, None))
-        proc_t = self.calls.start("procedural", self.soul_id, "apply_batch", (self.soul_id, plain, None))
-        sem = sem_t.result()[0]
-        marks = cross_layer_marks(w for ws in sem for w in ws)
-        epi = self.calls.start("episodic", self.soul_id, "apply_batch", (self.soul_id, plain, marks)).result()[0]
-        proc = proc_t.result()[0]
+
+        def start(layer: Store, marks: dict[str, list[str]] | None = None) -> Any:
+            answer = answer_without_store(layer, reqs, marks)
+            if answer is not None:
+                return answer
+            return self.calls.start(layer.value, self.soul_id, "apply_batch", (self.soul_id, plain, marks))
+
+        def result(pending: Any) -> list[list[MemoryWrite]]:
+            return pending if isinstance(pending, list) else pending.result()[0]
+
+        sem_p, proc_p = start(Store.SEMANTIC), start(Store.PROCEDURAL)
+        sem = result(sem_p)
+        epi = result(start(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws)))
+        proc = result(proc_p)
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
 

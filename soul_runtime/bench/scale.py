@@ -6,7 +6,8 @@ each level M asked for. Everything runs on the offline model; the embedder is th
 fast hashing one. Reported per phase: turns/s, turn latency p50/p99 at the client, and the runtime's overhead
 per turn — client latency minus the model time the trace records (inference + persistence decision +
 extraction) minus the embedder time (two texts a turn, timed on this machine beforehand) — plus activations,
-passivations, open fds and RSS of every process of the local Ray, and disk per soul.
+passivations, open fds and RSS of every process of the local Ray, and disk per soul. The baseline in the same
+run: the same engine in process, no Ray, one thread, with where its turn time goes.
 """
 
 from __future__ import annotations
@@ -132,6 +133,40 @@ async def _drive(rt: Any, jobs: list[tuple[str, str]], active: int, latencies: l
     return time.perf_counter() - t0
 
 
+def in_process(embedder: str, rng: random.Random, souls: int = 20, turns: int = 10) -> dict[str, Any]:
+    """The baseline beside the runtime: the same engine in this process, no Ray, one thread (``souls`` souls
+    × ``turns`` turns in rotation); where a turn's time goes, from its trace."""
+    import shutil
+
+    from soul_runtime.embedding.choice import make_embedder
+    from soul_runtime.loop.soul import Soul
+    from soul_runtime.memory.soul_memory import SoulMemory
+    from soul_runtime.models.offline import OfflineModel
+
+    root = Path(tempfile.mkdtemp(prefix="soul-bench-inproc-"))
+    emb, model = make_embedder(embedder), OfflineModel()
+    pairs = [(SoulMemory(root / f"s{i}", embedder=emb), i) for i in range(souls)]
+    live = [(m, Soul(f"s{i}", root / f"s{i}", memory=m, model=model)) for m, i in pairs]
+    lat: list[float] = []
+    parts: dict[str, list[float]] = {}
+    t_all = time.perf_counter()
+    for k in range(souls * turns):
+        _, soul = live[k % souls]
+        t0 = time.perf_counter()
+        r = soul.turn(utterance(rng), user="user", at=1_780_000_000.0 + k)
+        lat.append((time.perf_counter() - t0) * 1000)
+        for name, ms in soul.trace(r.turn_id).timings_ms.items():
+            parts.setdefault(name, []).append(ms)
+    wall = time.perf_counter() - t_all
+    for m, soul in live:
+        soul.close()
+        m.close()
+    shutil.rmtree(root, ignore_errors=True)
+    out = _phase("in process, no Ray, 1 thread", 1, wall, lat, [])
+    out["timings_p50_ms"] = {k: round(percentile(v, 50), 2) for k, v in sorted(parts.items())}
+    return out
+
+
 def _host_counters(rt: Any) -> dict[str, int]:
     from actors import raycalls
     from actors.orchestrator import host_name
@@ -178,9 +213,10 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         opts["host_capacity"] = host_capacity
     if store_capacity:
         opts["store_capacity"] = store_capacity
+    baseline = in_process(embedder, rng)
     ids = [f"bench-{i:06d}" for i in range(souls)]
     at0 = 1_780_000_000.0
-    phases: list[dict[str, Any]] = []
+    phases: list[dict[str, Any]] = [baseline]
     started = time.perf_counter()
     with soul_runtime.connect(data_dir=str(path), **opts) as rt:
         start_s = time.perf_counter() - started
@@ -219,6 +255,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "active_at_end": stats.get("active"),
         "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),
                                                                                     default=0),
+        "in_process_turns_per_s": baseline["turns_per_s"], "in_process_timings_p50_ms": baseline["timings_p50_ms"],
         "processes": procs, "disk_bytes_per_soul": disk // souls, "disk_bytes": disk, "phases": phases,
         "overhead_method": "client latency - trace model time (inference + persist_decision + extract) "
                            "- 2 x embed_ms_per_text",

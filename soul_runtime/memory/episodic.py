@@ -437,8 +437,8 @@ def _noop(reason: str) -> MemoryWrite:
 
 
 def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
-    """What :meth:`EpisodicStore.apply_many` would answer for a soul with no episodic store yet, when none of
-    ``reqs`` writes an episode (so the store need not be created); None when one does."""
+    """What :meth:`EpisodicStore.apply_many` answers (without cross-layer marks) when none of ``reqs`` writes an
+    episode, whatever is stored; None when one does."""
     decisions = [decide_episode(r.extraction) for r in reqs]
     if any(d.write for d in decisions):
         return None

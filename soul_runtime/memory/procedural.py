@@ -74,8 +74,8 @@ class ProceduralStore:
 
     @staticmethod
     def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
-        """The answer of :meth:`apply_many` for a soul with no procedural store yet when no request reports a
-        task run or a save (the store need not be created); None when one does."""
+        """The answer of :meth:`apply_many` when no request reports a task run or a save (whatever is stored);
+        else None."""
         return None if any(_reports_run(r) for r in reqs) else [[] for _ in reqs]
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:

@@ -89,8 +89,7 @@ class SemanticStore:
 
     @staticmethod
     def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
-        """The answer of :meth:`apply_many` for a soul with no semantic store yet when no request carries a
-        fact (the store need not be created); None when one does."""
+        """The answer of :meth:`apply_many` when no request carries a fact (whatever is stored); else None."""
         return None if any(r.extraction.facts for r in reqs) else [[] for _ in reqs]
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:

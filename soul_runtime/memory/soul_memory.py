@@ -61,6 +61,20 @@ def merge_recalls(lists: Sequence[Sequence[RecalledItem]], k: int) -> list[Recal
     return items[:k]
 
 
+def answer_without_store(layer: Store, reqs: list[WriteRequest], marks: dict[str, list[str]] | None = None
+                         ) -> list[list[MemoryWrite]] | None:
+    """A layer's answer to ``apply_many(reqs)`` when it does not depend on what is stored because there is
+    nothing for the layer to write (no fact, no task run, no episode and no cross-layer mark); None otherwise.
+    The caller then skips the store: no call, no transaction, no fsync, no file for a soul that has none."""
+    if layer is Store.EPISODIC and marks and any(marks.values()):
+        return None
+    if layer is Store.EPISODIC:
+        return EpisodicStore.writes_without_store(reqs)
+    if layer is Store.SEMANTIC:
+        return SemanticStore.writes_without_store(reqs)
+    return ProceduralStore.writes_without_store(reqs)
+
+
 def cross_layer_marks(writes: Iterable[MemoryWrite]) -> dict[str, list[str]]:
     """What semantic writes ask of the episodic layer: episodes to promote (they fed a
     promoted fact) and sources whose episodes a new value superseded."""
@@ -103,9 +117,10 @@ class SoulMemory:
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         for r in reqs:
             check_write_request(r)
-        sem = self.semantic.apply_many(reqs)
-        epi = self.episodic.apply_many(reqs, **cross_layer_marks(w for ws in sem for w in ws))
-        proc = self.procedural.apply_many(reqs)
+        sem = answer_without_store(Store.SEMANTIC, reqs) or self.semantic.apply_many(reqs)
+        marks = cross_layer_marks(w for ws in sem for w in ws)
+        epi = answer_without_store(Store.EPISODIC, reqs, marks) or self.episodic.apply_many(reqs, **marks)
+        proc = answer_without_store(Store.PROCEDURAL, reqs) or self.procedural.apply_many(reqs)
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
     # ---- reads -----------------------------------------------------------------------
