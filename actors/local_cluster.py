@@ -13,6 +13,14 @@ Token auth (Ray 2.60): the head is started with ``RAY_AUTH_MODE=token`` and
 and RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S=1 shorten that to ~3 s, same message).
 ``raycalls.check_client_access`` tells "refused for lack of token" (AuthError) apart
 from "unreachable" (RuntimeUnavailable) in ~10 ms.
+
+Where it listens: by default on the node's address, as Ray picks it — a cluster's head is
+meant to be reached by worker nodes and clients on other machines (token auth guards it).
+Measured with Ray 2.60 on Linux: the GCS and raylet listen on every interface (``::``), the
+Ray Client server on 127.0.0.1 and the node address, the runtime-env agent on the node
+address; workers (actors) on every interface. ``node_ip="127.0.0.1"`` keeps the whole head on
+loopback (see ``raycalls.loopback_node`` for why Ray needs ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+for that). ``head_status`` reports what the head's processes actually listen on.
 Nothing here imports ray at module import time.
 """
 
@@ -20,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +39,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from soul_runtime.owner_only import make_dir, write_file
+
+from . import sockets
+from .auth_token import new_token_file
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+RAY_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 STATE_FILE = "head.json"
 TOKEN_FILE = "auth_token"
 START_TIMEOUT_S = 60.0
@@ -75,9 +90,7 @@ def _resolve_token(state_dir: Path) -> str:
     if not env_token and default.is_file() and default.read_text().strip():
         return str(default)
     if env_token or not own.is_file():
-        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(env_token or secrets.token_hex(32))
+        new_token_file(own, env_token or None)
     return str(own)
 
 
@@ -148,16 +161,17 @@ def _kill_head(sid: int, temp_dir: str, grace: float) -> None:
 
 
 def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = None, temp_dir: str | None = None,
-               resources: dict | None = None, state_dir: str, auth: bool = True, node_ip: str = "127.0.0.1",
+               resources: dict | None = None, state_dir: str, auth: bool = True, node_ip: str | None = None,
                timeout: float = START_TIMEOUT_S) -> HeadInfo:
     """Start a Ray head (GCS + Ray Client server) and record it in state_dir/head.json.
 
     Port 0 picks a free port. temp_dir None: a fresh /tmp/rtXXXX, removed by stop_head.
+    node_ip None: the node's address as Ray picks it (reachable from other machines: a cluster);
+    "127.0.0.1": loopback only (this machine only).
     auth: token auth with the token from _resolve_token; False starts with RAY_AUTH_MODE=disabled.
     Raises RuntimeError (with the tail of `ray start` output) if the client port is not
     accepting connections within `timeout` s; whatever had started is stopped again."""
-    sdir = Path(state_dir).resolve()
-    sdir.mkdir(parents=True, exist_ok=True)
+    sdir = make_dir(Path(state_dir).resolve())
     if _read_state(sdir) is not None:
         status = head_status(sdir)
         if status and status["running"]:
@@ -177,8 +191,12 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
     env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "10"  # a broken per-client server fails in ~12 s, not ~40 s
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
-           f"--ray-client-server-port={client_port}", f"--node-ip-address={node_ip}",
+           f"--ray-client-server-port={client_port}",
            "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}"]
+    if node_ip:
+        cmd.append(f"--node-ip-address={node_ip}")
+        if node_ip in LOOPBACK_HOSTS:
+            env[RAY_CLUSTERS_ENV] = "0"  # else Ray swaps 127.0.0.1 for the routable address
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     if resources:
@@ -206,13 +224,14 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         tail = "\n".join(out.strip().splitlines()[-15:])
         raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}); logs in {tdir}/session_latest/logs:\n{tail}")
 
-    info = HeadInfo(gcs_address=f"{node_ip}:{port}", client_address=f"ray://127.0.0.1:{client_port}",
+    found = re.search(r"Local node IP: (\S+)", out)
+    node_address = found.group(1) if found else (node_ip or "127.0.0.1")
+    info = HeadInfo(gcs_address=f"{node_address}:{port}", client_address=f"ray://127.0.0.1:{client_port}",
                     temp_dir=tdir, token_path=token_path, pid_file=str(sdir / STATE_FILE))
     state = asdict(info) | {"session_id": sid, "pids": sorted(_scan(sid, tdir)), "own_temp_dir": own_temp,
-                            "client_port": client_port, "started_at": time.time(),
+                            "client_port": client_port, "node_ip": node_address, "started_at": time.time(),
                             "start_seconds": round(time.monotonic() - t0, 2)}
-    (sdir / "head.json.tmp").write_text(json.dumps(state, indent=2))
-    (sdir / "head.json.tmp").replace(sdir / STATE_FILE)
+    write_file(sdir / STATE_FILE, json.dumps(state, indent=2), durable=False)
     return info
 
 
@@ -253,14 +272,19 @@ def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
     env = client_env(info)
     auth = "token" if info.token_path else "disabled"
     env_text = " ".join(f"{k}={v}" for k, v in env.items())
+    listening = sockets.listeners(alive)
+    local_only = bool(listening) and all(s.loopback for s in listening)
+    reach = "this machine only" if local_only else "other machines too (a cluster: worker nodes and clients join here)"
     text = "\n".join([
         f"Ray head: {'running' if running else 'NOT running'} ({len(alive)} processes alive)",
         f"  Ray Client address: {info.client_address}",
         f"  GCS address:        {info.gcs_address}",
+        f"  listens on:         {sockets.summary(listening)} — reachable from {reach}",
         f"  temp dir:           {info.temp_dir}",
         f"  auth:               {auth}" + (f" (token file {info.token_path})" if info.token_path else ""),
         f"  connect with:       {env_text} soul ... --address {info.client_address}",
     ])
     return {"running": running, "client_address": info.client_address, "gcs_address": info.gcs_address,
             "temp_dir": info.temp_dir, "token_path": info.token_path, "auth_mode": auth,
+            "listening": sorted({s.host for s in listening}), "loopback_only": local_only,
             "pids": state.get("pids", []), "pids_alive": alive, "client_env": env, "text": text}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from soul_runtime.errors import InvalidInput, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
 from . import raycalls
@@ -76,10 +77,7 @@ class TurnOrchestrator:
             return {}
 
     def _save_registry(self) -> None:
-        self.registry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.registry.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.dedicated))
-        os.replace(tmp, self.registry)
+        write_file(self.registry, json.dumps(self.dedicated), durable=False)
 
     def host_of(self, soul_id: str) -> str:
         return self.dedicated.get(soul_id) or rendezvous(soul_id, self.hosts)

@@ -6,13 +6,18 @@ Errors from Ray are mapped onto the project's exception tree at this boundary.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import ray
 import ray.exceptions
 
 from soul_runtime.errors import AuthError, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.owner_only import private_umask
+
+from . import auth_token
+from .local_cluster import LOOPBACK_HOSTS, RAY_CLUSTERS_ENV
 
 T = TypeVar("T")
 
@@ -23,24 +28,75 @@ def is_initialized() -> bool:
     return bool(ray.is_initialized())
 
 
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def loopback_node() -> Iterator[None]:
+    """While Ray starts or joins: let it keep 127.0.0.1 as the node address.
+
+    Ray 2.60 on Linux replaces a loopback node address (``_node_ip_address``,
+    ``--node-ip-address``, a ``127.0.0.1:port`` GCS address) with the machine's routable
+    address (``services.resolve_ip_for_localhost``); its GCS, raylet and worker gRPC servers
+    then listen on every interface (``::``) and the runtime-env agent on that address. It keeps
+    127.0.0.1 only when multi-node clusters are switched off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
+    read once into ``ray_constants.ENABLE_RAY_CLUSTER``); then every server binds to loopback.
+    The variable is set while Ray spawns its processes (they inherit it) and restored after."""
+    from ray._private import ray_constants
+    old_env, old_flag = os.environ.get(RAY_CLUSTERS_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[RAY_CLUSTERS_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_flag
+        if old_env is None:
+            os.environ.pop(RAY_CLUSTERS_ENV, None)
+        else:
+            os.environ[RAY_CLUSTERS_ENV] = old_env
+
+
+def _host(address: str) -> str:
+    return address.removeprefix("ray://").rpartition(":")[0]
+
+
+def _joins_loopback(address: str) -> bool:
+    """Does ``address`` ("host:port" or "auto") name a Ray whose node address is loopback?"""
+    if address == "auto":
+        from ray._private.services import find_gcs_addresses
+        found = [os.environ["RAY_ADDRESS"]] if os.environ.get("RAY_ADDRESS") else sorted(find_gcs_addresses())
+        return len(found) == 1 and _host(found[0]) in LOOPBACK_HOSTS
+    return _host(address) in LOOPBACK_HOSTS
+
+
 def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
          env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> bool:
-    """Start or join Ray. Returns True when this call started a local Ray instance."""
+    """Start or join Ray. Returns True when this call started a local Ray instance.
+
+    The local Ray (``address=None``, the embedded default) keeps to the machine and its owner:
+    node address 127.0.0.1, so every Ray server listens on loopback only (:func:`loopback_node`),
+    and it is started under umask 077, so Ray's processes (the actors included) create
+    owner-only files and the auth token Ray writes is 0600."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"namespace": namespace, "ignore_reinit_error": True, "log_to_driver": False}
     if env_vars:
         kwargs["runtime_env"] = {"env_vars": env_vars}
     if address is None:
-        kwargs.update(include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 2)
+        kwargs.update(include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 2, _node_ip_address=LOOPBACK)
         if resources:
             kwargs["resources"] = resources
-        ray.init(**kwargs)
+        token = auth_token.token_file()
+        existed = token is not None and token.exists()
+        with loopback_node(), private_umask():
+            ray.init(**kwargs)
+        auth_token.secure_after_start(token, existed)
         return True
     if address.startswith("ray://"):
         check_client_access(address)  # fails fast: missing token vs. dead address
     try:
-        ray.init(address=address, **kwargs)
+        with loopback_node() if not address.startswith("ray://") and _joins_loopback(address) else nullcontext():
+            ray.init(address=address, **kwargs)
     except ConnectionError as e:
         msg = str(e)
         raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}") from None

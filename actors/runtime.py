@@ -21,6 +21,7 @@ from soul_runtime.errors import ConfigError, InvalidInput
 from soul_runtime.loop.soul import TurnResult
 from soul_runtime.loop.trace import TurnTrace
 from soul_runtime.memory.soul_memory import EXPORT_FORMAT, merge_recalls, parse_stores
+from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
 from soul_runtime.text import check_id, check_text
 
@@ -60,7 +61,7 @@ class Runtime:
 
     def _start_actors(self) -> None:
         cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
-        Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+        make_dir(cfg.data_dir)  # owner-only (0700) when created here
         created = []
         for layer in ("episodic", "semantic", "procedural"):
             for i in range(cfg.shards(layer)):
@@ -365,6 +366,8 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         raise ConfigError("address must be None, 'auto' or 'ray://host:port'")
     if isinstance(address, str) and address != "auto" and not address.startswith("ray://") and ":" not in address:
         raise ConfigError(f"address {address!r} is not 'auto', 'ray://host:port' or 'host:port'")
+    if address is None or address == "auto":  # the data dir is on this machine: say if others can read it
+        warn_if_loose(config.data_dir)
     env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                                                        "SOUL_ANTHROPIC_MODEL")}
     started = raycalls.init(address, namespace=config.namespace, env_vars=env or None,

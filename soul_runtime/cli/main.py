@@ -22,6 +22,7 @@ from rich.console import Console
 
 from soul_runtime.cli import render
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
+from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
 EPILOG = """examples:
@@ -32,8 +33,9 @@ EPILOG = """examples:
   soul history atlas tendril production_database
   soul audit-writes transcript.jsonl          where would each exchange be written? (no Ray)
 
-Without --address every call starts its own local Ray (~10-20 s); against a cluster
-(`soul cluster up`) the actors stay up between calls and a call costs ~3-4 s."""
+Without --address every call starts its own local Ray (~10-20 s) that listens on 127.0.0.1 only;
+against a cluster (`soul cluster up`, which listens on the node's address so other machines can
+join) the actors stay up between calls and a call costs ~3-4 s."""
 
 DEFAULT_STATE_DIR = os.path.join("~", ".soul-runtime", "cluster")
 STORES = ("episodic", "semantic", "procedural")
@@ -325,7 +327,7 @@ def cmd_export(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
         blob = rt.soul(sid).export()
-    Path(ctx.args.file).write_bytes(blob)
+    write_file(ctx.args.file, blob)  # owner-only (0600): an export is the soul's whole memory
     digest = hashlib.sha256(blob).hexdigest()
     data = {"soul": sid, "file": str(ctx.args.file), "bytes": len(blob), "sha256": digest}
     ctx.emit(data, f"exported soul '{sid}' to {ctx.args.file} ({len(blob)} bytes, sha256 {digest[:16]}…)")
@@ -353,7 +355,8 @@ def cmd_cluster(ctx: Ctx) -> int:
     if a.action == "up":
         with ctx.err.status("Starting a Ray head (~10-20 s)…", spinner="dots"):
             try:
-                lc.start_head(port=a.port, client_port=a.client_port, num_cpus=a.num_cpus, state_dir=state_dir)
+                lc.start_head(port=a.port, client_port=a.client_port, num_cpus=a.num_cpus, state_dir=state_dir,
+                              node_ip=a.node_ip)
             except (RuntimeError, ValueError) as e:
                 raise RuntimeUnavailable(str(e).splitlines()[0] + (" (--debug for ray's output)" if not a.debug
                                                                    else "\n" + str(e))) from None
@@ -453,11 +456,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("export", cmd_export, "write a soul's memory to FILE (msgpack export bytes)", "soul", "file")
     sp = add("import", cmd_import, "load an export FILE into a new soul (--soul)", "file")
     sp.add_argument("--soul", required=True, help="the new soul id (an export does not carry one)")
-    sp = add("cluster", cmd_cluster, "start / stop / inspect a local Ray head for --address ray://...")
+    sp = add("cluster", cmd_cluster, "start / stop / inspect a Ray head for --address ray://... (listens on the "
+             "node's address unless --node-ip 127.0.0.1)")
     sp.add_argument("action", choices=("up", "down", "status"))
     sp.add_argument("--port", type=int, default=0, help="GCS port (default: a free one)")
     sp.add_argument("--client-port", type=int, default=0, help="Ray Client port (default: a free one)")
     sp.add_argument("--num-cpus", type=int)
+    sp.add_argument("--node-ip", metavar="IP",
+                    help="address the head binds and advertises (default: this node's address as Ray picks it, "
+                         "reachable from other machines, which is what a cluster is for; 127.0.0.1 keeps the "
+                         "head to this machine)")
     sp.add_argument("--state-dir", help=f"where the head is recorded (default {DEFAULT_STATE_DIR})")
     from soul_runtime.cli.bench import register
     register(sub, fmt)

@@ -33,6 +33,7 @@ from soul_runtime.errors import InvalidInput
 from soul_runtime.loop.guards import sanitize
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.models.base import ChatMessage, Exchange, LanguageModel
+from soul_runtime.owner_only import write_file
 
 BUCKETS = ("procedural", "semantic", "episodic", "nothing")
 STORES = ("episodic", "semantic", "procedural")
@@ -233,9 +234,7 @@ def fixture_entries(rows: Sequence[AuditRow], transcript: Sequence[Mapping[str, 
 
 def save_fixture(path: str | Path, rows: Sequence[AuditRow], transcript: Sequence[Mapping[str, Any]] = ()) -> Path:
     """Write the (reviewed) classification: a JSON list of ``{id, speaker, text, expected, labels}``."""
-    p = Path(path)
-    p.write_text(json.dumps(fixture_entries(rows, transcript), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return p
+    return write_file(path, json.dumps(fixture_entries(rows, transcript), indent=2, ensure_ascii=False) + "\n")
 
 
 def replay_fixture(path: str | Path, *, model: LanguageModel | None = None,

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from soul_runtime.errors import StorageError
+from soul_runtime.owner_only import create_file, private_umask
 
 Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 1024
@@ -22,12 +23,16 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
     Migration names are recorded in ``schema_migrations``; an applied migration is
     never run again, and a database that has migrations this code does not know is
     refused (it was written by a newer version).
+
+    The file (and its directory) is created owner-only; SQLite gives the ``-wal`` and
+    ``-shm`` files the database file's mode.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
-        con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only: small souls, small files
-        con.execute("PRAGMA journal_mode=WAL")
+        create_file(path)
+        with private_umask():
+            con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+            con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new (empty) file only
+            con.execute("PRAGMA journal_mode=WAL")
         con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
         con.execute("PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")

@@ -19,6 +19,8 @@ import numpy as np
 import onnxruntime  # noqa: F401  -- must be loaded before usearch: the reverse order segfaults (ort 1.31/1.32, usearch 2.26.6)
 from usearch.index import Index
 
+from soul_runtime.owner_only import private_umask, restrict, write_file
+
 
 @dataclass(frozen=True, kw_only=True)
 class IndexParams:
@@ -95,16 +97,16 @@ class VectorIndex:
 
     def save(self) -> None:
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        self.index.save(str(tmp))
+        with private_umask():  # usearch creates the file with the process umask
+            self.index.save(str(tmp))
+        restrict(tmp)
         size = tmp.stat().st_size
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         meta = {"embedder_id": self.embedder_id, "dim": self.dim, "applied_seq": self.applied_seq,
                 "count": len(self.index), "bytes": size, "params": self.params.__dict__}
-        mtmp = self.meta_path.with_suffix(".tmp")
-        mtmp.write_text(json.dumps(meta))
-        os.replace(mtmp, self.meta_path)
+        write_file(self.meta_path, json.dumps(meta), durable=False)
 
     # ---- data ----------------------------------------------------------------------
     def add(self, key: int, vector: np.ndarray, seq: int) -> None:
