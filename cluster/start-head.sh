@@ -28,7 +28,7 @@ NODE_IP="${NODE_IP:-127.0.0.1}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 : "${SOUL_DATA_DIR:?set SOUL_DATA_DIR to shared storage mounted at the same path on every node}"
 
-mkdir -p "$SOUL_DATA_DIR"
+(umask 077 && mkdir -p "$SOUL_DATA_DIR")  # owner-only when created here (souls' memories)
 if ! touch "$SOUL_DATA_DIR/.write-test" 2>/dev/null; then
     echo "error: SOUL_DATA_DIR=$SOUL_DATA_DIR is not writable" >&2
     exit 1
@@ -44,7 +44,7 @@ export SOUL_DATA_DIR  # inherited by the raylet and so by every actor on this no
 if [[ "$RAY_AUTH_MODE" == "token" && -z "${RAY_AUTH_TOKEN:-}" ]]; then
     export RAY_AUTH_TOKEN_PATH="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
     if [[ ! -s "$RAY_AUTH_TOKEN_PATH" ]]; then
-        mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"
+        (umask 077 && mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")")
         (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32), end="")' > "$RAY_AUTH_TOKEN_PATH")
         echo "generated a new cluster token in $RAY_AUTH_TOKEN_PATH (copy it to every worker and client)" >&2
     fi
