@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -159,6 +160,10 @@ def cluster() -> Iterator[dict[str, Any]]:
     up = soul("cluster", "up", "--state-dir", str(state), "--num-cpus", "2", "--json", timeout=120, label="cluster up")
     info = json.loads(up.stdout)
     assert info["running"] and info["client_address"].startswith("ray://")
+    # a cluster head listens on the node's address (so workers and clients can join), and says so
+    node = info["gcs_address"].rpartition(":")[0]
+    if node != "127.0.0.1":  # a machine with a network address
+        assert not info["loopback_only"] and {node, "every interface"} & set(info["listening"]), info["text"]
     env = _env(**info["client_env"], SOUL_ADDRESS=info["client_address"], SOUL_DATA_DIR=str(base / "data"))
     c = {"base": base, "state": state, "info": info, "env": env}
     try:
@@ -211,6 +216,7 @@ def test_export_import_roundtrip(cluster: dict[str, Any]) -> None:
     env, base = cluster["env"], cluster["base"]
     blob = base / "maya.soul"
     soul("export", "maya", str(blob), env=env)
+    assert stat.S_IMODE(blob.stat().st_mode) == 0o600  # an export is the soul's whole memory
     data2 = str(base / "data2")
     # one Ray namespace serves one data dir: a fresh data dir needs its own namespace
     other = ["--data-dir", data2, "--namespace", "copy-ns"]

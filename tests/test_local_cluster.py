@@ -129,7 +129,8 @@ def head(home: str) -> Iterator[lc.HeadInfo]:
             mp.delenv(var, raising=False)
         mp.setenv("HOME", home)  # the head gets a fresh token in state_dir
         t0 = time.monotonic()
-        info = lc.start_head(num_cpus=2, temp_dir=temp_dir, resources={"soul_slot": 2}, state_dir=state_dir)
+        info = lc.start_head(num_cpus=2, temp_dir=temp_dir, resources={"soul_slot": 2}, state_dir=state_dir,
+                             node_ip="127.0.0.1")  # a head for this machine only (`soul cluster up` is not)
         print(f"head started in {time.monotonic() - t0:.2f} s")
     try:
         yield info
@@ -153,6 +154,10 @@ def test_head_recorded_and_status(head: lc.HeadInfo) -> None:
     assert status is not None and status["running"] and status["auth_mode"] == "token"
     assert set(state["pids"]) <= set(status["pids_alive"])
     assert head.client_address in status["text"] and "RAY_AUTH_MODE=token" in status["text"]
+    # node_ip 127.0.0.1: every process of the head listens on loopback only (Ray 2.60 would swap in the
+    # machine's address without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0)
+    assert status["listening"] == ["127.0.0.1"] and status["loopback_only"], status["text"]
+    assert head.gcs_address.startswith("127.0.0.1:") and "this machine only" in status["text"]
     assert lc.client_env(head) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": head.token_path}
     with pytest.raises(RuntimeError, match="already running"):
         lc.start_head(state_dir=_state_dir(head))
