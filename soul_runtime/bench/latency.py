@@ -43,6 +43,7 @@ from soul_runtime.models.base import (
     Tagging,
     TaskClassification,
 )
+from soul_runtime.owner_only import make_dir, private_umask, restrict, write_file
 from soul_runtime.records import Extraction, Op, WriteRequest
 
 __all__ = ["run", "table", "plot", "main", "build_corpus", "InstantModel"]
@@ -148,7 +149,7 @@ def embed_cached(embedder: Embedder, texts: list[str], cache_dir: Path,
     if npy.exists() and meta.exists():
         if (vecs := np.load(npy)).shape == (len(texts), embedder.dim):
             return vecs, {**json.loads(meta.read_text()), "cached": True, "cache_file": str(npy)}
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(cache_dir)
     vecs = np.zeros((len(texts), embedder.dim), np.float32)
     t0 = time.perf_counter()
     for start in range(0, len(texts), chunk):
@@ -157,9 +158,11 @@ def embed_cached(embedder: Embedder, texts: list[str], cache_dir: Path,
             progress("embedding corpus", min(start + chunk, len(texts)), len(texts))
     secs = time.perf_counter() - t0
     info = {"embedded": len(texts), "embed_s": round(secs, 2), "embeds_per_s": round(len(texts) / max(secs, 1e-9), 1)}
-    np.save(npy.with_suffix(".tmp.npy"), vecs)
+    with private_umask():
+        np.save(npy.with_suffix(".tmp.npy"), vecs)
+    restrict(npy.with_suffix(".tmp.npy"))
     os.replace(npy.with_suffix(".tmp.npy"), npy)
-    meta.write_text(json.dumps(info))
+    write_file(meta, json.dumps(info), durable=False)
     return vecs, {**info, "cached": False, "cache_file": str(npy)}
 
 
@@ -446,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     res = run([int(x) for x in a.sizes.split(",") if x.strip()], try_million=a.million, queries=a.queries,
               progress=prog, locomo_dir=a.locomo, cache_dir=a.cache_dir)
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
+        write_file(a.json, json.dumps(res, indent=2), durable=False)
     if a.plot:
         plot(res, a.plot)
     Console(width=160).print(table(res))

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from soul_runtime.owner_only import write_file
+
 README_START = "<!-- bench:locomo:start -->"
 README_END = "<!-- bench:locomo:end -->"
 
@@ -72,7 +74,7 @@ def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
     out.print(table)
     out.print(json.dumps(res["details"], indent=1))
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
     if args.plot:
         bench_locomo.plot(res, args.plot)
     if args.readme and not update_readme(Path(args.readme), locomo_markdown(res)):
@@ -96,7 +98,7 @@ def cmd_embedders(args: argparse.Namespace, out: Console) -> int:
     res = bench_embedders.compare_embedders(args.data)
     out.print(bench_embedders.format_table(res))
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+        write_file(args.json, json.dumps(res, indent=1, default=str), durable=False)
     return 0
 
 
@@ -136,7 +138,7 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
                   f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
                   f"max open fds {res['max_open_fds']}")
     if args.json and args.json != "-":
-        Path(args.json).write_text(json.dumps(res, indent=1))
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
     if args.plot:
         bench_scale.plot(res, args.plot)
     return 0
