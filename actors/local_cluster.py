@@ -185,7 +185,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     tdir = tempfile.mkdtemp(prefix="rt", dir="/tmp") if temp_dir is None else os.path.abspath(temp_dir)
     if len(tdir) > MAX_TEMP_DIR_LEN:
         raise ValueError(f"temp_dir {tdir!r} is too long (> {MAX_TEMP_DIR_LEN} chars): Ray's Unix socket paths would exceed 107 chars")
-    os.makedirs(tdir, exist_ok=True)
+    make_dir(tdir)
     token_path = _resolve_token(sdir) if auth else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
