@@ -82,6 +82,10 @@ class TurnConfig:
     """A turn this long after the previous one starts a new session (the buffer is cleared)."""
     history_for_extraction: int = 6
     """Buffer messages shown to the extractor (to resolve confirmations, corrections, answers)."""
+    observe_window: int = 40
+    """Observed messages judged in one memory call (``observe`` sends its batch in windows of this size)."""
+    observe_window_tokens: int = 6000
+    """A window also ends before its text passes this many tokens."""
     max_text_chars: int = 100_000
     trace_keep: int = 10_000
     """Traces kept per soul (oldest dropped first)."""
@@ -93,6 +97,8 @@ class TurnConfig:
         _check(self.context_tokens > self.reply_tokens + 64, "context_tokens must exceed reply_tokens + 64")
         _check(self.memory_tokens < self.context_tokens, "memory_tokens must be below context_tokens")
         _check(self.recall_k >= 1, "recall_k must be >= 1")
+        _check(self.observe_window >= 1 and self.observe_window_tokens >= 1,
+               "observe_window and observe_window_tokens must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)

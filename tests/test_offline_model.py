@@ -8,7 +8,7 @@ import pytest
 
 from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
 from soul_runtime.models import offline_rules as rules
-from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Tagging
+from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, MemoryDecision
 from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import Extraction
 
@@ -21,7 +21,7 @@ def ex(text: str, history: tuple[ChatMessage, ...] = (), speaker: str = USER, **
 
 
 def facts(text: str, history: tuple[ChatMessage, ...] = (), **kw: Any) -> set[tuple[str, str, str, str]]:
-    return {(f.entity, f.attribute, f.value, f.kind) for f in M.extract(ex(text, history, **kw)).extraction.facts}
+    return {(f.entity, f.attribute, f.value, f.kind) for f in M.decide(ex(text, history, **kw)).extraction.facts}
 
 
 def user(text: str, mid: str = "m-1", speaker: str = USER) -> ChatMessage:
@@ -41,7 +41,7 @@ def bot(text: str, mid: str = "m-2") -> ChatMessage:
 ])
 def test_three_phrasings_give_one_fact(text: str) -> None:
     assert facts(text) == {("tendril", "production_database", "Postgres 15", "stated")}
-    f = M.extract(ex(text)).extraction.facts[0]
+    f = M.decide(ex(text)).extraction.facts[0]
     assert (f.display_entity, f.display_attribute, f.sources) == ("Tendril", "production database", ("m-now",))
 
 
@@ -129,9 +129,9 @@ def test_retractions() -> None:
 ))
 def test_instructions_store_nothing(text: str) -> None:
     hist = (user(f"Can you draft the postmortem for incident-204? Steps: {STEPS}."),)
-    result = M.extract(ex(text, hist)).extraction
+    result = M.decide(ex(text, hist)).extraction
     assert result.facts == () and result.task is None and not result.event and result.episode == ""
-    tag = M.tag(ex(text, hist))
+    tag = M.decide(ex(text, hist))
     assert (tag.persist, tag.reason) == (False, "instruction")
     assert M.reply(ReplyRequest(PERSONA, (), hist, text, USER, 200)).text.startswith("[offline model] ")
 
@@ -159,7 +159,7 @@ def test_secrets_are_never_facts() -> None:
 ])
 def test_task_class_is_stable(text: str) -> None:
     assert M.classify_task(text, ("draft postmortem",)).task_class == EXPECTED_TASK_CLASS
-    task = M.extract(ex(text, known_tasks=(EXPECTED_TASK_CLASS,))).extraction.task
+    task = M.decide(ex(text, known_tasks=(EXPECTED_TASK_CLASS,))).extraction.task
     assert task is not None and task.task_class == EXPECTED_TASK_CLASS and task.outcome == ""
 
 
@@ -172,13 +172,13 @@ def test_classify_task_new_and_none() -> None:
 def test_steps() -> None:
     want = ("pull the timeline from the incident channel", "summarise impact", "list root causes and action items",
             "send the draft to Maya for review")
-    task = M.extract(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}.")).extraction.task
+    task = M.decide(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}.")).extraction.task
     assert task is not None and task.steps == want
     assert rules.parse_steps("Do this: 1. pull the logs 2. find the cause 3. write it up") == (
         "pull the logs", "find the cause", "write it up")
     assert rules.parse_steps("First check the alerts, then restart the pod, and finally tell me.", "Maya") == (
         "check the alerts", "restart the pod", "tell Maya")
-    task = M.extract(ex("Please draft the quarterly report.")).extraction.task
+    task = M.decide(ex("Please draft the quarterly report.")).extraction.task
     assert task is not None and task.steps == ("gather inputs", "outline", "write draft", "review")
 
 
@@ -191,10 +191,10 @@ def test_steps() -> None:
 def test_outcomes_refer_to_the_task_in_history(text: str, outcome: str) -> None:
     hist = (user(f"Can you draft the postmortem for incident-204? Steps: {STEPS}."),
             bot("[offline model] Plan for 'draft postmortem': ..."))
-    task = M.extract(ex(text, hist)).extraction.task
+    task = M.decide(ex(text, hist)).extraction.task
     assert task is not None and (task.task_class, task.outcome) == (EXPECTED_TASK_CLASS, outcome)
     assert len(task.steps) == 4
-    assert M.extract(ex(text)).extraction.task is None  # no task in progress: nothing to report
+    assert M.decide(ex(text)).extraction.task is None  # no task in progress: nothing to report
     assert rules.detect_outcome("It hasn't shipped yet.") == ""
 
 
@@ -202,7 +202,7 @@ def test_outcomes_refer_to_the_task_in_history(text: str, outcome: str) -> None:
                                   "save it as a procedure"])
 def test_save_as_procedure(text: str) -> None:
     hist = (user(f"Draft the postmortem for incident-215. Steps: {STEPS}."), user("It shipped, thanks."))
-    task = M.extract(ex(text, hist)).extraction.task
+    task = M.decide(ex(text, hist)).extraction.task
     assert task is not None and task.save_requested and task.task_class == EXPECTED_TASK_CLASS
 
 
@@ -211,27 +211,27 @@ def test_save_as_procedure(text: str) -> None:
 @pytest.mark.parametrize("text", ["Hey Mel! Good to see you!", "Thanks!", "lol", "That's great!", "How are you?",
                                   "Bye, talk soon", "", "  ...  ", "Wow, that's so cool, Jamie!"])
 def test_chit_chat_is_not_persisted(text: str) -> None:
-    tag = M.tag(ex(text))
+    tag = M.decide(ex(text))
     assert not tag.persist and tag.reason in ("chit-chat", "empty")
-    assert M.extract(ex(text)).extraction.episode == ""
+    assert M.decide(ex(text)).extraction.episode == ""
 
 
 def test_content_is_persisted_with_categories() -> None:
-    tag = M.tag(ex("By the way, I prefer timelines in UTC."))
+    tag = M.decide(ex("By the way, I prefer timelines in UTC."))
     assert tag.persist and {"preference", "fact"} <= set(tag.categories)
-    tag = M.tag(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}."))
+    tag = M.decide(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}."))
     assert tag.persist and "task" in tag.categories
-    tag = M.tag(ex("We're thinking about going camping next month.", speaker="Dana"))
+    tag = M.decide(ex("We're thinking about going camping next month.", speaker="Dana"))
     assert tag.persist and "plan" in tag.categories
 
 
 def test_episode_third_person_and_fillers() -> None:
-    e = M.extract(ex("I went to a climbing meetup yesterday and it was so much fun.", speaker="Robin")).extraction
+    e = M.decide(ex("I went to a climbing meetup yesterday and it was so much fun.", speaker="Robin")).extraction
     assert e.episode == "Robin went to a climbing meetup yesterday and it was so much fun." and e.event
-    e = M.extract(ex("Hey Sam! Good to see you! I'm swamped with the kids & work. What's new with you?",
+    e = M.decide(ex("Hey Sam! Good to see you! I'm swamped with the kids & work. What's new with you?",
                      speaker="Dana")).extraction
     assert e.episode == "Dana is swamped with the kids & work."
-    e = M.extract(ex("Wow, thanks! I adopted a rescue dog named Biscuit last week and my kids love him.",
+    e = M.decide(ex("Wow, thanks! I adopted a rescue dog named Biscuit last week and my kids love him.",
                      speaker="Dana")).extraction
     assert e.episode.startswith("Dana adopted a rescue dog named Biscuit") and "Dana's kids love him" in e.episode
     assert {"Biscuit", "Dana"} <= set(e.entities)
@@ -239,19 +239,19 @@ def test_episode_third_person_and_fillers() -> None:
 
 def test_episode_is_capped() -> None:
     long = " ".join(f"I visited city number {i} with my cousin and we took many photos." for i in range(12))
-    e = M.extract(ex(long, speaker="Lee")).extraction.episode
+    e = M.decide(ex(long, speaker="Lee")).extraction.episode
     assert 0 < len(e) <= 301 and e.count(".") <= 3
 
 
 def test_elliptic_answer_includes_the_question() -> None:
     hist = (ChatMessage("user", "That view is stunning! What did you paint?", "D3:4", "Sam"),)
-    result = M.extract(Exchange("A sunrise over the lake, last year.", "", "Dana", ("D3:5",), 0.0, history=hist))
+    result = M.decide(Exchange("A sunrise over the lake, last year.", "", "Dana", ("D3:5",), 0.0, history=hist))
     assert result.extraction.episode == 'Asked "What did Dana paint?", Dana said: a sunrise over the lake, last year.'
     assert getattr(result.extraction, "extra_sources", ("D3:4",)) == ("D3:4",)
 
 
 def test_entities_include_ids_and_speaker() -> None:
-    e = M.extract(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}.")).extraction
+    e = M.decide(ex(f"Can you draft the postmortem for incident-204? Steps: {STEPS}.")).extraction
     assert "incident-204" in e.entities and "Maya" in e.entities
 
 
@@ -281,8 +281,8 @@ def test_reply_plans_from_procedure_or_default() -> None:
 
 # ---- the scenario -------------------------------------------------------------------
 
-def run_scenario() -> list[tuple[str, Tagging, Extraction]]:
-    out: list[tuple[str, Tagging, Extraction]] = []
+def run_scenario() -> list[tuple[str, MemoryDecision, Extraction]]:
+    out: list[tuple[str, MemoryDecision, Extraction]] = []
     known: dict[tuple[str, str], str] = {}
     for day in SCENARIO:
         hist: tuple[ChatMessage, ...] = ()
@@ -292,7 +292,7 @@ def run_scenario() -> list[tuple[str, Tagging, Extraction]]:
             reply = M.reply(ReplyRequest(PERSONA, lines, hist, text, USER, 300))
             exchange = Exchange(text, reply.text, USER, (mid,), 0.0, persona=PERSONA, history=hist,
                                 known_facts=tuple((e, a, v) for (e, a), v in known.items()))
-            tag, result = M.tag(exchange), M.extract(exchange).extraction
+            tag, result = M.decide(exchange), M.decide(exchange).extraction
             for f in result.facts:
                 if f.kind in ("confirmed", "corrected"):
                     known[(f.entity, f.attribute)] = f.value

@@ -28,8 +28,8 @@ from soul_runtime.loop.context import memory_line
 from soul_runtime.loop.guards import is_dangerous_step, is_injection, sanitize
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.memory.soul_memory import SoulMemory
-from soul_runtime.models.base import Exchange, ExtractResult, Tagging
-from soul_runtime.models.offline import OfflineModel
+from soul_runtime.models.base import Exchange, MemoryDecision
+from soul_runtime.models.offline import OfflineModel, analyse, extraction
 from soul_runtime.records import Extraction, FactCandidate, Store, TaskReport
 from tests.fakes import HashEmbedder
 
@@ -47,22 +47,19 @@ class GullibleModel(OfflineModel):
 
     _FACT = re.compile(r"(?P<ent>[A-Z][\w-]*)(?:'s (?P<att>[a-z][a-z ]{1,30}?))?(?: is | are |: )(?P<val>[^.;!?\"<>]{1,50})")
 
-    def tag(self, exchange: Exchange) -> Tagging:
-        return Tagging(True, ("fact", "event"), "gullible: everything", super().tag(exchange).usage)
-
-    def extract(self, exchange: Exchange) -> ExtractResult:
-        res = super().extract(exchange)
+    def decide(self, exchange: Exchange) -> MemoryDecision:
+        found = extraction(analyse(exchange))
         srcs = tuple(exchange.message_ids)
-        facts = list(res.extraction.facts)
+        facts = list(found.facts)
         for m in self._FACT.finditer(exchange.user_text):
             att = (m.group("att") or "description").strip()
             facts.append(FactCandidate(m.group("ent").lower(), att.replace(" ", "_"), m.group("val").strip(), "stated",
                                        srcs, m.group("ent"), att))
         steps = tuple(s.strip(" .") for s in re.findall(r"\d\.\s+([^0-9]+?)(?=\s+\d\.|$|\.)", exchange.user_text))
-        task = res.extraction.task or (TaskReport("gullible task", steps, "success", True) if len(steps) >= 2 else None)
-        ex = dataclasses.replace(res.extraction, facts=tuple(facts), task=task,
-                                 episode=res.extraction.episode or exchange.user_text[:200], event=True)
-        return ExtractResult(ex, res.usage)
+        task = found.task or (TaskReport("gullible task", steps, "success", True) if len(steps) >= 2 else None)
+        ex = dataclasses.replace(found, facts=tuple(facts), task=task, episode=found.episode or exchange.user_text[:200],
+                                 event=True)
+        return MemoryDecision(True, ("fact", "event"), "gullible: everything", ex, super().decide(exchange).usage)
 
 
 @dataclass

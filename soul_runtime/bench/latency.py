@@ -36,11 +36,10 @@ from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.memory.vector_index import IndexParams, VectorIndex
 from soul_runtime.models.base import (
     Exchange,
-    ExtractResult,
     LanguageModel,
+    MemoryDecision,
     ModelReply,
     ReplyRequest,
-    Tagging,
     TaskClassification,
 )
 from soul_runtime.owner_only import make_dir, private_umask, restrict, write_file
@@ -194,11 +193,9 @@ class InstantModel(LanguageModel):
     def reply(self, request: ReplyRequest) -> ModelReply:
         return ModelReply("ok")
 
-    def tag(self, exchange: Exchange) -> Tagging:
-        return Tagging(True, ("event",), "bench: always persist")
-
-    def extract(self, exchange: Exchange) -> ExtractResult:
-        return ExtractResult(Extraction(episode=exchange.user_text[:300], event=True))
+    def decide(self, exchange: Exchange) -> MemoryDecision:
+        return MemoryDecision(True, ("event",), "bench: always persist",
+                              Extraction(episode=exchange.user_text[:300], event=True))
 
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         return TaskClassification(None)

@@ -1,8 +1,8 @@
 """The write-policy audit (pure, no Ray): where would each exchange of a transcript be written?
 
 Every exchange goes through the same steps a soul's turn loop runs
-(:meth:`soul_runtime.loop.soul.Soul._decide`): the minimum-length filter, the model's
-persistence tag, extraction, the guards (:func:`soul_runtime.loop.guards.sanitize`),
+(:func:`soul_runtime.loop.decide.decide_exchange`): the minimum-length filter, the model's
+memory decision (persist + extraction in one), the guards (:func:`soul_runtime.loop.guards.sanitize`),
 and then the layer rules:
 
 * ``episodic``   — :func:`soul_runtime.memory.policy_episodic.decide_episode` says write;
@@ -30,7 +30,7 @@ from typing import Any
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import InvalidInput
-from soul_runtime.loop.guards import sanitize
+from soul_runtime.loop.decide import decide_exchange
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.models.base import ChatMessage, Exchange, LanguageModel
 from soul_runtime.owner_only import write_file
@@ -113,16 +113,14 @@ def check_transcript(items: Iterable[Any], where: str = "transcript") -> list[di
 
 def _labels(ex: Exchange, model: LanguageModel, cfg: SoulConfig, known: dict[tuple[str, str], str]
             ) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
-    """(labels, reason, write descriptions) of one exchange — the soul's ``_decide`` plus the layer rules.
+    """(labels, reason, write descriptions) of one exchange — the soul's memory decision plus the layer rules.
 
     ``known`` stands in for the semantic layer (what recall would hand the extractor as known facts);
     it is updated with the facts this exchange would write."""
-    if len(ex.user_text.strip()) < cfg.turn.min_persist_chars:
-        return (), f"shorter than {cfg.turn.min_persist_chars} characters", ()
-    tag = model.tag(ex)
-    if not tag.persist:
-        return (), tag.reason or "nothing worth keeping", ()
-    clean, dropped = sanitize(model.extract(ex).extraction, ex)
+    d = decide_exchange(model, ex, cfg.turn, {})
+    if not d.persisted:
+        return (), d.reason, ()
+    clean = d.extraction
     for f in clean.facts:
         if f.kind in ("confirmed", "corrected"):
             known[(f.entity, f.attribute)] = f.value
@@ -144,7 +142,7 @@ def _labels(ex: Exchange, model: LanguageModel, cfg: SoulConfig, known: dict[tup
     if task is not None and (task.outcome or task.save_requested):
         labels.append("procedural")
         writes.append(f"task '{task.task_class}' {task.outcome or 'save requested'}")
-    reason = tag.reason + ("; guard: " + "; ".join(dropped) if dropped else "")
+    reason = d.reason
     if not labels:
         reason += f"; no layer write ({ep.reason})"
     return tuple(labels), reason, tuple(writes)

@@ -1,18 +1,25 @@
 """A soul: persona, short-term buffer, long-term memory, and the turn loop.
 
-``turn``: buffer read → recall (three layers) → context under budget → model reply
-→ buffer append → persistence decision (length filter, then model tag) →
-extraction → guards → write policies + reconciliation (in the stores) → trace.
+``turn``: buffer read → recall (three layers) → context under budget → **model reply** (the only
+model call before the reply is returned) → write intent → then the memory work: persistence
+decision (length filter, then one model call that decides and extracts, see
+:mod:`soul_runtime.loop.decide`) → guards → write policies + reconciliation (in the stores) →
+buffer append → trace.
 
-A turn is acknowledged when its trace and the buffer checkpoint are committed.
-Before its writes go to the stores, the turn's write intent is committed, so a
-crash mid-write is completed (idempotently) on the soul's next activation — a
-turn is never half-applied and never applied twice.
+A turn is acknowledged when its trace and the buffer checkpoint are committed. With
+``wait_writes=False`` the reply is returned before that, and the memory work runs on a
+background thread; the soul's next call waits for it, so the next turn always reads the
+previous turn's writes. The turn's intent is committed before the reply is returned (holding
+the exchange) and again before the writes (holding the write requests), so a crash anywhere
+after the reply is completed (idempotently) on the soul's next activation — a turn is never
+half-applied and never applied twice. A failed memory call (429/529 after retries) never fails
+the reply: the trace says nothing was written and why.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,15 +28,21 @@ from typing import Any, Protocol
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
-from soul_runtime.errors import InvalidInput, OutOfOrder
+from soul_runtime.errors import InvalidInput, ModelError, OutOfOrder
 from soul_runtime.loop.buffer import BufferTurn
 from soul_runtime.loop.context import assemble
-from soul_runtime.loop.guards import sanitize
+from soul_runtime.loop.decide import (
+    Decided,
+    decide_exchange,
+    decide_observed,
+    exchange_from_plain,
+    exchange_to_plain,
+    windows,
+)
 from soul_runtime.loop.soul_state import SoulState
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.loop.trace import TurnTrace, usage_report
 from soul_runtime.models.base import Exchange, LanguageModel, Usage
 from soul_runtime.records import (
-    Extraction,
     MemoryWrite,
     Message,
     RecalledItem,
@@ -58,6 +71,9 @@ class TurnResult:
     seq: int
     model: str
     offline: bool
+    writes_pending: bool = False
+    """The reply came back before the memory work (``wait_writes=False``): ``writes`` is empty;
+    ``trace(turn_id)`` shows the writes when done."""
 
 
 def check_messages(messages: Sequence[Any], default_at: float | None, max_chars: int) -> list[Message]:
@@ -96,40 +112,86 @@ def _known_facts(items: Sequence[RecalledItem]) -> tuple[tuple[str, str, str], .
     return tuple(out)
 
 
+class _Pending:
+    """Memory work of a turn whose reply has been returned (``wait_writes=False``)."""
+
+    def __init__(self, trace: TurnTrace) -> None:
+        self.trace = trace
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+
 class Soul:
-    """One soul. Not thread-safe: exactly one activation runs one turn at a time."""
+    """One soul. One caller at a time (a host's per-soul lock); the memory work of a turn may run
+    on a background thread, which the next call waits for (:meth:`settle`)."""
 
     def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort, model: LanguageModel,
-                 config: SoulConfig | None = None, clock: Callable[[], float] = time.time) -> None:
+                 config: SoulConfig | None = None, clock: Callable[[], float] = time.time,
+                 on_commit: Callable[[TurnTrace], None] | None = None) -> None:
         self.soul_id = check_id(soul_id, what="soul id")
         self.cfg = config or SoulConfig()
         self.memory = memory
         self.model = model
         self.clock = clock
+        self.on_commit = on_commit
         self.state = SoulState(Path(directory), self.cfg.turn.context_tokens)
+        self._pending: _Pending | None = None
+        self._unfinished = False  # background memory work failed: its intent waits on disk
         self.recover()
 
     def close(self) -> None:
+        p = self._pending
+        if p is not None and p.thread is not None:
+            p.thread.join()  # a failure leaves the intent on disk for the next activation
+        self._pending = None
         self.state.close()
 
     @property
     def last_seq(self) -> int:
-        return self.state.last_seq
+        """The last accepted turn (its memory work may still be running)."""
+        p = self._pending
+        return max(self.state.last_seq, p.trace.seq if p is not None else 0)
+
+    def settle(self) -> None:
+        """Wait for the memory work of the last turn; complete it from its intent if it failed."""
+        p = self._pending
+        if p is not None:
+            if p.thread is not None:
+                p.thread.join()
+            self._pending = None
+            if p.error is not None:
+                self._unfinished = True
+        if self._unfinished:
+            self.recover()  # raises while it still cannot complete; the intent stays on disk
+            self._unfinished = False
 
     # ---- crash recovery ----------------------------------------------------------------
     def recover(self) -> bool:
-        """Complete a turn whose writes were in flight when the soul last stopped."""
+        """Complete a turn whose memory work was in flight when the soul last stopped.
+
+        An intent saved at the reply holds the exchange (the decision is made now); one saved
+        after the decision holds the write requests."""
         intent = self.state.pending_intent()
         if intent is None:
             return False
-        reqs = [request_from_plain(r) for r in intent["requests"]]
-        writes = self.memory.write_many(reqs) if reqs else []
         trace = TurnTrace.from_dict(intent["trace"])
-        trace = replace(trace, writes=tuple(w for ws in writes for w in ws))
+        if intent.get("requests") is None:
+            timings = dict(trace.timings_ms)
+            exchange = exchange_from_plain(intent["exchange"])
+            trace, reqs = self._decided(trace, exchange, intent["session"], timings)
+        else:
+            reqs = [request_from_plain(r) for r in intent["requests"]]
+        writes = self.memory.write_many(reqs) if reqs else []
+        trace = replace(trace, writes=tuple(w for ws in writes for w in ws), pending=False)
         for t in intent["buffer"]:
             self._append(BufferTurn(*t), intent["session"])
-        self.state.commit(trace, self.cfg.turn.trace_keep)
+        self._commit(trace)
         return True
+
+    def _commit(self, trace: TurnTrace) -> None:
+        self.state.commit(trace, self.cfg.turn.trace_keep)  # the acknowledgement point
+        if self.on_commit is not None:
+            self.on_commit(trace)
 
     def _append(self, t: BufferTurn, session: str) -> None:
         if self.state.buffer.session != session:
@@ -162,13 +224,21 @@ class Soul:
 
     # ---- the turn loop -----------------------------------------------------------------
     def turn(self, text: str, *, user: str | None = None, at: Any = None, request_id: str = "",
-             seq: int | None = None) -> TurnResult:
+             seq: int | None = None, wait_writes: bool = True) -> TurnResult:
+        """Reply after one model call; then the memory work (decision, guards, writes) under the soul's order.
+
+        ``wait_writes=True``: return when the writes are applied (``result.writes`` complete).
+        ``wait_writes=False``: return the reply at once (``result.writes_pending``); the memory work runs
+        on a background thread, :meth:`trace` shows it when done, and the next call waits for it."""
         tc = self.cfg.turn
         text = check_text(text, what="turn text", max_chars=tc.max_text_chars)
         user = check_id(user, what="user") if user is not None else "user"
         now = to_timestamp(at) if at is not None else self.clock()
         if estimate_tokens(self.cfg.persona) + estimate_tokens(text) + tc.reply_tokens + 4 > tc.context_tokens:
             raise InvalidInput(f"turn text does not fit the context budget of {tc.context_tokens} tokens")
+        if not isinstance(wait_writes, bool):
+            raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
+        self.settle()
         nxt = self._next_seq(seq, request_id)
         if isinstance(nxt, TurnTrace):
             return self._result(nxt)
@@ -195,7 +265,6 @@ class Soul:
         t0 = clock()
         answer = self.model.reply(ctx.request)
         timings["inference"] = (clock() - t0) * 1000
-        usage = answer.usage
 
         ids = (f"{turn_id}/user",)
         new_turns = [BufferTurn("user", user, text, ids[0], now), BufferTurn("assistant", "soul", answer.text,
@@ -204,68 +273,81 @@ class Soul:
                             persona=self.cfg.persona, recalled=tuple(it.text for it in ctx.used),
                             history=buffer.chat(buffer.turns[-tc.history_for_extraction:]),
                             known_facts=_known_facts(ctx.used))
-        persisted, reason, cats, extraction, usage2 = self._decide(exchange, timings)
-        usage = usage + usage2
-        reqs = [WriteRequest(turn_key=turn_id, now=now, actor=user, sources=ids, extraction=extraction,
-                             session=session, key_context=text)] if persisted else []
+        usage = usage_report([("reply", answer.model or self.model.model_id, answer.usage)])
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="turn", at=now, query=text,
-                          request_id=request_id, recalled=ctx.used, persisted=persisted, persist_reason=reason,
-                          categories=cats, tokens=ctx.tokens, timings_ms=timings, model=self.model.label,
-                          usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                                 "calls": usage.calls}, reply=answer.text)
-        trace = self._apply(trace, reqs, new_turns, session, timings)
-        return self._result(trace)
+                          request_id=request_id, recalled=ctx.used, persist_reason="memory work in progress",
+                          tokens=ctx.tokens, timings_ms=timings, model=self.model.label, usage=usage,
+                          reply=answer.text, pending=True)
+        t0 = clock()
+        intent = {"trace": trace.to_dict(), "exchange": exchange_to_plain(exchange), "requests": None,
+                  "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns], "session": session}
+        self.state.save_intent(intent)  # a crash from here on is completed by recover()
+        timings["intent"] = (clock() - t0) * 1000
+        if wait_writes:
+            return self._result(self._memory_work(trace, exchange, intent))
+        pending = _Pending(trace)
 
-    def _decide(self, exchange: Exchange, timings: dict[str, float]
-                ) -> tuple[bool, str, tuple[str, ...], Extraction, Usage]:
-        clock = time.perf_counter
-        t0 = clock()
-        usage = Usage()
-        if len(exchange.user_text.strip()) < self.cfg.turn.min_persist_chars:
-            timings["persist_decision"] = (clock() - t0) * 1000
-            return False, f"shorter than {self.cfg.turn.min_persist_chars} characters", (), Extraction(), usage
-        tag = self.model.tag(exchange)
-        usage = usage + tag.usage
-        timings["persist_decision"] = (clock() - t0) * 1000
-        if not tag.persist:
-            return False, tag.reason or "nothing worth keeping", tag.categories, Extraction(), usage
-        t0 = clock()
-        res = self.model.extract(exchange)
-        usage = usage + res.usage
-        clean, dropped = sanitize(res.extraction, exchange)
-        timings["extract"] = (clock() - t0) * 1000
-        reason = tag.reason or "holds " + ", ".join(tag.categories)
-        if dropped:
-            reason += "; guard: " + "; ".join(dropped)
-        return True, reason, tag.categories, clean, usage
+        def run() -> None:
+            try:
+                self._memory_work(trace, exchange, intent)
+            except BaseException as e:  # noqa: BLE001 — kept for settle(); the intent stays on disk
+                pending.error = e
+
+        pending.thread = threading.Thread(target=run, name=f"memory-{turn_id}", daemon=True)
+        self._pending = pending
+        pending.thread.start()
+        return replace(self._result(trace), writes_pending=True)
+
+    def _decided(self, trace: TurnTrace, exchange: Exchange, session: str, timings: dict[str, float]
+                 ) -> tuple[TurnTrace, list[WriteRequest]]:
+        """The memory decision of a turn; a failed model call keeps the reply and writes nothing."""
+        try:
+            d = decide_exchange(self.model, exchange, self.cfg.turn, timings)
+        except ModelError as e:
+            d = Decided(False, f"memory decision failed, nothing written: {e}")
+        parts = [(p, m, Usage.from_dict(v)) for p in ("reply",) for m, v in (trace.usage.get("by_model") or {}).items()]
+        parts += [("memory", m, u) for m, u in d.usage]
+        reqs = [WriteRequest(turn_key=trace.turn_id, now=trace.at, actor=exchange.speaker,
+                             sources=exchange.message_ids, extraction=d.extraction, session=session,
+                             key_context=exchange.user_text)] if d.persisted else []
+        return replace(trace, persisted=d.persisted, persist_reason=d.reason, categories=d.categories,
+                       usage=usage_report(parts), timings_ms=dict(timings)), reqs
+
+    def _memory_work(self, trace: TurnTrace, exchange: Exchange, intent: dict[str, Any]) -> TurnTrace:
+        timings = dict(trace.timings_ms)
+        trace, reqs = self._decided(trace, exchange, intent["session"], timings)
+        if reqs:
+            self.state.save_intent({**intent, "trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs]})
+        return self._apply(trace, reqs, [BufferTurn(*t) for t in intent["buffer"]], intent["session"], timings)
 
     def _apply(self, trace: TurnTrace, reqs: list[WriteRequest], new_turns: list[BufferTurn], session: str,
                timings: dict[str, float]) -> TurnTrace:
         t0 = time.perf_counter()
-        intent = {"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
-                  "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns], "session": session}
-        if reqs:
-            self.state.save_intent(intent)
         writes = self.memory.write_many(reqs) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
-        trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings))
+        trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings), pending=False)
         for t in new_turns:
             self._append(t, session)
-        self.state.commit(trace, self.cfg.turn.trace_keep)  # the acknowledgement point (not timed in the trace)
+        self._commit(trace)
         return trace
 
     @staticmethod
     def _result(trace: TurnTrace) -> TurnResult:
         return TurnResult(reply=trace.reply, recalled=trace.recalled, writes=trace.writes, turn_id=trace.turn_id,
-                          seq=trace.seq, model=trace.model, offline="(offline)" in trace.model)
+                          seq=trace.seq, model=trace.model, offline="(offline)" in trace.model,
+                          writes_pending=trace.pending)
 
     # ---- observing a conversation between others ------------------------------------------
     def observe(self, messages: Sequence[Any], *, at: Any = None, session: str | None = None,
                 request_id: str = "", seq: int | None = None) -> TurnResult:
-        """Ingest messages between other parties through the same write path, without a reply."""
+        """Ingest messages between other parties through the same write path, without a reply.
+
+        The messages are judged in windows (``observe_window``): one model call per window,
+        one decision per message, each message's memories sourced to it."""
         tc = self.cfg.turn
         default_at = to_timestamp(at) if at is not None else None
         msgs = check_messages(messages, default_at if default_at is not None else self.clock(), tc.max_text_chars)
+        self.settle()
         nxt = self._next_seq(seq, request_id)
         if isinstance(nxt, TurnTrace):
             return self._result(nxt)
@@ -277,36 +359,50 @@ class Soul:
         if buffer.session != sess:
             buffer.start_session(sess)
         timings: dict[str, float] = {}
-        reqs, reasons, usage = [], [], Usage()
+        reqs: list[WriteRequest] = []
+        reasons: list[str] = []
+        used: list[tuple[str, str, Usage]] = []
         new_turns = []
-        for m in msgs:
-            history = buffer.chat(buffer.turns[-tc.history_for_extraction:])
-            ex = Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,), at=m.at,
-                          persona=self.cfg.persona, history=history)
-            persisted, reason, _, extraction, u = self._decide(ex, timings)
-            usage = usage + u
-            reasons.append(f"{m.id}: {reason}")
-            if persisted:
-                prev = buffer.turns[-1] if buffer.turns else None
-                said = m.text if prev is None or prev.speaker == m.speaker else f"{m.text} (replying to: {prev.text[:300]})"
-                reqs.append(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker, sources=(m.id,),
-                                         extraction=extraction, session=sess, key_context=said))
-            bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
-            buffer.append(bt)
-            new_turns.append(bt)
+        for window in windows(msgs, tc):
+            earlier = buffer.chat(buffer.turns[-tc.history_for_extraction:])
+            decided, u = decide_observed(self.model, window, earlier, self.cfg.persona, tc, timings)
+            used += [("memory", m, x) for m, x in u]
+            for m, d in zip(window, decided, strict=True):
+                reasons.append(f"{m.id}: {d.reason}")
+                if d.persisted:
+                    prev = buffer.turns[-1] if buffer.turns else None
+                    said = (m.text if prev is None or prev.speaker == m.speaker
+                            else f"{m.text} (replying to: {prev.text[:300]})")
+                    reqs.append(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker, sources=(m.id,),
+                                             extraction=d.extraction, session=sess, key_context=said))
+                bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
+                buffer.append(bt)
+                new_turns.append(bt)
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,
-                          usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                                 "calls": usage.calls})
+                          usage=usage_report(used))
+        if reqs:
+            self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
+                                    "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
+                                    "session": sess})
         trace = self._apply(trace, reqs, new_turns, sess, timings)
         return self._result(trace)
 
     # ---- reading traces ------------------------------------------------------------------
     def trace(self, turn_id: str) -> TurnTrace:
+        """A turn's trace; while its memory work runs, the provisional one (``pending=True``)."""
+        p = self._pending
+        if p is not None and p.trace.turn_id == turn_id and p.thread is not None and p.thread.is_alive():
+            return p.trace
         return self.state.trace(turn_id)
 
     def traces(self, last: int = 10) -> list[TurnTrace]:
         if not isinstance(last, int) or isinstance(last, bool) or not 1 <= last <= 1_000_000:
             raise InvalidInput(f"last must be an int in 1..1000000, got {last!r}")
-        return self.state.last(last)
+        out = self.state.last(last)
+        p = self._pending
+        if p is not None and p.thread is not None and p.thread.is_alive() and all(
+                t.seq != p.trace.seq for t in out):
+            out = (out + [p.trace])[-last:]
+        return out

@@ -9,7 +9,7 @@ import msgpack
 
 from soul_runtime.errors import NotFound
 from soul_runtime.loop.buffer import ShortTermBuffer
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.loop.trace import TurnTrace, add_usage
 from soul_runtime.memory.sqlite_db import open_db, transaction
 
 MIGRATIONS = [
@@ -30,6 +30,8 @@ class SoulState:
         self.buffer.max_tokens = buffer_tokens
         self.last_seq = int(rows.get("last_seq", 0))
         self.last_at = float(msgpack.unpackb(rows["last_at"])) if "last_at" in rows else 0.0
+        self.usage: dict[str, Any] = msgpack.unpackb(rows["usage"], raw=False) if "usage" in rows else {}
+        """The model cost of every committed turn and observe, summed (see :func:`add_usage`)."""
 
     def close(self) -> None:
         self.db.close()
@@ -49,6 +51,7 @@ class SoulState:
 
     def commit(self, trace: TurnTrace, keep: int) -> None:
         """Checkpoint the buffer and record the trace: the turn's acknowledgement point."""
+        usage = add_usage(self.usage, trace.usage)
         with transaction(self.db):
             self.db.execute("DELETE FROM state WHERE key = 'intent'")
             self.db.execute("INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
@@ -56,11 +59,13 @@ class SoulState:
                              msgpack.packb(trace.to_dict(), use_bin_type=True)))
             self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", [
                 ("buffer", self.buffer.to_bytes()), ("last_seq", trace.seq),
-                ("last_at", msgpack.packb(max(self.last_at, trace.at)))])
+                ("last_at", msgpack.packb(max(self.last_at, trace.at))),
+                ("usage", msgpack.packb(usage, use_bin_type=True))])
             if keep and trace.seq > keep:
                 self.db.execute("DELETE FROM traces WHERE seq <= ?", (trace.seq - keep,))
         self.last_seq = trace.seq
         self.last_at = max(self.last_at, trace.at)
+        self.usage = usage
 
     def trace(self, turn_id: str) -> TurnTrace:
         if not isinstance(turn_id, str) or len(turn_id) > 400:
@@ -86,5 +91,6 @@ class SoulState:
     def wipe(self) -> None:
         with transaction(self.db):
             self.db.execute("DELETE FROM traces")
-            self.db.execute("DELETE FROM state WHERE key = 'buffer'")
+            self.db.execute("DELETE FROM state WHERE key IN ('buffer', 'usage')")
         self.buffer.turns.clear()
+        self.usage = {}

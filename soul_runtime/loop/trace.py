@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soul_runtime.models.base import Usage
 from soul_runtime.records import MemoryWrite, RecalledItem
 
 
@@ -25,8 +27,13 @@ class TurnTrace:
     tokens: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
     model: str = ""
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Model cost: ``calls``, ``input_tokens`` (uncached), ``output_tokens``, ``cache_read_tokens``,
+    ``cache_write_tokens`` in all; the same under ``reply`` and ``memory`` (the calls on and after the
+    reply path) and under ``by_model`` (per model id)."""
     reply: str = ""
+    pending: bool = False
+    """The reply has been returned and the memory work (decision, writes) is still running."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"turn_id": self.turn_id, "seq": self.seq, "soul_id": self.soul_id, "kind": self.kind, "at": self.at,
@@ -35,7 +42,7 @@ class TurnTrace:
                 "persist_reason": self.persist_reason, "categories": list(self.categories),
                 "writes": [w.to_dict() for w in self.writes], "tokens": dict(self.tokens),
                 "timings_ms": dict(self.timings_ms), "model": self.model, "usage": dict(self.usage),
-                "reply": self.reply}
+                "reply": self.reply, "pending": self.pending}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TurnTrace:
@@ -45,4 +52,29 @@ class TurnTrace:
                    persist_reason=d["persist_reason"], categories=tuple(d["categories"]),
                    writes=tuple(MemoryWrite.from_dict(w) for w in d["writes"]), tokens=dict(d["tokens"]),
                    timings_ms=dict(d["timings_ms"]), model=d["model"], usage=dict(d["usage"]),
-                   reply=d.get("reply", ""))
+                   reply=d.get("reply", ""), pending=bool(d.get("pending", False)))
+
+
+def usage_report(parts: Iterable[tuple[str, str, Usage]]) -> dict[str, Any]:
+    """A trace's ``usage`` from ``(phase, model id, usage)`` of each model call (phase: reply | memory)."""
+    total, phases = Usage(), {"reply": Usage(), "memory": Usage()}
+    models: dict[str, Usage] = {}
+    for phase, model, u in parts:
+        total = total + u
+        phases[phase] = phases.get(phase, Usage()) + u
+        if model:
+            models[model] = models.get(model, Usage()) + u
+    return {**total.to_dict(), **{k: v.to_dict() for k, v in phases.items()},
+            "by_model": {k: v.to_dict() for k, v in models.items()}}
+
+
+def add_usage(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two usage reports summed (a soul's running total): totals, phases and models."""
+    def u(d: Any) -> Usage:
+        return Usage.from_dict(d) if isinstance(d, dict) else Usage()
+    out: dict[str, Any] = (u(a) + u(b)).to_dict()
+    for phase in ("reply", "memory"):
+        out[phase] = (u(a.get(phase)) + u(b.get(phase))).to_dict()
+    ma, mb = a.get("by_model") or {}, b.get("by_model") or {}
+    out["by_model"] = {m: (u(ma.get(m)) + u(mb.get(m))).to_dict() for m in sorted({*ma, *mb})}
+    return out

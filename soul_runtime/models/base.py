@@ -1,14 +1,26 @@
-"""The language-model protocol: four operations a soul needs from a model.
+"""The language-model protocol: what a soul needs from a model.
 
-A model is one small class: set ``model_id`` and ``offline``, implement
-:meth:`LanguageModel.reply`, :meth:`LanguageModel.tag`, :meth:`LanguageModel.extract`
-and :meth:`LanguageModel.classify_task`. Every call returns its token usage so the
-turn trace can account for it. Two implementations ship:
+A model is one small class: set ``model_id`` and ``offline`` and implement
+
+* :meth:`LanguageModel.reply` — the answer to the user (the only call on the reply path);
+* :meth:`LanguageModel.decide` — the memory decision for one exchange in **one** analysis:
+  persist or not, the categories, and (when it persists) the extraction — facts, episode,
+  entities, task. It runs after the reply has been returned (see :mod:`soul_runtime.loop.soul`);
+* :meth:`LanguageModel.decide_window` — the same decision for a window of observed messages
+  at once (``observe``); each message gets its own decision, so provenance stays per message.
+  The default judges message by message through :meth:`decide`; a model that can read a
+  window in one call (Claude) overrides it;
+* :meth:`LanguageModel.classify_task`.
+
+Every call returns its :class:`Usage` (calls, uncached input, output, cache-read and
+cache-write tokens) and the id of the model that served it, so each turn trace accounts
+for its cost per model. Two implementations ship:
 
 * :class:`soul_runtime.models.offline.OfflineModel` — deterministic, rule-based,
   no network; every reply it writes is labelled ``[offline model]``.
-* :class:`soul_runtime.models.claude.AnthropicModel` — the ``anthropic`` SDK,
-  with a pinned model id, tool-use extraction, timeouts and retries.
+* :class:`soul_runtime.models.claude.AnthropicModel` — the ``anthropic`` SDK, a pinned
+  reply model and a (possibly smaller) pinned memory model, one forced tool call per memory
+  decision, prompt caching, timeouts and retries.
 """
 
 from __future__ import annotations
@@ -21,15 +33,41 @@ from soul_runtime.records import Extraction
 PERSIST_CATEGORIES = ("preference", "fact", "decision", "plan", "event", "task")
 
 
+USAGE_KEYS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
 @dataclass(frozen=True)
 class Usage:
+    """Token usage of one or more calls, from the API's ``usage`` (estimates for the offline model).
+
+    ``input_tokens`` are the uncached input tokens; ``cache_read_tokens`` were served from the
+    prompt cache and ``cache_write_tokens`` written to it (both also input)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.calls + other.calls)
+                     self.calls + other.calls, self.cache_read_tokens + other.cache_read_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens)
+
+    @property
+    def sent_tokens(self) -> int:
+        """All input tokens, cached or not."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: int(getattr(self, k)) for k in USAGE_KEYS}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Usage:
+        def num(k: str) -> int:
+            v = d.get(k, 0)
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+        return cls(**{k: num(k) for k in USAGE_KEYS})
 
 
 @dataclass(frozen=True)
@@ -56,6 +94,8 @@ class ReplyRequest:
 class ModelReply:
     text: str
     usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    """The id of the model that wrote it ("" = the model's ``model_id``)."""
 
 
 @dataclass(frozen=True)
@@ -82,17 +122,48 @@ class Exchange:
 
 
 @dataclass(frozen=True)
-class Tagging:
+class MemoryDecision:
+    """The memory decision for one exchange (or one observed message), made in one analysis.
+
+    ``persist`` False means nothing is written (``extraction`` is then empty); ``reason`` is
+    one short line for the trace."""
+
     persist: bool
     categories: tuple[str, ...] = ()
     reason: str = ""
+    extraction: Extraction = field(default_factory=Extraction)
     usage: Usage = field(default_factory=Usage)
+    model: str = ""
 
 
 @dataclass(frozen=True)
-class ExtractResult:
-    extraction: Extraction
+class ObservedMessage:
+    id: str
+    speaker: str
+    text: str
+    at: float
+    judge: bool = True
+    """False: context only (e.g. shorter than the length filter); no decision is needed for it."""
+
+
+@dataclass(frozen=True)
+class ObserveWindow:
+    """Consecutive observed messages judged together (one ``observe`` batch, or a chunk of it)."""
+
+    messages: tuple[ObservedMessage, ...]
+    earlier: tuple[ChatMessage, ...] = ()
+    """Messages before the window (context only)."""
+    persona: str = ""
+    history: int = 6
+    """How many earlier messages a per-message decision sees (the default :meth:`decide_window`)."""
+
+
+@dataclass(frozen=True)
+class WindowDecision:
+    decisions: tuple[MemoryDecision, ...]
+    """One per window message, in order (their ``usage`` is zero: the window's is below)."""
     usage: Usage = field(default_factory=Usage)
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -113,16 +184,34 @@ class LanguageModel(abc.ABC):
         """Answer the user given the assembled context."""
 
     @abc.abstractmethod
-    def tag(self, exchange: Exchange) -> Tagging:
-        """Does this exchange hold a preference, fact, decision or plan worth keeping?"""
+    def decide(self, exchange: Exchange) -> MemoryDecision:
+        """Is this exchange worth keeping, and if so what does it hold (facts, episode, task)?"""
 
-    @abc.abstractmethod
-    def extract(self, exchange: Exchange) -> ExtractResult:
-        """Facts, an episode summary, and the task with its steps and outcome."""
+    def decide_window(self, window: ObserveWindow) -> WindowDecision:
+        """One decision per observed message; the default judges them one by one."""
+        earlier = list(window.earlier)
+        out: list[MemoryDecision] = []
+        usage = Usage()
+        for m in window.messages:
+            if m.judge:
+                d = self.decide(Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,),
+                                         at=m.at, persona=window.persona,
+                                         history=tuple(earlier[-window.history:]) if window.history else ()))
+                usage = usage + d.usage
+                out.append(MemoryDecision(d.persist, d.categories, d.reason, d.extraction, Usage(), d.model))
+            else:
+                out.append(MemoryDecision(False, reason="context only"))
+            earlier.append(ChatMessage("user", m.text, m.id, m.speaker))
+        return WindowDecision(tuple(out), usage, self.model_id)
 
     @abc.abstractmethod
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         """Which known task class (if any) the request belongs to."""
+
+    @property
+    def memory_model_id(self) -> str:
+        """The model that makes the memory decisions (the reply model unless the model says otherwise)."""
+        return self.model_id
 
     @property
     def label(self) -> str:

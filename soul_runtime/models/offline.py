@@ -16,11 +16,10 @@ from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import (
     ChatMessage,
     Exchange,
-    ExtractResult,
     LanguageModel,
+    MemoryDecision,
     ModelReply,
     ReplyRequest,
-    Tagging,
     TaskClassification,
     Usage,
 )
@@ -284,6 +283,13 @@ def _categories(a: _Analysis, text: str) -> tuple[str, ...]:
     return tuple(k for k, v in found.items() if v) if a.event else ()
 
 
+def extraction(a: _Analysis) -> Extraction:
+    """What the analysis found, as the write path takes it (the episode compact, its full wording as detail)."""
+    short = rules.compact(a.episode) if a.episode else ""
+    return Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
+                      extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")
+
+
 class OfflineModel(LanguageModel):
     """Rule-based stand-in for a real model: what runs without an API key."""
 
@@ -301,23 +307,19 @@ class OfflineModel(LanguageModel):
         self._last.pair = (exchange, a)
         return a
 
-    def tag(self, exchange: Exchange) -> Tagging:
+    def decide(self, exchange: Exchange) -> MemoryDecision:
+        """The persistence tag and the extraction, from one analysis of the exchange."""
         a = self._analyse(exchange)
-        inp = exchange.user_text + exchange.reply_text
-        if a.instruction:
-            return Tagging(False, (), "instruction", _usage(inp, "instruction"))
-        cats = _categories(a, exchange.user_text)
-        reason = ("empty" if not _has_content(exchange.user_text) else "question" if a.question else "chit-chat")
-        reason = "content: " + ", ".join(cats) if cats else reason
-        return Tagging(bool(cats), cats, reason, _usage(inp, reason))
-
-    def extract(self, exchange: Exchange) -> ExtractResult:
-        a = self._analyse(exchange)
-        short = rules.compact(a.episode) if a.episode else ""
-        ext = Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
-                         extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")
         inp = exchange.user_text + exchange.reply_text + "".join(m.content for m in exchange.history)
-        return ExtractResult(ext, _usage(inp, a.episode + repr(ext.facts) + repr(ext.task)))
+        if a.instruction:
+            return MemoryDecision(False, (), "instruction", usage=_usage(inp, "instruction"))
+        cats = _categories(a, exchange.user_text)
+        if not cats:
+            reason = "empty" if not _has_content(exchange.user_text) else "question" if a.question else "chit-chat"
+            return MemoryDecision(False, (), reason, usage=_usage(inp, reason))
+        ext = extraction(a)
+        reason = "content: " + ", ".join(cats)
+        return MemoryDecision(True, cats, reason, ext, _usage(inp, reason + a.episode + repr(ext.facts) + repr(ext.task)))
 
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         cls = rules.task_class(text)

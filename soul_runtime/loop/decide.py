@@ -1,0 +1,116 @@
+"""The memory work after a reply: the cheap length filter, one model decision, the guards.
+
+``decide_exchange`` judges one exchange of a turn; ``decide_observed`` judges the messages of an
+``observe`` batch in windows (one model call per window, a decision per message). Both return
+what the write path needs and the model usage for the trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from soul_runtime.config import TurnConfig
+from soul_runtime.loop.guards import sanitize
+from soul_runtime.models.base import (
+    ChatMessage,
+    Exchange,
+    LanguageModel,
+    ObservedMessage,
+    ObserveWindow,
+    Usage,
+)
+from soul_runtime.records import Extraction, Message
+from soul_runtime.text import estimate_tokens
+
+
+@dataclass(frozen=True)
+class Decided:
+    persisted: bool
+    reason: str
+    categories: tuple[str, ...] = ()
+    extraction: Extraction = field(default_factory=Extraction)
+    usage: tuple[tuple[str, Usage], ...] = ()
+    """(model id, usage) of the calls made."""
+
+
+def _too_short(text: str, cfg: TurnConfig) -> bool:
+    return len(text.strip()) < cfg.min_persist_chars
+
+
+def decide_exchange(model: LanguageModel, exchange: Exchange, cfg: TurnConfig, timings: dict[str, float]) -> Decided:
+    """Length filter, then one model call (persist flag + extraction), then the guards."""
+    t0 = time.perf_counter()
+    try:
+        if _too_short(exchange.user_text, cfg):
+            return Decided(False, f"shorter than {cfg.min_persist_chars} characters")
+        d = model.decide(exchange)
+        used = ((d.model or model.memory_model_id, d.usage),)
+        if not d.persist:
+            return Decided(False, d.reason or "nothing worth keeping", d.categories, usage=used)
+        clean, dropped = sanitize(d.extraction, exchange)
+        reason = d.reason or "holds " + ", ".join(d.categories)
+        if dropped:
+            reason += "; guard: " + "; ".join(dropped)
+        return Decided(True, reason, d.categories, clean, used)
+    finally:
+        timings["memory_decision"] = (time.perf_counter() - t0) * 1000
+
+
+def windows(msgs: Sequence[Message], cfg: TurnConfig) -> list[list[Message]]:
+    """Consecutive chunks of at most ``observe_window`` messages and about ``observe_window_tokens`` tokens."""
+    out: list[list[Message]] = []
+    size = 0
+    for m in msgs:
+        n = estimate_tokens(m.text) + 8
+        if not out or len(out[-1]) >= cfg.observe_window or (out[-1] and size + n > cfg.observe_window_tokens):
+            out.append([])
+            size = 0
+        out[-1].append(m)
+        size += n
+    return out
+
+
+def decide_observed(model: LanguageModel, window: list[Message], earlier: tuple[ChatMessage, ...], persona: str,
+                    cfg: TurnConfig, timings: dict[str, float]) -> tuple[list[Decided], tuple[tuple[str, Usage], ...]]:
+    """One decision per message of ``window`` (one model call for the window), guards applied per message."""
+    t0 = time.perf_counter()
+    obs = ObserveWindow(tuple(ObservedMessage(m.id, m.speaker, m.text, m.at, judge=not _too_short(m.text, cfg))
+                              for m in window), earlier, persona, cfg.history_for_extraction)
+    wd = model.decide_window(obs)
+    used = ((wd.model or model.memory_model_id, wd.usage),) if wd.usage.calls or wd.usage.input_tokens else ()
+    out: list[Decided] = []
+    history = list(earlier)
+    for m, d in zip(window, wd.decisions, strict=True):
+        if _too_short(m.text, cfg):
+            out.append(Decided(False, f"shorter than {cfg.min_persist_chars} characters"))
+        elif not d.persist:
+            out.append(Decided(False, d.reason or "nothing worth keeping", d.categories))
+        else:
+            ex = Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,), at=m.at,
+                          persona=persona, history=tuple(history[-cfg.history_for_extraction:]))
+            clean, dropped = sanitize(d.extraction, ex)
+            reason = d.reason or "holds " + ", ".join(d.categories)
+            out.append(Decided(True, reason + ("; guard: " + "; ".join(dropped) if dropped else ""), d.categories,
+                               clean))
+        history.append(ChatMessage("user", m.text, m.id, m.speaker))
+    timings["memory_decision"] = timings.get("memory_decision", 0.0) + (time.perf_counter() - t0) * 1000
+    return out, used
+
+
+def exchange_to_plain(ex: Exchange) -> dict[str, Any]:
+    return {"user_text": ex.user_text, "reply_text": ex.reply_text, "speaker": ex.speaker,
+            "message_ids": list(ex.message_ids), "at": ex.at, "persona": ex.persona, "recalled": list(ex.recalled),
+            "history": [[m.role, m.content, m.id, m.speaker] for m in ex.history],
+            "known_facts": [list(f) for f in ex.known_facts], "known_tasks": list(ex.known_tasks)}
+
+
+def exchange_from_plain(d: dict[str, Any]) -> Exchange:
+    return Exchange(user_text=d["user_text"], reply_text=d["reply_text"], speaker=d["speaker"],
+                    message_ids=tuple(d["message_ids"]), at=float(d["at"]), persona=d.get("persona", ""),
+                    recalled=tuple(d.get("recalled", ())),
+                    history=tuple(ChatMessage(*m) for m in d.get("history", ())),
+                    known_facts=tuple((str(a), str(b), str(c)) for a, b, c in d.get("known_facts", ())),
+                    known_tasks=tuple(d.get("known_tasks", ())))
