@@ -56,7 +56,7 @@ def decide_exchange(model: LanguageModel, exchange: Exchange, cfg: TurnConfig, t
             reason += "; guard: " + "; ".join(dropped)
         return Decided(True, reason, d.categories, clean, used)
     finally:
-        timings["memory_decision"] = (time.perf_counter() - t0) * 1000
+        timings["persist_decision"] = (time.perf_counter() - t0) * 1000
 
 
 def windows(msgs: Sequence[Message], cfg: TurnConfig) -> list[list[Message]]:
@@ -96,7 +96,7 @@ def decide_observed(model: LanguageModel, window: list[Message], earlier: tuple[
             out.append(Decided(True, reason + ("; guard: " + "; ".join(dropped) if dropped else ""), d.categories,
                                clean))
         history.append(ChatMessage("user", m.text, m.id, m.speaker))
-    timings["memory_decision"] = timings.get("memory_decision", 0.0) + (time.perf_counter() - t0) * 1000
+    timings["persist_decision"] = timings.get("persist_decision", 0.0) + (time.perf_counter() - t0) * 1000
     return out, used
 
 
