@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from soul_runtime.loop.trace import TurnTrace
+
 from . import raycalls
 
 LATENCY_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
@@ -33,6 +35,10 @@ class Metrics:
                                            ("layer", "op")),
                 "activations": raycalls.counter("soul_activations_total", "Soul activations"),
                 "passivations": raycalls.counter("soul_passivations_total", "Soul passivations"),
+                "model_calls": raycalls.counter("soul_model_calls_total", "Model calls by model id", ("model",)),
+                "model_tokens": raycalls.counter("soul_model_tokens_total", "Model tokens by model id and kind "
+                                                 "(input = uncached, cache_read, cache_write, output)",
+                                                 ("model", "kind")),
             })
         except Exception:  # metrics must never break serving
             return cls(None)
@@ -54,6 +60,23 @@ class Metrics:
 
     def write(self, layer: str, op: str) -> None:
         self._inc("writes", {"layer": layer, "op": op})
+
+    def model_usage(self, trace: TurnTrace) -> None:
+        """Count a committed trace's model calls and tokens per model (a metric per model)."""
+        by_model = (trace.usage or {}).get("by_model") or {}
+        for model, u in by_model.items():
+            if not isinstance(u, dict):
+                continue
+            calls = int(u.get("calls", 0))
+            self.local[f"model_calls:{model}"] += calls
+            for kind, key in (("input", "input_tokens"), ("output", "output_tokens"),
+                              ("cache_read", "cache_read_tokens"), ("cache_write", "cache_write_tokens")):
+                n = int(u.get(key, 0))
+                self.local[f"model_tokens:{model},{kind}"] += n
+                if self._m is not None and n:
+                    self._m["model_tokens"].inc(float(n), tags={"model": model, "kind": kind})
+            if self._m is not None and calls:
+                self._m["model_calls"].inc(float(calls), tags={"model": model})
 
     def activation(self) -> None:
         self._inc("activations")

@@ -152,8 +152,8 @@ class TurnOrchestrator:
             return await self._call(self.host_of(soul_id), method, soul_id, *args)
 
     async def read(self, soul_id: str, method: str, *args: Any) -> Any:
-        """A read from the soul's host (traces); not ordered with turns."""
-        if method not in ("trace", "traces", "last_seq"):
+        """A read from the soul's host (traces, model usage); not ordered with turns."""
+        if method not in ("trace", "traces", "last_seq", "usage"):
             raise InvalidInput(f"unknown read {method!r}")
         return await self._call(self.host_of(soul_id), method, soul_id, *args)
 

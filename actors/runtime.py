@@ -154,9 +154,11 @@ class _Plan(Generic[T]):
     then: Callable[[Any], T]
 
 
-def _turn_payload(text: str, user: str | None, at: Any) -> dict[str, Any]:
+def _turn_payload(text: str, user: str | None, at: Any, wait_writes: bool) -> dict[str, Any]:
     check_text(text, what="turn text")
-    return {"text": text, "user": user, "at": None if at is None else to_timestamp(at)}
+    if not isinstance(wait_writes, bool):
+        raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
+    return {"text": text, "user": user, "at": None if at is None else to_timestamp(at), "wait_writes": wait_writes}
 
 
 class _Plans:
@@ -167,8 +169,9 @@ class _Plans:
     def _orch(self, method: str, *args: Any) -> Any:
         return raycalls.call(self.rt.orchestrator, method, *args)
 
-    def turn(self, text: str, user: str | None, at: Any, request_id: str | None) -> _Plan[TurnResult]:
-        payload = _turn_payload(text, user, at)
+    def turn(self, text: str, user: str | None, at: Any, request_id: str | None, wait_writes: bool = True
+             ) -> _Plan[TurnResult]:
+        payload = _turn_payload(text, user, at, wait_writes)
         rid = request_id or uuid.uuid4().hex
         return _Plan(self._orch("submit", self.soul_id, "turn", payload, rid), lambda r: r)
 
@@ -210,12 +213,13 @@ class _Plans:
                                 sessions_ago=sessions_ago), list)
 
     def stats(self) -> _Plan[dict[str, Any]]:
-        refs = [self._read(s.value, "stats") for s in LAYERS]
+        refs = [self._read(s.value, "stats") for s in LAYERS] + [self._orch("read", self.soul_id, "usage")]
 
         def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             out: dict[str, Any] = {}
-            for p in parts:
+            for p in parts[:-1]:
                 out.update(p)
+            out["model_usage"] = parts[-1]
             return out
         return _Plan(refs, merge)
 
@@ -258,9 +262,12 @@ class SoulHandle:
     def _run(self, plan: _Plan[T]) -> T:
         return plan.then(raycalls.get(plan.ref, timeout=self.timeout))
 
-    def turn(self, text: str, user: str | None = None, at: Any = None, *, request_id: str | None = None
-             ) -> TurnResult:
-        return self._run(self._p.turn(text, user, at, request_id))
+    def turn(self, text: str, user: str | None = None, at: Any = None, *, request_id: str | None = None,
+             wait_writes: bool = True) -> TurnResult:
+        """One turn. ``wait_writes=False``: the reply comes back after one model call, before the memory
+        work (``result.writes_pending``); ``trace(result.turn_id)`` shows the writes when done, and the
+        soul's next turn reads them."""
+        return self._run(self._p.turn(text, user, at, request_id, wait_writes))
 
     def observe(self, messages: Sequence[dict[str, Any]], at: Any = None, session: str | None = None, *,
                 request_id: str | None = None) -> TurnResult:
@@ -369,7 +376,7 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     if address is None or address == "auto":  # the data dir is on this machine: say if others can read it
         warn_if_loose(config.data_dir)
     env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                                                       "SOUL_ANTHROPIC_MODEL")}
+                                                       "SOUL_ANTHROPIC_MODEL", "SOUL_ANTHROPIC_MEMORY_MODEL")}
     started = raycalls.init(address, namespace=config.namespace, env_vars=env or None,
                             resources={"soul_slot": config.max_dedicated} if address is None else None)
     try:

@@ -116,7 +116,7 @@ class SoulHost(ActorInfo):
             return act
         try:
             act.soul = Soul(soul_id, soul_dir(self.cfg.data_dir, soul_id), memory=RemoteMemory(soul_id, self.calls),
-                            model=self.model, config=self.cfg.soul)
+                            model=self.model, config=self.cfg.soul, on_commit=self.metrics.model_usage)
         except BaseException:
             with self.guard:
                 if self.active.get(soul_id) is act:
@@ -151,7 +151,7 @@ class SoulHost(ActorInfo):
             for sid in list(self.active):
                 act = self.active[sid]
                 idle = now - act.last_used > self.cfg.idle_passivate_s
-                if (idle or over > 0) and act.soul is not None and act.lock.acquire(blocking=False):
+                if (idle or over > 0) and act.soul is not None and not act.soul.busy and act.lock.acquire(blocking=False):
                     del self.active[sid]
                     victims.append(act)
                     over -= 1
@@ -192,7 +192,7 @@ class SoulHost(ActorInfo):
             act.last_used = time.monotonic()
             if op == "turn":
                 res = act.live.turn(payload["text"], user=payload.get("user"), at=payload.get("at"),
-                                    request_id=request_id, seq=seq)
+                                    request_id=request_id, seq=seq, wait_writes=payload.get("wait_writes", True))
             elif op == "observe":
                 res = act.live.observe(payload["messages"], at=payload.get("at"), session=payload.get("session"),
                                        request_id=request_id, seq=seq)
@@ -211,9 +211,14 @@ class SoulHost(ActorInfo):
     def traces(self, soul_id: str, last: int) -> list[TurnTrace]:
         return self._activate(soul_id).live.traces(last)
 
+    def usage(self, soul_id: str) -> dict[str, Any]:
+        """The soul's model cost so far (every committed turn and observe), in all, per phase and per model."""
+        return dict(self._activate(soul_id).live.state.usage)
+
     def forget(self, soul_id: str) -> dict[str, int]:
         """Erase a soul's memory for good: all three layers, its buffer and traces."""
         with self._hold(soul_id) as act:
+            act.live.settle()  # the last turn's memory work lands first, then everything goes
             refs = {s.value: raycalls.call(self.stores.handle(s.value, soul_id), "forget", soul_id) for s in LAYERS}
             out = {k: int(v) for k, v in zip(refs, raycalls.get(list(refs.values())), strict=True)}
             out["traces"] = act.live.state.count()
@@ -222,7 +227,8 @@ class SoulHost(ActorInfo):
 
     def import_(self, soul_id: str, blob: bytes) -> None:
         data = unpack_export(blob)
-        with self._hold(soul_id):  # all layers are checked first, so a refused import changes nothing
+        with self._hold(soul_id) as act:  # all layers are checked first, so a refused import changes nothing
+            act.live.settle()
             empty = raycalls.get([raycalls.call(self.stores.handle(s.value, soul_id), "read", soul_id, "is_empty")
                                   for s in LAYERS])
             if not all(empty):

@@ -12,9 +12,9 @@ import pytest
 
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Usage
-from soul_runtime.models.claude import DEFAULT_MODEL_ID, AnthropicModel, model_from_env
+from soul_runtime.models.claude import DEFAULT_MEMORY_MODEL_ID, DEFAULT_MODEL_ID, AnthropicModel, model_from_env
 from soul_runtime.records import FactCandidate, TaskReport
-from tests.messages_api_server import MessagesApiServer, delayed, error, text_message, tool_message
+from soul_runtime.bench.messages_api import MessagesApiServer, delayed, error, text_message, tool_message
 
 MODEL = "claude-test-20250101"
 KEY = "sk-ant-test-key"
@@ -82,8 +82,10 @@ def test_reply_sends_context_and_records_usage(api: MessagesApiServer) -> None:
     assert req.path == "/v1/messages" and key_sent(req.headers) and req.headers.get("anthropic-version")
     body = req.body
     assert body["model"] == MODEL and body["max_tokens"] == 300
-    assert body["system"] == ("You are Sol.\n\nRelevant memories (id: text):\n- f1: Ana likes tea\n"
-                              "- e7: Ana moved to Oslo")
+    assert body["system"] == [  # the persona first (static per soul: the cacheable prefix), then the memories
+        {"type": "text", "text": "You are Sol."},
+        {"type": "text", "text": "Relevant memories (id: text):\n- f1: Ana likes tea\n- e7: Ana moved to Oslo"}]
+    assert body["thinking"] == {"type": "disabled"}
     assert body["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello Ana"},
                                 {"role": "user", "content": "what do I drink?"}]
     assert "tools" not in body and "tool_choice" not in body
@@ -94,7 +96,7 @@ def test_reply_without_memories_and_running_total(api: MessagesApiServer) -> Non
     model = make(api)
     model.reply(request(memory_lines=(), history=()))
     model.reply(request(memory_lines=(), history=(), max_tokens=0))
-    assert api.requests[0].body["system"] == "You are Sol."
+    assert api.requests[0].body["system"] == [{"type": "text", "text": "You are Sol."}]
     assert api.requests[1].body["max_tokens"] == model.max_tokens == 1024
     assert model.usage_total == Usage(8, 3, 2)
     api.push(text_message("three"))
@@ -116,11 +118,14 @@ def test_reply_rejects_bad_input_and_empty_answer(api: MessagesApiServer) -> Non
 
 # ---- structured output through tool use --------------------------------------
 
-def test_extract_parses_tool_use_into_extraction(api: MessagesApiServer) -> None:
-    api.push(tool_message("record_extraction", GOOD_EXTRACTION, preamble="Let me record that.",
-                          input_tokens=200, output_tokens=60))
-    model = make(api)
-    result = model.extract(exchange(history=(ChatMessage("user", "earlier words"),)))
+def test_decide_parses_one_tool_call_into_decision_and_extraction(api: MessagesApiServer) -> None:
+    api.push(tool_message("record_memory", {"persist": True, "categories": ["Preference", "gossip", "fact", "fact"],
+                                            "reason": "states a preference\nand a fact", **GOOD_EXTRACTION},
+                          preamble="Let me record that.", input_tokens=200, output_tokens=60))
+    model = make(api, memory_model_id="claude-memory-20250101")
+    result = model.decide(exchange(history=(ChatMessage("user", "earlier words"),)))
+    assert result.persist is True and result.categories == ("preference", "fact")
+    assert result.reason == "states a preference and a fact"
     ex = result.extraction
     assert ex.facts == (
         FactCandidate("ana", "favorite_color", "green", "corrected", ("m1", "m2"),
@@ -130,17 +135,20 @@ def test_extract_parses_tool_use_into_extraction(api: MessagesApiServer) -> None
     assert ex.episode.startswith("Ana switched") and ex.event is True
     assert ex.entities == ("Ana", "blog")
     assert ex.task == TaskReport("deploy_blog", ("build the site", "run rsync"), "success", False)
-    assert result.usage == Usage(200, 60, 1)
+    assert result.usage == Usage(200, 60, 1) and result.model == "claude-memory-20250101"
+    assert model.usage_by_model == {"claude-memory-20250101": Usage(200, 60, 1)}
 
-    body = api.requests[0].body
-    assert body["tool_choice"] == {"type": "tool", "name": "record_extraction"}
+    (body,) = api.bodies()  # one call: the tag and the extraction in one answer
+    assert body["model"] == "claude-memory-20250101" and body["thinking"] == {"type": "disabled"}
+    assert body["tool_choice"] == {"type": "tool", "name": "record_memory"}
     (tool,) = body["tools"]
-    assert tool["name"] == "record_extraction" and tool["input_schema"]["type"] == "object"
-    assert set(tool["input_schema"]["properties"]) == {"facts", "episode", "event", "entities", "task"}
-    system = body["system"]
+    assert tool["name"] == "record_memory" and tool["input_schema"]["type"] == "object"
+    assert set(tool["input_schema"]["properties"]) == {"persist", "categories", "reason", "facts", "episode", "event",
+                                                       "entities", "task"}
+    (system,) = body["system"]
     for needle in ("snake_case", "stated", "confirmed", "corrected", "retracted", "third-person",
                    "NEVER extract", "ignore previous instructions", "from now on always", "save_requested"):
-        assert needle in system, needle
+        assert needle in system["text"], needle
     user = body["messages"][0]["content"]
     assert "<persona>\nYou are Sol, a calm assistant.\n</persona>" in user
     assert "<recalled>\n- f:ana:favorite_color: blue\n</recalled>" in user
@@ -148,8 +156,26 @@ def test_extract_parses_tool_use_into_extraction(api: MessagesApiServer) -> None
     assert "Ana (user): My favourite colour is green" in user
 
 
-def test_extract_drops_malformed_items(api: MessagesApiServer) -> None:
-    api.push(tool_message("record_extraction", {
+def test_decide_not_persisted_and_bad_flag(api: MessagesApiServer) -> None:
+    api.push(tool_message("record_memory", {"persist": False, "categories": [], "reason": "small talk", "facts": [],
+                                            "episode": "", "event": False, "entities": [], "task": None}),
+             tool_message("record_memory", {"persist": True, "categories": ["fact"], "reason": "x", "facts": [],
+                                            "episode": "", "event": False, "entities": [], "task": None}),
+             tool_message("record_memory", {"persist": "maybe", "categories": []}))
+    model = make(api)
+    first = model.decide(exchange(persona="", recalled=()))
+    assert first.persist is False and first.reason == "small talk" and first.extraction.episode == ""
+    user = api.requests[0].body["messages"][0]["content"]
+    assert "<persona>" not in user and "<recalled>" not in user
+    second = model.decide(exchange())  # "persist" with nothing in it keeps nothing
+    assert second.persist is False and "nothing extracted" in second.reason
+    with pytest.raises(ModelError, match="persist"):
+        model.decide(exchange())
+
+
+def test_decide_drops_malformed_items(api: MessagesApiServer) -> None:
+    api.push(tool_message("record_memory", {
+        "persist": True, "categories": ["fact"], "reason": "facts",
         "facts": [
             {"entity": "Ana", "attribute": "pet", "value": "cat", "kind": "stated"},
             {"entity": "Ana", "attribute": "pet", "value": "dog", "kind": "guessed"},  # bad kind
@@ -168,54 +194,32 @@ def test_extract_drops_malformed_items(api: MessagesApiServer) -> None:
         "entities": ["Ana", 3, "", None],
         "task": {"task_class": "Deploy Blog", "steps": ["build", 5, ""], "outcome": "maybe", "save_requested": "y"},
     }))
-    ex = make(api).extract(exchange()).extraction
+    ex = make(api).decide(exchange()).extraction
     assert [(f.attribute, f.value, f.kind) for f in ex.facts] == [
         ("pet", "cat", "stated"), ("age", "34", "confirmed"), ("employer", "", "retracted")]
     assert ex.episode == "" and ex.event is False and ex.entities == ("Ana",)
     assert ex.task == TaskReport("deploy_blog", ("build",), "", False)
 
 
-def test_extract_accepts_json_encoded_nested_fields(api: MessagesApiServer) -> None:
-    encoded = dict(GOOD_EXTRACTION, facts=json.dumps(GOOD_EXTRACTION["facts"]),
-                   task=json.dumps(GOOD_EXTRACTION["task"]))
-    api.push(tool_message("record_extraction", encoded))
-    ex = make(api).extract(exchange()).extraction
+def test_decide_accepts_json_encoded_nested_fields(api: MessagesApiServer) -> None:
+    encoded = dict(GOOD_EXTRACTION, persist=True, categories=["fact"], reason="r",
+                   facts=json.dumps(GOOD_EXTRACTION["facts"]), task=json.dumps(GOOD_EXTRACTION["task"]))
+    api.push(tool_message("record_memory", encoded))
+    ex = make(api).decide(exchange()).extraction
     assert len(ex.facts) == 2 and ex.task is not None and ex.task.task_class == "deploy_blog"
 
 
 @pytest.mark.parametrize("scripted", [
-    tool_message("record_extraction", {"something": "else"}),
-    tool_message("record_extraction", ["not", "an", "object"]),
+    tool_message("record_memory", {"persist": True, "something": "else"}),
+    tool_message("record_memory", ["not", "an", "object"]),
     tool_message("another_tool", GOOD_EXTRACTION),
     text_message("I'd rather answer in prose."),
 ])
-def test_extract_wholly_invalid_is_model_error(api: MessagesApiServer, scripted: object) -> None:
+def test_decide_wholly_invalid_is_model_error(api: MessagesApiServer, scripted: object) -> None:
     api.push(scripted)  # type: ignore[arg-type]
     with pytest.raises(ModelError):
-        make(api).extract(exchange())
+        make(api).decide(exchange())
     assert len(api.requests) == 1  # a bad answer is not retried
-
-
-def test_extract_with_no_task_and_no_facts(api: MessagesApiServer) -> None:
-    api.push(tool_message("record_extraction", {"facts": [], "episode": "", "event": False, "entities": [],
-                                                "task": None}))
-    ex = make(api).extract(exchange(persona="", recalled=())).extraction
-    assert ex.facts == () and ex.task is None and ex.episode == ""
-    user = api.requests[0].body["messages"][0]["content"]
-    assert "<persona>" not in user and "<recalled>" not in user
-
-
-def test_tag(api: MessagesApiServer) -> None:
-    api.push(tool_message("record_tagging", {"persist": True, "categories": ["Preference", "gossip", "fact", "fact"],
-                                             "reason": "states a preference\nand a fact"}, input_tokens=30))
-    model = make(api)
-    tagging = model.tag(exchange())
-    assert tagging.persist is True and tagging.categories == ("preference", "fact")
-    assert tagging.reason == "states a preference and a fact" and tagging.usage.input_tokens == 30
-    assert api.requests[0].body["tool_choice"] == {"type": "tool", "name": "record_tagging"}
-    api.push(tool_message("record_tagging", {"persist": "maybe", "categories": []}))
-    with pytest.raises(ModelError, match="persist"):
-        model.tag(exchange())
 
 
 def test_classify_task(api: MessagesApiServer) -> None:
@@ -298,7 +302,7 @@ def test_server_retry_verdict_wins(api: MessagesApiServer) -> None:
 def test_rejected_key(api: MessagesApiServer) -> None:
     api.push(error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ModelError, match="rejected the API key"):
-        make(api).tag(exchange())
+        make(api).decide(exchange())
     assert len(api.requests) == 1
 
 
@@ -369,11 +373,16 @@ def test_model_from_env(api: MessagesApiServer, monkeypatch: pytest.MonkeyPatch)
     assert model_from_env({}) is None
     assert model_from_env({"ANTHROPIC_API_KEY": "  ", "SOUL_ANTHROPIC_MODEL": MODEL}) is None
     default = model_from_env({"ANTHROPIC_API_KEY": KEY})
-    assert isinstance(default, AnthropicModel) and default.model_id == DEFAULT_MODEL_ID == "claude-sonnet-4-5-20250929"
+    assert isinstance(default, AnthropicModel) and default.model_id == DEFAULT_MODEL_ID == "claude-sonnet-5-5"
+    assert default.memory_model_id == DEFAULT_MEMORY_MODEL_ID == "claude-haiku-5-5"
     assert default.offline is False and default.label == DEFAULT_MODEL_ID
     assert str(default._client.base_url).startswith("https://api.anthropic.com")
     with pytest.raises(ConfigError):
         model_from_env({"ANTHROPIC_API_KEY": KEY, "SOUL_ANTHROPIC_MODEL": "claude-sonnet-latest"})
+    with pytest.raises(ConfigError, match="memory_model_id"):
+        model_from_env({"ANTHROPIC_API_KEY": KEY, "SOUL_ANTHROPIC_MEMORY_MODEL": "claude-haiku-latest"})
+    assert model_from_env({"ANTHROPIC_API_KEY": KEY, "SOUL_ANTHROPIC_MEMORY_MODEL": "claude-m-1"}).memory_model_id == (
+        "claude-m-1")
 
     model = model_from_env({"ANTHROPIC_API_KEY": KEY, "SOUL_ANTHROPIC_MODEL": MODEL, "ANTHROPIC_BASE_URL": api.base_url})
     assert isinstance(model, AnthropicModel) and model.model_id == MODEL

@@ -26,7 +26,7 @@ from soul_runtime.errors import InvalidInput
 
 SOUL_ID = "atlas"
 HISTORY_KEY = ("tendril", "production_database")
-ANTHROPIC_DEFAULT = "claude-sonnet-4-5-20250929"  # mirrors anthropic_model.DEFAULT_MODEL_ID (no SDK import here)
+ANTHROPIC_DEFAULT = "claude-sonnet-5-5"  # mirrors models.claude.DEFAULT_MODEL_ID (no SDK import here)
 
 
 def model_banner(env: Mapping[str, str] | None = None) -> tuple[str, bool]:

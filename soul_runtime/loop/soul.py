@@ -152,6 +152,12 @@ class Soul:
         p = self._pending
         return max(self.state.last_seq, p.trace.seq if p is not None else 0)
 
+    @property
+    def busy(self) -> bool:
+        """The memory work of the last turn is still running."""
+        p = self._pending
+        return p is not None and p.thread is not None and p.thread.is_alive()
+
     def settle(self) -> None:
         """Wait for the memory work of the last turn; complete it from its intent if it failed."""
         p = self._pending

@@ -1,8 +1,15 @@
-"""A scripted local stand-in for the Anthropic Messages API (stdlib only).
+"""A local stand-in for the Anthropic Messages API (stdlib only), for tests and ``soul bench claude``.
 
 ``POST /v1/messages`` answers from a queue of :class:`Scripted` responses (status,
-JSON body, headers, delay) and records every request it receives, so tests run the
-real ``anthropic`` SDK over real HTTP against ``http://127.0.0.1:PORT``.
+JSON body, headers, delay) — or, when the queue is empty and a ``responder`` is set, from
+``responder(request body)`` — and records every request it receives, so tests and benchmarks
+run the real ``anthropic`` SDK over real HTTP against ``http://127.0.0.1:PORT``.
+
+With ``count_tokens=True`` the server fills in ``usage`` itself, the way the API reports it:
+input tokens are characters / 4 of the request's tools, system and messages; a prefix that
+ends at a ``cache_control`` mark and is at least ``cache_min_tokens`` long is written to the
+cache the first time (``cache_creation_input_tokens``) and read from it afterwards
+(``cache_read_input_tokens``); the rest is ``input_tokens``.
 
     with MessagesApiServer() as api:
         api.push(text_message("hello"))
@@ -13,10 +20,12 @@ real ``anthropic`` SDK over real HTTP against ``http://127.0.0.1:PORT``.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,11 +79,50 @@ def error(status: int, etype: str, msg: str = "", *, headers: dict[str, str] | N
     return Scripted(status, body, dict(headers or {}), delay_s)
 
 
-class MessagesApiServer:
-    """A threaded HTTP server on an ephemeral 127.0.0.1 port; use as a context manager."""
+def _tokens(obj: Any) -> int:
+    return (len(json.dumps(obj, sort_keys=True, ensure_ascii=False)) + 3) // 4 if obj else 0
 
-    def __init__(self) -> None:
+
+def prompt_usage(body: dict[str, Any], cache: set[str], cache_min_tokens: int) -> dict[str, int]:
+    """The input side of ``usage`` for a request, with the prompt cache emulated (``cache`` is updated).
+
+    The prompt is tools, then system blocks, then messages; the cached prefix ends at the last
+    block carrying ``cache_control`` among tools and system."""
+    tools = list(body.get("tools") or [])
+    system = body.get("system") or []
+    blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+    marks = [i for i, b in enumerate(tools) if isinstance(b, dict) and b.get("cache_control")]
+    smarks = [i for i, b in enumerate(blocks) if isinstance(b, dict) and b.get("cache_control")]
+    prefix: list[Any] = []
+    if smarks:
+        prefix = tools + blocks[: smarks[-1] + 1]
+    elif marks:
+        prefix = tools[: marks[-1] + 1]
+    total = _tokens(tools) + _tokens(blocks) + _tokens(body.get("messages"))
+    n = _tokens(prefix)
+    if not prefix or n < cache_min_tokens:
+        return {"input_tokens": total, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    key = hashlib.sha256((str(body.get("model")) + json.dumps(prefix, sort_keys=True)).encode()).hexdigest()
+    hit = key in cache
+    cache.add(key)
+    return {"input_tokens": max(0, total - n), "cache_read_input_tokens": n if hit else 0,
+            "cache_creation_input_tokens": 0 if hit else n}
+
+
+class MessagesApiServer:
+    """A threaded HTTP server on an ephemeral 127.0.0.1 port; use as a context manager.
+
+    ``delay_s`` delays every answer (a model's latency); ``responder`` answers when the
+    script queue is empty; ``count_tokens`` fills in ``usage`` (see the module doc)."""
+
+    def __init__(self, *, responder: Callable[[dict[str, Any]], Scripted] | None = None, delay_s: float = 0.0,
+                 count_tokens: bool = False, cache_min_tokens: int = 1024) -> None:
         self.requests: list[Received] = []
+        self.responder = responder
+        self.delay_s = delay_s
+        self.count_tokens = count_tokens
+        self.cache_min_tokens = cache_min_tokens
+        self.cache: set[str] = set()
         self._queue: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -96,6 +144,14 @@ class MessagesApiServer:
                     server.requests.append(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
                                                     body))
                     scripted = server._queue.popleft() if server._queue else None
+                if scripted is None and server.responder is not None and self.path.split("?")[0] == "/v1/messages":
+                    scripted = server.responder(body)
+                if scripted is not None and server.count_tokens and scripted.status == 200 and "usage" in scripted.body:
+                    with server._lock:
+                        usage = {**scripted.body["usage"], **prompt_usage(body, server.cache, server.cache_min_tokens)}
+                    scripted = replace(scripted, body={**scripted.body, "usage": usage})
+                if scripted is not None and server.delay_s:
+                    scripted = replace(scripted, delay_s=scripted.delay_s + server.delay_s)
                 if self.path.split("?")[0] != "/v1/messages":
                     scripted = error(404, "not_found_error", f"no route {self.path}")
                 elif scripted is None:
@@ -129,6 +185,11 @@ class MessagesApiServer:
     def push(self, *responses: Scripted) -> None:
         with self._lock:
             self._queue.extend(responses)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The JSON bodies received so far, in order."""
+        with self._lock:
+            return [r.body for r in self.requests]
 
     @property
     def pending(self) -> int:
