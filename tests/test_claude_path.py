@@ -1,0 +1,242 @@
+"""The Claude path end to end: a soul on the real SDK over HTTP against the local Messages-API server.
+
+One call before the reply returns and one after; a batched observe; cache-control blocks; usage summed
+on the trace and per soul; a crash between the reply and the writes; a 529 on the memory call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soul_runtime.bench.claude_path import keep_everything
+from soul_runtime.bench.messages_api import MessagesApiServer, Scripted, error, message, text_message, tool_message
+from soul_runtime.config import SoulConfig, TurnConfig
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.claude import AnthropicModel
+from tests.fakes import HashEmbedder
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_780_000_000.0
+REPLY, MEMORY = "claude-reply-test", "claude-memory-test"
+
+
+@pytest.fixture
+def api() -> Iterator[MessagesApiServer]:
+    with MessagesApiServer(responder=keep_everything, count_tokens=True) as server:
+        yield server
+
+
+def model(api: MessagesApiServer, **kw: Any) -> AnthropicModel:
+    opts: dict[str, Any] = {"model_id": REPLY, "memory_model_id": MEMORY, "api_key": "k", "base_url": api.base_url,
+                            "max_retries": 1, "retry_base_delay_s": 0.01, "timeout_s": 10.0}
+    opts.update(kw)
+    return AnthropicModel(**opts)
+
+
+def soul(tmp: Path, m: AnthropicModel, **turn: int) -> Soul:
+    cfg = SoulConfig(turn=TurnConfig(**turn)) if turn else SoulConfig()
+    return Soul("sol", tmp, memory=SoulMemory(tmp, embedder=HashEmbedder()), model=m, config=cfg)
+
+
+def episodes(s: Soul) -> list[Any]:
+    mem = s.memory
+    assert isinstance(mem, SoulMemory)
+    return mem.episodes()
+
+
+def kinds(api: MessagesApiServer) -> list[str]:
+    return [(b.get("tool_choice") or {}).get("name", "reply") for b in api.bodies()]
+
+
+def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path) -> None:
+    def slow_memory(body: dict[str, Any]) -> Scripted:  # the memory call answers only after 3 s
+        answer = keep_everything(body)
+        return replace(answer, delay_s=3.0) if body.get("tools") else answer
+
+    with MessagesApiServer(responder=slow_memory, count_tokens=True) as api:
+        s = soul(tmp_path, model(api))
+        t0 = time.perf_counter()
+        r = s.turn("We moved the Tendril production database to Postgres 16 last night.", user="maya", at=T0,
+                   wait_writes=False)
+        took = time.perf_counter() - t0
+        assert r.reply == "Noted." and r.writes_pending and r.writes == ()
+        assert took < 2.5 and s.busy  # back before the memory call could answer
+        assert s.trace(r.turn_id).pending  # the provisional trace while the memory work runs
+        s.settle()
+        assert kinds(api) == ["reply", "record_memory"]
+        tr = s.trace(r.turn_id)
+        assert not tr.pending and tr.persisted and tr.writes and tr.reply == r.reply
+        assert tr.usage["reply"]["calls"] == 1 and tr.usage["memory"]["calls"] == 1 and tr.usage["calls"] == 2
+        assert set(tr.usage["by_model"]) == {REPLY, MEMORY}
+        assert api.bodies()[0]["model"] == REPLY and api.bodies()[1]["model"] == MEMORY
+
+        # the default keeps today's contract: the writes are there when the call returns
+        r2 = s.turn("Also, the staging database for Tendril is called Juniper now.", user="maya", at=T0 + 60)
+        assert not r2.writes_pending and r2.writes and s.trace(r2.turn_id).writes == r2.writes
+        assert kinds(api) == ["reply", "record_memory"] * 2
+        # the next turn read the previous turns' writes: both episodes are recalled
+        r3 = s.turn("What do we know about Tendril's databases?", user="maya", at=T0 + 120, wait_writes=False)
+        assert {it.sources[0] for it in r3.recalled if it.sources} >= {"sol/1/user", "sol/2/user"}
+        s.close()  # waits for the memory work of turn 3
+        assert kinds(api) == ["reply", "record_memory"] * 3
+        assert soul(tmp_path, model(api)).trace(r3.turn_id).writes  # committed before close returned
+    with MessagesApiServer(responder=keep_everything) as api2:
+        short = soul(tmp_path / "short", model(api2))
+        r4 = short.turn("ok!", user="maya", at=T0)  # the length filter runs first: no memory call
+        assert kinds(api2) == ["reply"] and "shorter than" in short.trace(r4.turn_id).persist_reason
+
+
+def test_observe_judges_a_window_in_one_call_with_provenance_per_message(tmp_path: Path,
+                                                                          api: MessagesApiServer) -> None:
+    msgs = [{"speaker": "Caroline" if i % 2 else "Melanie", "id": f"D1:{i}",
+             "text": "Yes!" if i == 3 else f"Message {i}: I went hiking near lake {i} with my sister last weekend."}
+            for i in range(1, 26)]
+    s = soul(tmp_path, model(api), observe_window=10)
+    r = s.observe(msgs, at=T0, session="s1")
+    assert kinds(api) == ["record_memories"] * 3  # 25 messages in windows of 10: three calls, not 25 (or 50)
+    prompt = api.bodies()[0]["messages"][0]["content"]
+    assert "[D1:1] Caroline: Message 1" in prompt and "[D1:10]" in prompt and "[D1:11]" not in prompt
+    assert "[D1:10]" in api.bodies()[1]["messages"][0]["content"]  # the previous window is context
+    tr = s.trace(r.turn_id)
+    assert "D1:3: shorter than" in tr.persist_reason  # "Yes!" is context only
+    assert sorted(e.sources for e in episodes(s)) == sorted((f"D1:{i}",) for i in range(1, 26) if i != 3)
+    assert tr.usage["memory"]["calls"] == 3 and tr.usage["reply"]["calls"] == 0
+
+
+def test_a_cut_off_window_answer_is_retried_as_two_halves(tmp_path: Path, api: MessagesApiServer) -> None:
+    api.push(Scripted(200, message([{"type": "tool_use", "id": "t", "name": "record_memories", "input": {}}],
+                                   stop_reason="max_tokens", output_tokens=4096)))
+    msgs = [{"speaker": "Ana", "id": f"m{i}", "text": f"Ana adopted cat number {i} from the shelter today."}
+            for i in range(6)]
+    r = soul(tmp_path, model(api)).observe(msgs, at=T0, session="s")
+    assert kinds(api) == ["record_memories"] * 3 and len(episodes(soul(tmp_path, model(api)))) == 6 and r.writes
+    assert [len(b["messages"][0]["content"].split("<messages>")[1].strip().splitlines()) - 1
+            for b in api.bodies()] == [6, 3, 3]
+
+
+def test_cache_control_marks_the_static_prefix_and_usage_reports_cached_tokens(tmp_path: Path) -> None:
+    with MessagesApiServer(responder=keep_everything, count_tokens=True, cache_min_tokens=200) as api:
+        s = soul(tmp_path, model(api, cache_min=200))
+        for i in range(3):
+            s.turn(f"Decision {i}: we chose Postgres {14 + i} for the Orca analytics service.", user="maya",
+                   at=T0 + 60 * i)
+        mem = [b for b in api.bodies() if b.get("tools")]
+        assert len(mem) == 3
+        for b in mem:
+            (block,) = b["system"]
+            assert block["cache_control"] == {"type": "ephemeral"} and "record_memory" in block["text"]
+            assert b["system"][0]["text"] == mem[0]["system"][0]["text"] and b["tools"] == mem[0]["tools"]
+        traces = s.traces(3)
+        assert traces[0].usage["cache_write_tokens"] > 0 and traces[0].usage["cache_read_tokens"] == 0
+        assert all(t.usage["cache_read_tokens"] > 0 and t.usage["memory"]["cache_read_tokens"] > 0 for t in traces[1:])
+        reply = [b for b in api.bodies() if not b.get("tools")]
+        assert all("cache_control" not in blk for b in reply for blk in b["system"])  # the short persona: no mark
+    with MessagesApiServer(responder=keep_everything) as api:  # a model whose minimum the prefix misses
+        soul(tmp_path / "b", model(api, cache_min=100_000)).turn("We chose Redis for the session cache.", at=T0)
+        assert all("cache_control" not in blk for b in api.bodies() for blk in b.get("system", []))
+
+
+def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path) -> None:
+    with MessagesApiServer() as api:
+        api.push(text_message("Sure.", input_tokens=100, output_tokens=5),
+                 tool_message("record_memory", {"persist": True, "categories": ["fact"], "reason": "a fact",
+                                                "facts": [], "episode": "Maya set the budget to 4k.", "event": True,
+                                                "entities": [], "task": None}, input_tokens=700, output_tokens=50),
+                 text_message("Ok.", input_tokens=120, output_tokens=3),
+                 tool_message("record_memory", {"persist": False, "categories": [], "reason": "chat", "facts": [],
+                                                "episode": "", "event": False, "entities": [], "task": None},
+                              input_tokens=650, output_tokens=20))
+        s = soul(tmp_path, model(api))
+        a = s.turn("The monthly budget for the Orca cluster is 4k dollars.", user="maya", at=T0)
+        b = s.turn("Thanks a lot for that, really helpful.", user="maya", at=T0 + 60)
+        ta, tb = s.trace(a.turn_id), s.trace(b.turn_id)
+        assert {k: ta.usage[k] for k in ("calls", "input_tokens", "output_tokens")} == {
+            "calls": 2, "input_tokens": 800, "output_tokens": 55}
+        assert ta.usage["by_model"] == {REPLY: {"calls": 1, "input_tokens": 100, "output_tokens": 5,
+                                                "cache_read_tokens": 0, "cache_write_tokens": 0},
+                                        MEMORY: {"calls": 1, "input_tokens": 700, "output_tokens": 50,
+                                                 "cache_read_tokens": 0, "cache_write_tokens": 0}}
+        assert tb.usage["calls"] == 2 and tb.persist_reason == "chat"
+        total = s.state.usage
+        assert total["calls"] == 4 and total["input_tokens"] == 100 + 700 + 120 + 650
+        assert total["by_model"][MEMORY]["output_tokens"] == 70 and total["reply"]["calls"] == 2
+        s.close()
+        again = soul(tmp_path, model(api))  # the running total is durable
+        assert again.state.usage == total
+
+
+@pytest.mark.parametrize("status", [529, 429])
+def test_an_overloaded_memory_call_does_not_fail_the_reply(tmp_path: Path, status: int) -> None:
+    with MessagesApiServer() as api:
+        api.push(text_message("Got it."), *[error(status, "overloaded_error" if status == 529 else "rate_limit_error",
+                                                  headers={"retry-after-ms": "10"})] * 2,
+                 text_message("Next."))
+        s = soul(tmp_path, model(api, max_retries=1))
+        r = s.turn("Our on-call rotation for Orca changes every Monday morning.", user="maya", at=T0)
+        assert r.reply == "Got it." and r.writes == ()
+        tr = s.trace(r.turn_id)
+        assert not tr.persisted and "memory decision failed" in tr.persist_reason and str(status) in tr.persist_reason
+        assert tr.usage["reply"]["calls"] == 1 and tr.usage["memory"]["calls"] == 0
+        assert s.turn("ok", user="maya", at=T0 + 60).reply == "Next."  # the soul goes on
+        assert s.last_seq == 2 and [t.role for t in s.state.buffer.turns] == ["user", "assistant"] * 2
+
+
+CRASHER = textwrap.dedent("""
+    import sys
+    from soul_runtime.loop.soul import Soul
+    from soul_runtime.memory.soul_memory import SoulMemory
+    from soul_runtime.models.claude import AnthropicModel
+    from tests.fakes import HashEmbedder
+    path, url = sys.argv[1], sys.argv[2]
+    m = AnthropicModel(model_id="claude-reply-test", memory_model_id="claude-memory-test", api_key="k", base_url=url)
+    s = Soul("sol", path, memory=SoulMemory(path, embedder=HashEmbedder()), model=m)
+    r = s.turn("The Orca cluster moved to the eu-west-2 region yesterday.", user="maya", at=1780000000.0,
+               wait_writes=False)
+    print("REPLY", r.turn_id, r.reply, flush=True)
+    s.settle()
+""")
+
+
+def test_a_crash_between_the_reply_and_the_writes_is_completed_by_the_intent(tmp_path: Path) -> None:
+    with MessagesApiServer() as api:
+        # the reply at once; the memory call hangs until the process is killed
+        api.push(text_message("Noted, eu-west-2."), Scripted(200, message([]), delay_s=30))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path), api.base_url], stdout=subprocess.PIPE,
+                                text=True, env=env, cwd=ROOT)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("REPLY sol/1 Noted, eu-west-2."), line
+            deadline = time.monotonic() + 20
+            while len(api.requests) < 2 and time.monotonic() < deadline:  # the memory call is in flight
+                time.sleep(0.02)
+            assert len(api.requests) == 2
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        api.push(tool_message("record_memory", {"persist": True, "categories": ["event"], "reason": "a move",
+                                                "facts": [], "episode": "The Orca cluster moved to eu-west-2.",
+                                                "event": True, "entities": ["Orca"], "task": None}))
+        s = soul(tmp_path, model(api))  # the next activation completes the turn from its intent
+        assert s.last_seq == 1 and len(api.requests) == 3
+        tr = s.trace("sol/1")
+        assert tr.reply == "Noted, eu-west-2." and tr.persisted and tr.writes and not tr.pending
+        assert [t.text for t in s.state.buffer.turns] == [
+            "The Orca cluster moved to the eu-west-2 region yesterday.", "Noted, eu-west-2."]
+        assert [e.sources for e in episodes(s)] == [("sol/1/user",)]
+        s.close()
+        s = soul(tmp_path, model(api))  # and never twice
+        assert len(api.requests) == 3 and len(episodes(s)) == 1
