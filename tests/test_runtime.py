@@ -197,3 +197,18 @@ def test_metrics_are_counted(runtime, soul_id) -> None:
     assert after_h.get("turns:turn", 0) - before_h.get("turns:turn", 0) == 2
     assert after_s.get("writes:semantic,ADD", 0) - before_s.get("writes:semantic,ADD", 0) == 1
     assert after_s.get("recalls:semantic", 0) - before_s.get("recalls:semantic", 0) == 2
+
+
+def test_reply_first_through_the_handle(runtime, soul_id) -> None:
+    s = runtime.soul(soul_id)
+    r = s.turn("The production database for Tendril is Postgres 15.", user=USER, at="2026-03-02T09:00",
+               wait_writes=False)
+    assert r.writes_pending and r.writes == () and r.reply.startswith("[offline model]")
+    nxt = s.turn("Which database does Tendril use in production?", user=USER, at="2026-03-02T09:01")
+    first = s.trace(r.turn_id)  # the next turn waited for the previous turn's writes, never for its reply
+    assert not first.pending and first.writes and first.usage["reply"]["calls"] == 1
+    assert any(r.turn_id + "/user" in it.sources for it in nxt.recalled)
+    with pytest.raises(InvalidInput, match="wait_writes"):
+        s.turn("hello there", wait_writes="no")
+    usage = s.stats()["model_usage"]
+    assert usage["calls"] == sum(t.usage["calls"] for t in s.trace(last=10)) and usage["by_model"]
