@@ -49,3 +49,18 @@ def test_bench_runs_and_reports_every_system(tmp_path: Path) -> None:
     readme.write_text("x\n<!-- bench:locomo:start -->\nold\n<!-- bench:locomo:end -->\ny\n")
     assert update_readme(readme, locomo_markdown(res))
     assert "soul-runtime" in readme.read_text() and "old" not in readme.read_text()
+
+
+def test_bench_claude_counts_calls_against_the_local_server(tmp_path: Path) -> None:
+    from soul_runtime.bench import claude_path
+    (tmp_path / "conv.json").write_text(json.dumps(conversation("Biscuit")))
+    obs = claude_path.bench_observe(tmp_path, embedder=HashEmbedder())
+    batched, single = obs["window_40"], obs["window_1"]
+    assert batched["messages"] == single["messages"] == 5
+    assert batched["calls"] == 2  # one per session
+    assert single["calls"] == 5  # one per message (every message passes the length filter)
+    assert batched["writes"] == single["writes"] >= 5
+    assert 0 < batched["tokens_sent_per_message"] < single["tokens_sent_per_message"]
+    turns = claude_path.bench_turns(turns=2, delay_s=0.0, embedder=HashEmbedder())
+    for key in ("no_wait", "wait_writes"):
+        assert turns[key]["calls_on_reply_path_max"] == 1 and turns[key]["calls_per_turn_max"] == 2

@@ -62,23 +62,20 @@ def _model(api: MessagesApiServer, cache_min: int | None) -> AnthropicModel:
                           cache_min=cache_min)
 
 
-_EMBEDDER: list[Embedder] = []
-
-
-def _soul(directory: str, model: AnthropicModel, cfg: SoulConfig) -> Soul:
-    if not _EMBEDDER:
-        _EMBEDDER.append(default_embedder())
-    return Soul("bench", directory, memory=SoulMemory(directory, embedder=_EMBEDDER[0], config=cfg.memory),
+def _soul(directory: str, model: AnthropicModel, cfg: SoulConfig, embedder: Embedder) -> Soul:
+    return Soul("bench", directory, memory=SoulMemory(directory, embedder=embedder, config=cfg.memory),
                 model=model, config=cfg)
 
 
-def bench_turns(turns: int = 20, delay_s: float = 0.5, cache_min: int | None = None) -> dict[str, Any]:
+def bench_turns(turns: int = 20, delay_s: float = 0.5, cache_min: int | None = None,
+                embedder: Embedder | None = None) -> dict[str, Any]:
     """Reply latency and calls per turn, ``wait_writes=False`` beside ``wait_writes=True``."""
+    embedder = embedder or default_embedder()
     out: dict[str, Any] = {"turns": turns, "delay_s": delay_s}
     for wait in (False, True):
         with MessagesApiServer(responder=keep_everything, delay_s=delay_s, count_tokens=True) as api, \
                 tempfile.TemporaryDirectory() as d:
-            soul = _soul(d, _model(api, cache_min), SoulConfig())
+            soul = _soul(d, _model(api, cache_min), SoulConfig(), embedder)
             lat, before = [], []
             for i in range(turns):
                 soul.settle()  # a user's pause between turns: the previous memory work is done (not timed)
@@ -110,8 +107,10 @@ def bench_turns(turns: int = 20, delay_s: float = 0.5, cache_min: int | None = N
 
 
 def bench_observe(data: str | Path, limit: int | None = None, window: int = 40,
-                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  embedder: Embedder | None = None) -> dict[str, Any]:
     """Calls and tokens per observed message over LoCoMo conversations, windows of ``window`` vs 1 message."""
+    embedder = embedder or default_embedder()
     paths = sorted(Path(data).glob("*.json")) if Path(data).is_dir() else [Path(data)]
     convs = [c for p in paths for c in load_locomo(p)][:limit]
     out: dict[str, Any] = {"conversations": len(convs)}
@@ -123,7 +122,7 @@ def bench_observe(data: str | Path, limit: int | None = None, window: int = 40,
                 if progress:
                     progress(f"observe, windows of {w}", i, len(convs))
                 with tempfile.TemporaryDirectory() as d:
-                    soul = _soul(d, model, SoulConfig(turn=TurnConfig(observe_window=w)))
+                    soul = _soul(d, model, SoulConfig(turn=TurnConfig(observe_window=w)), embedder)
                     for b in conv.batches:
                         r = soul.observe(b.messages, at=b.at, session=b.session)
                         msgs += len(b.messages)

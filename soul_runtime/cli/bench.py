@@ -144,9 +144,37 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_claude(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import claude_path
+    res: dict[str, Any] = {"turns": claude_path.bench_turns(args.turns, args.delay)}
+    if args.data:
+        res["observe"] = claude_path.bench_observe(args.data, limit=args.limit, window=args.window)
+    table = Table(title=f"The Claude path against a local server ({args.delay:g} s per call)")
+    table.add_column("turns")
+    for col in ("reply p50 s", "reply p95 s", "calls before reply", "calls per turn", "tokens sent per turn"):
+        table.add_column(col, justify="right")
+    for key, label in (("no_wait", "wait_writes=False"), ("wait_writes", "wait_writes=True (baseline)")):
+        t = res["turns"][key]
+        table.add_row(label, f"{t['reply_p50_s']:.3f}", f"{t['reply_p95_s']:.3f}", str(t["calls_on_reply_path_max"]),
+                      f"{t['calls_per_turn_mean']:.2f}", f"{t['tokens_sent_per_turn']:.0f}")
+    out.print(table)
+    if "observe" in res:
+        ot = Table(title=f"observe, {res['observe']['conversations']} LoCoMo conversations")
+        for col in ("windows", "messages", "calls", "calls per message", "tokens sent per message"):
+            ot.add_column(col, justify="right")
+        for key in sorted((k for k in res["observe"] if k.startswith("window_")), key=lambda k: -int(k[7:])):
+            o = res["observe"][key]
+            ot.add_row(f"{key[7:]} message(s)", str(o["messages"]), str(o["calls"]), f"{o['calls_per_message']:.3f}",
+                       f"{o['tokens_sent_per_message']:.0f}")
+        out.print(ot)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders`` to the CLI's subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders",
+    """Add ``soul bench locomo|latency|embedders|claude`` to the CLI's subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude path's cost",
                            formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     lp = bsub.add_parser("locomo", help="evidence recall vs budget against BM25 and dense baselines")
@@ -179,4 +207,12 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
     sp.set_defaults(bench_fn=cmd_scale)
+    cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
+    cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
+    cp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    cp.add_argument("--turns", type=int, default=30)
+    cp.add_argument("--delay", type=float, default=0.5, help="seconds the local server takes per call")
+    cp.add_argument("--window", type=int, default=40, help="observe_window for the batched run")
+    cp.add_argument("--json", metavar="FILE")
+    cp.set_defaults(bench_fn=cmd_claude)
     bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))
