@@ -117,6 +117,18 @@ def traces_table(traces: Sequence[TurnTrace], title: str = "turn traces") -> Tab
     return t
 
 
+def usage_line(u: dict[str, Any]) -> str:
+    """A trace's ``usage`` on one line: calls (reply / memory), input (uncached, cache read, cache write), output."""
+    def part(d: Any) -> str:
+        d = d if isinstance(d, dict) else {}
+        return (f"{d.get('calls', 0)} call(s), in {d.get('input_tokens', 0)} + cache read "
+                f"{d.get('cache_read_tokens', 0)} + cache write {d.get('cache_write_tokens', 0)}, "
+                f"out {d.get('output_tokens', 0)}")
+    line = part(u) + f" (reply {u.get('reply', {}).get('calls', 0)}, memory {u.get('memory', {}).get('calls', 0)})"
+    models = u.get("by_model") or {}
+    return line + "".join(f"; {m}: {part(v)}" for m, v in models.items())
+
+
 def print_trace(console: Console, tr: TurnTrace) -> None:
     console.print(f"[bold]{escape(tr.turn_id)}[/] ({tr.kind}, {_t(tr.at)}, model {escape(tr.model)})")
     console.print(f"  query:   {escape(tr.query)}")
@@ -125,7 +137,8 @@ def print_trace(console: Console, tr: TurnTrace) -> None:
     console.print(f"  persist: {'yes' if tr.persisted else 'no'} — {escape(tr.persist_reason)}")
     if tr.categories:
         console.print(f"  categories: {', '.join(tr.categories)}")
-    console.print(f"  tokens: {tr.tokens}  usage: {tr.usage}")
+    console.print(f"  tokens: {tr.tokens}")
+    console.print(f"  model cost: {escape(usage_line(tr.usage))}" + ("  [memory work still running]" if tr.pending else ""))
     console.print("  timings ms: " + ", ".join(f"{k} {v:.1f}" for k, v in tr.timings_ms.items()))
     if tr.recalled:
         console.print(recalled_table(tr.recalled))
