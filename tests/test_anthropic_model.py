@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
+from soul_runtime.bench.messages_api import MessagesApiServer, delayed, error, text_message, tool_message
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Usage
 from soul_runtime.models.claude import DEFAULT_MEMORY_MODEL_ID, DEFAULT_MODEL_ID, AnthropicModel, model_from_env
 from soul_runtime.records import FactCandidate, TaskReport
-from soul_runtime.bench.messages_api import MessagesApiServer, delayed, error, text_message, tool_message
 
 MODEL = "claude-test-20250101"
 KEY = "sk-ant-test-key"

@@ -8,7 +8,7 @@ import pytest
 
 from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
 from soul_runtime.models import offline_rules as rules
-from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, MemoryDecision
+from soul_runtime.models.base import ChatMessage, Exchange, MemoryDecision, ReplyRequest
 from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import Extraction
 

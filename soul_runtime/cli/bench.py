@@ -173,7 +173,7 @@ def cmd_claude(args: argparse.Namespace, out: Console) -> int:
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders|claude`` to the CLI's subcommands."""
+    """Add ``soul bench locomo|latency|embedders|scale|claude`` to the CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude path's cost",
                            formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
