@@ -73,9 +73,11 @@ class TurnConfig:
     context_tokens: int = 8000
     """Model input budget: system prompt + memories + buffer + user text + reply."""
     reply_tokens: int = 600
-    memory_tokens: int = 1200
-    """At most this many tokens of recalled memories go into the context."""
-    recall_k: int = 12
+    memory_tokens: int = 1000
+    """At most this many tokens of recalled memory lines go into the context (packed by value per token);
+    the operating point `soul bench locomo` reports."""
+    recall_k: int = 48
+    """Memories recalled per turn: the candidates the memory lines are packed from."""
     min_persist_chars: int = 8
     """Exchanges shorter than this (user text) are never persisted."""
     session_gap_minutes: int = 240

@@ -1,11 +1,20 @@
-"""`soul bench locomo`: evidence recall under a token budget on LoCoMo-format conversations.
+"""`soul bench locomo`: what a model is shown from memory, under a token budget, on LoCoMo conversations.
 
-For each conversation one soul observes every session in order (``at`` = the
-session's date, message ids = ``dia_id``). For every QA item of categories 1–4,
-memories are taken in rank order while their text fits the budget (tokens ≈
-characters / 4); evidence recall = share of the item's evidence ids found in the
-``sources`` of the memories taken. Baselines in the same run, same budgets:
-BM25 and dense search (same embedder) over the raw turns.
+For each conversation one soul observes every session in order (``at`` = the session's date,
+message ids = ``dia_id``). For every QA item of categories 1–4 the soul recalls
+``TurnConfig.recall_k`` items at the day after the last session and the context assembler packs
+them into the budget exactly as it does for a turn (:func:`soul_runtime.loop.context.pack_memory`:
+rendered ``[episodic ep-N] 8 May 2023: …`` lines, tokens counted on those lines). Two metrics:
+
+* **answer recall** (categories 1, 2, 4 with an answer): the share of the gold answer's content
+  words (lower case, ``[a-z0-9]+``, stop words out) found in the lines taken: what the model can read;
+* **evidence recall**: the share of the item's evidence ids found in the ``sources`` of the items
+  taken: provenance, which credits a memory even when its text lost the answer.
+
+Baselines in the same run, same budgets, same token count per line: BM25, dense (same embedder)
+and hybrid (reciprocal-rank fusion of both) over the raw "Speaker: text" turns; BM25 over turns
+dated like "(8 May 2023) Speaker: text"; the whole conversation (with and without dates) as the
+ceiling.
 """
 
 from __future__ import annotations
@@ -23,16 +32,23 @@ from typing import Any
 import numpy as np
 
 from soul_runtime.clock import DAY
-from soul_runtime.config import MemoryConfig
+from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.loop.context import line_tokens, pack_memory
 from soul_runtime.loop.ingest import Conversation, load_locomo
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
 from soul_runtime.records import RecalledItem
-from soul_runtime.text import estimate_tokens, terms
+from soul_runtime.text import STOPWORDS, terms
+from soul_runtime.timeref import day_text
 
 CATEGORIES = (1, 2, 3, 4)
+ANSWER_CATEGORIES = (1, 2, 4)  # 3 (inference) has free-text answers: not a word-match metric
+SYSTEMS = ("soul", "bm25", "dense", "hybrid", "bm25_dated")
+LABELS = {"soul": "soul-runtime", "bm25": "BM25 over raw turns", "dense": "dense over raw turns",
+          "hybrid": "hybrid (RRF) over raw turns", "bm25_dated": "BM25 over dated raw turns",
+          "full": "whole conversation", "full_dated": "whole conversation, dated"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class QA:
     question: str
     evidence: tuple[str, ...]
     category: int
+    answer: str = ""
 
 
 def conversations(data: str | Path, categories: Sequence[int] = CATEGORIES, *, captions: bool = True
@@ -69,7 +86,7 @@ def conversations(data: str | Path, categories: Sequence[int] = CATEGORIES, *, c
                     continue
                 ev = tuple(prefix + e.strip() for item in q["evidence"] for e in re.split(r"[;,]", item) if e.strip())
                 if ev:
-                    qas.append(QA(q["question"], ev, int(q["category"])))
+                    qas.append(QA(q["question"], ev, int(q["category"]), str(q.get("answer") or "")))
             out.append((conv, turns, qas))
     return out
 
@@ -101,50 +118,112 @@ class BM25:
         return out
 
 
-def take_within(items: Sequence[tuple[str, tuple[str, ...]]], budget: int) -> set[str]:
-    """Sources of the items taken in rank order while their text fits ``budget`` tokens."""
+def take_within(lines: Sequence[tuple[str, tuple[str, ...]]], budget: int) -> list[tuple[str, tuple[str, ...]]]:
+    """Lines taken in rank order while they fit ``budget`` tokens (one that does not fit is skipped)."""
     used = 0
-    found: set[str] = set()
-    for text, sources in items:
-        t = estimate_tokens(text)
-        if used + t > budget:
-            break
-        used += t
-        found.update(sources)
-    return found
+    out = []
+    for line, sources in lines:
+        t = line_tokens(line)
+        if used + t <= budget:
+            used += t
+            out.append((line, sources))
+    return out
 
 
 def evidence_recall(found: set[str], evidence: tuple[str, ...]) -> float:
     return sum(1 for e in evidence if e in found) / len(evidence)
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased ``[a-z0-9]+`` words without stop words: what answer recall compares."""
+    return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS}
+
+
+def answer_recall(answer: str, shown: str) -> float | None:
+    """Share of the answer's content words present in the text shown; None when the answer has none."""
+    want = content_words(answer)
+    return len(want & content_words(shown)) / len(want) if want else None
+
+
 def raw_text(t: Turn) -> str:
     return f"{t.speaker}: {t.text}"
+
+
+def dated_text(t: Turn) -> str:
+    return f"({day_text(t.at)}) {t.speaker}: {t.text}"
+
+
+def rrf(*rankings: np.ndarray, k: int = 60) -> np.ndarray:
+    """Reciprocal-rank fusion of rankings (arrays of indices, best first) into one ranking."""
+    score = np.zeros(len(rankings[0]))
+    for r in rankings:
+        score[r] += 1.0 / (k + 1 + np.arange(len(r)))
+    return np.argsort(-score, kind="stable")
+
+
+class _Tally:
+    """Per system × budget × category: evidence recall, answer recall, tokens."""
+
+    def __init__(self) -> None:
+        self.ev: dict[tuple[str, int, int], list[float]] = {}
+        self.ans: dict[tuple[str, int, int], list[float]] = {}
+        self.tok: dict[tuple[str, int], list[int]] = {}
+
+    def add(self, system: str, budget: int, qa: QA, taken: Sequence[tuple[str, tuple[str, ...]]],
+            evidence: bool = True) -> None:
+        if evidence:
+            found = {s for _, srcs in taken for s in srcs}
+            self.ev.setdefault((system, budget, qa.category), []).append(evidence_recall(found, qa.evidence))
+        self.tok.setdefault((system, budget), []).append(sum(line_tokens(line) for line, _ in taken))
+        if qa.category in ANSWER_CATEGORIES:
+            r = answer_recall(qa.answer, "\n".join(line for line, _ in taken))
+            if r is not None:
+                self.ans.setdefault((system, budget, qa.category), []).append(r)
+
+    @staticmethod
+    def _mean(d: dict[Any, list[float]], pred: Callable[[Any], bool]) -> float | None:
+        vals = [v for k, vs in d.items() if pred(k) for v in vs]
+        return round(statistics.fmean(vals), 4) if vals else None
+
+    def summary(self, system: str, budget: int) -> dict[str, Any]:
+        def mine(k: Any) -> bool:
+            return bool(k[0] == system and k[1] == budget)
+
+        def of(cat: int) -> Callable[[Any], bool]:
+            return lambda k: mine(k) and k[2] == cat
+        cats = sorted({k[2] for k in self.ev if mine(k)} | {k[2] for k in self.ans if mine(k)})
+        toks = self.tok.get((system, budget), [])
+        return {"evidence_recall": self._mean(self.ev, mine), "answer_recall": self._mean(self.ans, mine),
+                "tokens_mean": round(statistics.fmean(toks), 1) if toks else None,
+                "by_category": {str(c): {"evidence_recall": self._mean(self.ev, of(c)),
+                                         "answer_recall": self._mean(self.ans, of(c))} for c in cats}}
 
 
 # ---- the benchmark ---------------------------------------------------------------------------
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
-        config: MemoryConfig | None = None, limit: int | None = None) -> dict[str, Any]:
+        config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None
+        ) -> dict[str, Any]:
+    """Every system at every budget; the soul recalls ``turn.recall_k`` items and packs them as the loop does.
+    The headline budget is ``turn.memory_tokens`` (the loop's default)."""
     embedder = embedder or default_embedder()
+    turn = turn or TurnConfig()
     model = make_model("offline")
-    systems = ("soul", "bm25", "dense")
-    per_item: dict[str, dict[int, list[float]]] = {s: {b: [] for b in budgets} for s in systems}
-    by_cat: dict[str, dict[int, list[float]]] = {s: {c: [] for c in CATEGORIES} for s in systems}
+    budgets = sorted(set(budgets))
+    tally = _Tally()
     recall_ms: list[float] = []
     ingest_s = 0.0
     n_msgs = 0
     stored: dict[str, int] = {"episodes": 0, "facts": 0, "procedures": 0}
-    tokens_full = 0
-    tokens_used: list[int] = []
+    full_tokens: list[int] = []
     root = Path(workdir or tempfile.mkdtemp(prefix="locomo-"))
     convs = conversations(data)[:limit]
-    maxb = max(budgets)
     for conv, turns, qas in convs:
         name = conv.sample_id
         n_msgs += len(turns)
-        full = sum(estimate_tokens(raw_text(t)) for t in turns)
-        tokens_full += full * len(qas)
         mem = SoulMemory(root / name, embedder=embedder, config=config)
         soul = Soul(f"locomo-{name}", root / name, memory=mem, model=model)
         t0 = time.perf_counter()
@@ -154,73 +233,83 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
                 progress(f"{name}: ingest", bi + 1, len(conv.batches))
         ingest_s += time.perf_counter() - t0
         st = mem.stats()
-        stored["episodes"] += st["episodes"]
-        stored["facts"] += st["facts"]
-        stored["procedures"] += st["procedures"]
+        for key in stored:
+            stored[key] += st[key]
         now = max(t.at for t in turns) + DAY
-        raw = [raw_text(t) for t in turns]
-        bm25 = BM25(raw)
-        vecs = embedder.embed(raw)
+        raw = [(raw_text(t), (t.id,)) for t in turns]
+        dated = [(dated_text(t), (t.id,)) for t in turns]
+        bm25 = BM25([text for text, _ in raw])
+        vecs = embedder.embed([text for text, _ in raw])
         qvecs = embedder.embed([q.question for q in qas])
         for qi, q in enumerate(qas):
             t0 = time.perf_counter()
-            items: list[RecalledItem] = mem.recall(q.question, 150, now=now)
+            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, now=now)
             recall_ms.append((time.perf_counter() - t0) * 1000)
-            mine = [(it.text, it.sources) for it in items]
             b_rank = np.argsort(-bm25.scores(q.question), kind="stable")
             d_rank = np.argsort(-(vecs @ qvecs[qi]), kind="stable")
-            ranked: dict[str, list[tuple[str, tuple[str, ...]]]] = {"soul": mine,
-                      "bm25": [(raw[i], (turns[i].id,)) for i in b_rank[:200]],
-                      "dense": [(raw[i], (turns[i].id,)) for i in d_rank[:200]]}
-            for s in systems:
-                for b in budgets:
-                    r = evidence_recall(take_within(ranked[s], b), q.evidence)
-                    per_item[s][b].append(r)
-                    if b == 1000 or (1000 not in budgets and b == maxb):
-                        by_cat[s][q.category].append(r)
-            used = 0
-            for text, _ in mine:
-                if used + estimate_tokens(text) > 1000:
-                    break
-                used += estimate_tokens(text)
-            tokens_used.append(used)
+            ranked = {"bm25": [raw[i] for i in b_rank], "dense": [raw[i] for i in d_rank],
+                      "hybrid": [raw[i] for i in rrf(b_rank, d_rank)], "bm25_dated": [dated[i] for i in b_rank]}
+            for b in budgets:
+                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now)])
+                for s, lines in ranked.items():
+                    tally.add(s, b, q, take_within(lines, b))
+            tally.add("full", 0, q, raw, evidence=False)
+            tally.add("full_dated", 0, q, dated, evidence=False)
+            full_tokens.append(sum(line_tokens(text) for text, _ in raw))
             if progress and (qi + 1) % 25 == 0:
                 progress(f"{name}: questions", qi + 1, len(qas))
         soul.close()
         mem.close()
-    res: dict[str, Any] = {s: {str(b): round(statistics.fmean(per_item[s][b]), 4) for b in budgets} for s in systems}
-    res["by_category"] = {s: {str(c): round(statistics.fmean(v), 4) if v else None for c, v in by_cat[s].items()}
-                          for s in systems}
+    head = turn.memory_tokens if turn.memory_tokens in budgets else budgets[len(budgets) // 2]
+    res: dict[str, Any] = {"budgets": budgets, "headline_budget": head, "recall_k": turn.recall_k,
+                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in SYSTEMS}}
+    res["ceiling"] = {s: tally.summary(s, 0) for s in ("full", "full_dated")}
     qs = sorted(recall_ms)
+    soul_head = res["systems"]["soul"][str(head)]
+    full_mean = statistics.fmean(full_tokens) if full_tokens else 0.0
     res["details"] = {
-        "conversations": len(convs), "questions": len(per_item["soul"][budgets[0]]), "raw_turns": n_msgs,
+        "conversations": len(convs), "questions": sum(len(q) for _, _, q in convs), "raw_turns": n_msgs,
+        "answer_questions": sum(1 for _, _, qq in convs for q in qq
+                                if q.category in ANSWER_CATEGORIES and content_words(q.answer)),
         "stored": stored, "ingest_messages_per_s": round(n_msgs / ingest_s, 1) if ingest_s else None,
         "recall_p50_ms": round(qs[len(qs) // 2], 2) if qs else None,
         "recall_p99_ms": round(qs[min(len(qs) - 1, int(len(qs) * 0.99))], 2) if qs else None,
-        "tokens_used_mean_at_1000": round(statistics.fmean(tokens_used), 1) if tokens_used else None,
-        "full_context_tokens_mean": round(tokens_full / max(1, len(tokens_used)), 1),
+        "tokens_used_mean": soul_head["tokens_mean"], "full_context_tokens_mean": round(full_mean, 1),
+        "token_share": round((soul_head["tokens_mean"] or 0) / full_mean, 4) if full_mean else None,
         "embedder": embedder.embedder_id, "model": model.label,
     }
-    d = res["details"]
-    d["token_share_at_1000"] = round(d["tokens_used_mean_at_1000"] / d["full_context_tokens_mean"], 4)
-    for b in budgets:
-        res.setdefault("ratio_vs_bm25", {})[str(b)] = round(res["soul"][str(b)] / max(1e-9, res["bm25"][str(b)]), 3)
+    res["ratios"] = {str(b): {f"answer_vs_{s}": _ratio(res["systems"]["soul"][str(b)]["answer_recall"],
+                                                       res["systems"][s][str(b)]["answer_recall"])
+                              for s in ("bm25", "hybrid", "bm25_dated")} for b in budgets}
     return res
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for s, style in (("soul", "o-"), ("bm25", "s--"), ("dense", "^--")):
-        xs = sorted(int(b) for b in res[s])
-        ax.plot(xs, [res[s][str(x)] for x in xs], style, label=s)
-    ax.set_xlabel("memory budget (tokens)")
-    ax.set_ylabel("evidence recall")
-    ax.set_title("LoCoMo evidence recall vs budget")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"soul": "o-", "bm25": "s--", "dense": "^--", "hybrid": "v--", "bm25_dated": "d:"}
+    for ax, metric in zip(axes, ("answer_recall", "evidence_recall"), strict=True):
+        for s, style in styles.items():
+            xs = [int(b) for b in res["budgets"]]
+            ys = [res["systems"][s][str(x)][metric] for x in xs]
+            if all(y is not None for y in ys):
+                ax.plot(xs, ys, style, label=LABELS[s])
+        if metric == "answer_recall":
+            for s, ls in (("full", "-."), ("full_dated", ":")):
+                y = res["ceiling"][s]["answer_recall"]
+                if y is not None:
+                    ax.axhline(y, color="grey", linestyle=ls, label=LABELS[s])
+        ax.set_xlabel("memory budget (tokens)")
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_title(f"LoCoMo {metric.replace('_', ' ')} vs budget")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

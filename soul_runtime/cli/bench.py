@@ -28,19 +28,41 @@ def _budgets(text: str) -> list[int]:
     return out
 
 
+def _f(v: float | None) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
 def locomo_markdown(res: dict[str, Any]) -> str:
-    budgets = sorted(res["soul"], key=int)
-    d = res["details"]
-    head = "| system | " + " | ".join(f"recall @ {b} tokens" for b in budgets) + " |"
-    rows = [head, "|---|" + "---|" * len(budgets)]
-    for s, label in (("soul", "soul-runtime"), ("bm25", "BM25 over raw turns"), ("dense", "dense over raw turns")):
-        rows.append(f"| {label} | " + " | ".join(f"{res[s][b]:.3f}" for b in budgets) + " |")
-    rows.append("| ratio soul / BM25 | " + " | ".join(f"{res['ratio_vs_bm25'][b]:.2f}×" for b in budgets) + " |")
+    from soul_runtime.bench.locomo import LABELS, SYSTEMS
+    budgets = [str(b) for b in res["budgets"]]
+    d, head, sysres = res["details"], str(res["headline_budget"]), res["systems"]
+    rows = ["| system | " + " | ".join(f"answer recall @ {b}" for b in budgets) + " | "
+            + " | ".join(f"evidence recall @ {b}" for b in budgets) + " |",
+            "|---|" + "---|" * (2 * len(budgets))]
+    for s in SYSTEMS:
+        rows.append(f"| {LABELS[s]} | " + " | ".join(_f(sysres[s][b]["answer_recall"]) for b in budgets) + " | "
+                    + " | ".join(_f(sysres[s][b]["evidence_recall"]) for b in budgets) + " |")
+    for s in ("full", "full_dated"):
+        c = res["ceiling"][s]
+        rows.append(f"| {LABELS[s]} (~{d['full_context_tokens_mean']:.0f} tokens) | "
+                    + " | ".join(_f(c["answer_recall"]) for _ in budgets) + " |" + " — |" * len(budgets))
+    for s in ("bm25", "hybrid", "bm25_dated"):
+        rows.append(f"| answer recall, soul / {LABELS[s]} | "
+                    + " | ".join(f"{res['ratios'][b][f'answer_vs_{s}']:.2f}×" for b in budgets) + " |" + " |" * len(budgets))
+    cats = sorted({c for s in SYSTEMS for c in sysres[s][head]["by_category"]}, key=int)
+    rows += ["", f"Per category at {head} tokens (answer recall / evidence recall; 1 multi-hop, 2 temporal, "
+                 "3 inference, 4 single-hop):", "",
+             "| system | " + " | ".join(f"cat {c}" for c in cats) + " |", "|---|" + "---|" * len(cats)]
+    for s in SYSTEMS:
+        bc = sysres[s][head]["by_category"]
+        rows.append(f"| {LABELS[s]} | " + " | ".join(
+            f"{_f(bc.get(c, {}).get('answer_recall'))} / {_f(bc.get(c, {}).get('evidence_recall'))}" for c in cats) + " |")
     rows.append("")
-    rows.append(f"{d['conversations']} conversations, {d['questions']} questions (categories 1–4), "
-                f"{d['raw_turns']} raw turns → {d['stored']['episodes']} episodes, {d['stored']['facts']} facts; "
-                f"tokens used at 1,000: {d['tokens_used_mean_at_1000']:.0f} of a full context of "
-                f"{d['full_context_tokens_mean']:.0f} ({100 * d['token_share_at_1000']:.1f}%); ingest "
+    rows.append(f"{d['conversations']} conversations, {d['questions']} questions (categories 1–4; answer recall on "
+                f"{d['answer_questions']} of categories 1, 2, 4), {d['raw_turns']} raw turns → "
+                f"{d['stored']['episodes']} episodes, {d['stored']['facts']} facts; recall_k {res['recall_k']}; "
+                f"memory lines at {head} tokens: {d['tokens_used_mean']:.0f} tokens of a full conversation of "
+                f"{d['full_context_tokens_mean']:.0f} ({100 * d['token_share']:.1f}%); ingest "
                 f"{d['ingest_messages_per_s']} messages/s; recall p50 {d['recall_p50_ms']} ms, p99 "
                 f"{d['recall_p99_ms']} ms; embedder `{d['embedder']}`, model `{d['model']}`.")
     return "\n".join(rows)
@@ -64,13 +86,17 @@ def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
         def progress(what: str, done: int, total: int) -> None:
             prog.update(task, description=what, completed=done, total=total)
         res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
-    table = Table(title="LoCoMo evidence recall (same run, same budgets)")
+    from soul_runtime.bench.locomo import LABELS, SYSTEMS
+    budgets = [str(b) for b in res["budgets"]]
+    table = Table(title="LoCoMo: answer recall / evidence recall of the lines shown (same run, same budgets)")
     table.add_column("system")
-    for b in args.budget:
+    for b in budgets:
         table.add_column(f"@{b} tok", justify="right")
-    for s in ("soul", "bm25", "dense"):
-        table.add_row(s, *(f"{res[s][str(b)]:.3f}" for b in args.budget))
-    table.add_row("soul / bm25", *(f"{res['ratio_vs_bm25'][str(b)]:.2f}x" for b in args.budget))
+    for s in SYSTEMS:
+        table.add_row(LABELS[s], *(f"{_f(res['systems'][s][b]['answer_recall'])} / "
+                                   f"{_f(res['systems'][s][b]['evidence_recall'])}" for b in budgets))
+    for s in ("full", "full_dated"):
+        table.add_row(LABELS[s], *(f"{_f(res['ceiling'][s]['answer_recall'])} / —" for _ in budgets))
     out.print(table)
     out.print(json.dumps(res["details"], indent=1))
     if args.json:
@@ -177,7 +203,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude path's cost",
                            formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    lp = bsub.add_parser("locomo", help="evidence recall vs budget against BM25 and dense baselines")
+    lp = bsub.add_parser("locomo", help="answer and evidence recall of the memory lines shown vs budget, against raw-turn baselines")
     lp.add_argument("data", help="a LoCoMo JSON file or a directory of them (never copied into the repo)")
     lp.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")

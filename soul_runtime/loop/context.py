@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from soul_runtime.config import TurnConfig
@@ -9,10 +10,40 @@ from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
 from soul_runtime.text import estimate_tokens
+from soul_runtime.timeref import ago, day_text
+
+VALUE_POWER = 4.0
+"""Value of a memory = its recall score ** VALUE_POWER: relevance has to outweigh shortness, or packing by
+value per token would fill the budget with short, barely relevant lines."""
 
 
-def memory_line(it: RecalledItem) -> str:
-    return f"[{it.store} {it.id}] {it.text}"
+def memory_line(it: RecalledItem, now: float | None = None) -> str:
+    """``[episodic ep-12] 8 May 2023: …``: an episode says when it happened (and, while that is recent,
+    how long before ``now``); facts and procedures are current and carry no date."""
+    if it.store != "episodic" or not it.at:
+        return f"[{it.store} {it.id}] {it.text}"
+    rel = ago(it.at, now) if now is not None else ""
+    return f"[{it.store} {it.id}] {day_text(it.at)}{f' ({rel})' if rel else ''}: {it.text}"
+
+
+def line_tokens(line: str) -> int:
+    """Tokens a memory line costs in the context (its newline included)."""
+    return estimate_tokens(line) + 1
+
+
+def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None
+                ) -> list[tuple[RecalledItem, str]]:
+    """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
+    (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines."""
+    lines = [(i, it, memory_line(it, now)) for i, it in enumerate(recalled)]
+    by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
+    used, chosen = 0, []
+    for i, it, line in by_value:
+        t = line_tokens(line)
+        if used + t <= budget:
+            chosen.append((i, it, line))
+            used += t
+    return [(it, line) for _, it, line in sorted(chosen, key=lambda x: x[0])]
 
 
 @dataclass(frozen=True)
@@ -23,24 +54,19 @@ class Assembled:
 
 
 def assemble(*, persona: str, recalled: list[RecalledItem], buffer: ShortTermBuffer, user_text: str, user: str,
-             cfg: TurnConfig) -> Assembled:
+             cfg: TurnConfig, now: float | None = None) -> Assembled:
     """System prompt + memory lines + the newest buffer turns + the user text, within
     ``context_tokens`` with ``reply_tokens`` left for the answer."""
     system_t = estimate_tokens(persona)
     user_t = estimate_tokens(user_text) + 4
     room = cfg.context_tokens - cfg.reply_tokens - system_t - user_t
     mem_budget = max(0, min(cfg.memory_tokens, room))
-    used: list[RecalledItem] = []
-    mem_t = 0
-    for it in recalled:
-        t = estimate_tokens(memory_line(it)) + 1
-        if mem_t + t > mem_budget:
-            break
-        used.append(it)
-        mem_t += t
+    packed = pack_memory(recalled, mem_budget, now)
+    used = [it for it, _ in packed]
+    mem_t = sum(line_tokens(line) for _, line in packed)
     window = buffer.window(max(0, room - mem_t))
     buf_t = sum(t.tokens for t in window)
-    req = ReplyRequest(system=persona, memory_lines=tuple(memory_line(it) for it in used),
+    req = ReplyRequest(system=persona, memory_lines=tuple(line for _, line in packed),
                        history=buffer.chat(window), user_text=user_text, user=user, max_tokens=cfg.reply_tokens)
     tokens = {"system": system_t, "memory": mem_t, "buffer": buf_t, "user": user_t, "reply_budget": cfg.reply_tokens,
               "total": system_t + mem_t + buf_t + user_t + cfg.reply_tokens, "budget": cfg.context_tokens}

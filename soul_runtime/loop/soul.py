@@ -265,7 +265,8 @@ class Soul:
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()
-        ctx = assemble(persona=self.cfg.persona, recalled=recalled, buffer=buffer, user_text=text, user=user, cfg=tc)
+        ctx = assemble(persona=self.cfg.persona, recalled=recalled, buffer=buffer, user_text=text, user=user, cfg=tc,
+                       now=now)
         timings["assemble"] = (clock() - t0) * 1000
 
         t0 = clock()

@@ -12,6 +12,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from soul_runtime.models import offline_episode as episode
 from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import (
     ChatMessage,
@@ -235,32 +236,32 @@ def analyse(ex: Exchange) -> _Analysis:
     # the episode
     named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
     assistant = named.group(1) if named else "the assistant"
-    general = "" if a.request else rules.summarise(" ".join(leftover), name)
+    prev = hist[-1] if hist else None
+    addressee = (prev.speaker if prev and prev.role == "user" and prev.speaker and prev.speaker != ex.speaker
+                 else assistant if named else "")
+    when = ex.at if ex.at > 0 else None
+    general = "" if a.request else episode.episode_text(" ".join(leftover), name, at=when, addressee=addressee)
     if save and a.task and not outcome and rules.collapse(rules.strip_fillers(text)).count(" ") < 8:
         general = ""
     parts = [f"{name} {verb}: {_render(a.of_kind(kind))}." for kind, verb in
              (("confirmed", "confirmed"), ("corrected", "corrected"), ("retracted", "withdrew")) if a.of_kind(kind)]
     if a.request and a.task:
         parts += [f"{name} asked {assistant} to {a.task_body}."] + ["Steps: " + "; ".join(a.task.steps) + "."] * a.explicit_steps
-    prev = hist[-1] if hist else None
     gist = rules.question_gist(prev.content.removeprefix(PREFIX), name) if prev and prev.speaker != ex.speaker else ""
-    if not parts and gist and rules.is_elliptic(rest):
-        general = ""  # an answer that leans on the question: summarised with it below
+    elliptic = bool(gist) and rules.is_elliptic(episode.split_photo(rest)[0])
+    if not parts and elliptic:
+        general = ""  # an answer that leans on the question: stored with it below
     if general and rules.content_words(general):
         parts.append(general)
     if a.task:
         parts += [f"The task to {a.task_body} {'succeeded' if a.task.outcome == 'success' else 'failed'}."] * bool(
             a.task.outcome) + [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
-    if not parts and prev and gist and rules.is_elliptic(rest):
-        answer = rules.clean_value(rules.summarise(rest, name, limit=240) or rules.strip_fillers(rest))
-        first = answer.split()[0] if answer else ""
-        answer = answer[:1].lower() + answer[1:] if first != "I" and (len(first) == 1 or first.lower() in rules.STOPWORDS
-                                                                     or first.endswith("ing")) else answer
-        parts.append(f'Asked "{gist}", {name} said: {answer}.')
+    if not parts and prev and elliptic:
+        parts.append(episode.episode_text(rest, name, at=when, addressee=addressee, question=gist))
         a.extra_sources = (prev.id,) if getattr(prev, "id", "") else ()
     if not parts and (a.facts or a.task):
-        parts.append(rules.summarise(text, name) or f"{name}: {_render(a.facts)}.")
-    a.episode = rules.cap(" ".join(p for p in parts if p))
+        parts.append(episode.episode_text(text, name, at=when, addressee=addressee) or f"{name}: {_render(a.facts)}.")
+    a.episode = rules.cap(" ".join(p for p in parts if p), 2 * episode.LIMIT)
     a.event = bool(a.facts or a.task or a.episode)
     a.question = not a.event and any(rules.is_question(s) and len(rules.content_words(s)) >= 2 for s in rules.split_sentences(text))
     a.chit = not a.event and not a.question
@@ -284,10 +285,9 @@ def _categories(a: _Analysis, text: str) -> tuple[str, ...]:
 
 
 def extraction(a: _Analysis) -> Extraction:
-    """What the analysis found, as the write path takes it (the episode compact, its full wording as detail)."""
-    short = rules.compact(a.episode) if a.episode else ""
-    return Extraction(facts=tuple(a.facts), episode=short, event=a.event, entities=a.entities, task=a.task,
-                      extra_sources=a.extra_sources, detail=a.episode if short != a.episode else "")
+    """What the analysis found, as the write path takes it (the episode: its factual unit)."""
+    return Extraction(facts=tuple(a.facts), episode=a.episode, event=a.event, entities=a.entities, task=a.task,
+                      extra_sources=a.extra_sources)
 
 
 class OfflineModel(LanguageModel):

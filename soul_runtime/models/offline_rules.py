@@ -501,30 +501,6 @@ def is_elliptic(text: str) -> bool:
                          s)) and not re.search(r"^\S+(?:\s+\S+){0,4}\s+(?:is|are|was|were|has|sounds|looks)\b", s)
 
 
-def summarise(text: str, name: str, max_sentences: int = 2, limit: int = 300) -> str:
-    """1–2 third-person sentences with the most content words; greetings, fillers and questions dropped."""
-    kept: list[tuple[int, int, str]] = []
-    for i, sentence in enumerate(split_sentences(text)):
-        s = strip_fillers(re.sub(r"^(?i:actually|correction)[,:]?\s+", "", strip_fillers(sentence)))
-        if s and not is_question(s) and not is_chit_sentence(s):
-            kept.append((len(content_words(s)), i, s))
-    best = sorted(sorted(kept, key=lambda k: (-k[0], k[1]))[:max_sentences], key=lambda k: k[1])
-    out = " ".join(to_third_person(_subjectless(s if s[-1:] in ".!?" else s + ".", name), name) for _, _, s in best)
-    return cap(out, limit)
-
-
-_NO_SUBJECT = frozenset("lost got went had made found took saw met started finished just gonna wanna gotta been "
-                        "heading planning thinking hoping trying working finishing".split())
-
-
-def _subjectless(s: str, name: str) -> str:
-    """ "Lost my job yesterday." → "Maya lost my job yesterday." (the speaker is the implied subject)."""
-    first = s.split()[0].lower()
-    if first not in _NO_SUBJECT or (first.endswith("ing") and re.search(r"\s(?:is|are|was|were|has|have)\s", s)):
-        return s
-    return f"{name} {'is ' if first.endswith('ing') else ''}{first}{s[len(first):]}"
-
-
 def question_gist(text: str, answerer: str) -> str:
     """The last question of a message, with "you" read as the one who answers it."""
     qs = [q for q in (strip_fillers(s) for s in split_sentences(text) if is_question(s)) if content_words(q)]
@@ -545,17 +521,3 @@ def entities(text: str) -> list[str]:
             if not common and word.split()[0].lower() not in STOPWORDS and word.lower() not in map(str.lower, found):
                 found.append(word)
     return found
-
-
-_CLAUSE = re.compile(r"(?:,\s|\s[-–—]\s|;\s|:\s|\s(?:and|but|because|which|so|since|while|as)\s)")
-
-
-def compact(summary: str, limit: int = 100) -> str:
-    """A short form of a summary for the context: its first sentence, cut at a clause boundary."""
-    first = (split_sentences(summary) or [summary])[0].strip()
-    if len(first) <= limit:
-        return first
-    cuts = [m.start() for m in _CLAUSE.finditer(first) if 40 <= m.start() <= limit]
-    if cuts:
-        return first[: cuts[-1]].rstrip(" ,;:-") + "."
-    return first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "…"

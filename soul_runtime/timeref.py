@@ -1,0 +1,172 @@
+"""Time references in text (pure): dates written out, relative dates resolved against the time a
+message was said, how long ago something was, and the time span a question asks about.
+
+``resolve_relative("I went there yesterday", at)`` → ``"I went there on 7 May 2023"`` when ``at`` is
+8 May 2023: a memory read weeks later still says when it happened. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from soul_runtime.clock import DAY
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a couple": 2}
+_NUM = r"(?P<n>\d{1,2}|a couple(?: of)?|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_PREP = r"(?P<prep>\b(?:since|until|till|from|by|before|after|of|on)\s+)?"
+
+
+def _day(ts: float) -> date:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).date()
+
+
+def day_text(ts: float | date) -> str:
+    """``8 May 2023``."""
+    d = ts if isinstance(ts, date) else _day(ts)
+    return f"{d.day} {d.strftime('%B')} {d.year}"
+
+
+def _month_text(year: int, month: int) -> str:
+    return f"{date(year, month, 1).strftime('%B')} {year}"
+
+
+def _shift_month(d: date, months: int) -> tuple[int, int]:
+    m = d.year * 12 + d.month - 1 + months
+    return m // 12, m % 12 + 1
+
+
+def _n(text: str) -> int:
+    t = text.lower()
+    return int(t) if t.isdigit() else _NUMBERS.get(t, 1)
+
+
+def _on(prep: str | None, when: str) -> str:
+    return f"{prep}{when}" if prep else f"on {when}"
+
+
+def _rules(d: date) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+    anchor = day_text(d)
+
+    def weekday(m: re.Match[str], forward: bool) -> str:
+        wd = _WEEKDAYS.index(m.group("wd").lower())
+        if forward:
+            delta = (wd - d.weekday()) % 7 or 7
+            target = d + timedelta(days=delta)
+        else:
+            delta = (d.weekday() - wd) % 7 or 7
+            target = d - timedelta(days=delta)
+        return _on(m.group("prep"), f"{m.group('wd').capitalize()} {day_text(target)}")
+
+    def ago(m: re.Match[str]) -> str:
+        n, unit = _n(m.group("n")), m.group("unit").lower().rstrip("s")
+        vague = m.group("n").lower() in ("a few", "few", "several")
+        if vague:
+            return f"{(m.group('prep') or '')}{m.group('n')} {m.group('unit')} before {anchor}"
+        if unit == "day":
+            return _on(m.group("prep"), day_text(d - timedelta(days=n)))
+        if unit == "year":
+            return f"{m.group(0).strip()} (in {d.year - n})"
+        if unit == "month":
+            return f"{m.group(0).strip()} (in {_month_text(*_shift_month(d, -n))})"
+        words = "" if m.group("n").lower() in ("a", "an", "one") else m.group("n") + " "
+        return f"{(m.group('prep') or '')}{words}{m.group('unit')} before {anchor}"
+
+    y, mo = d.year, d.month
+    return [
+        (re.compile(_PREP + r"\bthe day before yesterday\b", re.I),
+         lambda m: _on(m.group("prep"), day_text(d - timedelta(days=2)))),
+        (re.compile(_PREP + r"\byesterday\b", re.I), lambda m: _on(m.group("prep"), day_text(d - timedelta(days=1)))),
+        (re.compile(_PREP + r"\blast night\b", re.I),
+         lambda m: f"{m.group('prep') or ''}the night of {day_text(d - timedelta(days=1))}"),
+        (re.compile(_PREP + r"\btomorrow\b", re.I), lambda m: _on(m.group("prep"), day_text(d + timedelta(days=1)))),
+        (re.compile(_PREP + r"\b(?:last|this past)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b", re.I),
+         lambda m: weekday(m, False)),
+        (re.compile(_PREP + r"\b(?:next|this coming)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b", re.I),
+         lambda m: weekday(m, True)),
+        (re.compile(_PREP + r"\b" + _NUM + r"\s+(?P<unit>days?|weeks?|weekends?|months?|years?)\s+ago\b", re.I), ago),
+        (re.compile(r"\b(?:last|this past)\s+(?P<unit>week|weekend)\b", re.I),
+         lambda m: f"the {m.group('unit').lower()} before {anchor}"),
+        (re.compile(r"\bnext\s+(?P<unit>week|weekend)\b", re.I),
+         lambda m: f"the {m.group('unit').lower()} after {anchor}"),
+        (re.compile(r"\blast month\b", re.I), lambda m: f"in {_month_text(*_shift_month(d, -1))}"),
+        (re.compile(r"\bnext month\b", re.I), lambda m: f"in {_month_text(*_shift_month(d, 1))}"),
+        (re.compile(r"\bthis month\b", re.I), lambda m: f"in {_month_text(y, mo)}"),
+        (re.compile(r"\blast year\b", re.I), lambda m: f"in {y - 1}"),
+        (re.compile(r"\bnext year\b", re.I), lambda m: f"in {y + 1}"),
+        (re.compile(r"\bthis year\b", re.I), lambda m: f"in {y}"),
+    ]
+
+
+def resolve_relative(text: str, at: float) -> str:
+    """``text`` with relative dates ("yesterday", "last Friday", "two weeks ago", "last year") written
+    as absolute ones, reckoned from ``at`` (when the text was said, UTC epoch seconds)."""
+    d = _day(at)
+    for rx, fn in _rules(d):
+        text = rx.sub(lambda m, fn=fn: _keep_case(m, fn(m)), text)  # type: ignore[misc]
+    return re.sub(r"\b(in|on) (?:in|on) ", r"\1 ", text)
+
+
+def _keep_case(m: re.Match[str], new: str) -> str:
+    return new[:1].upper() + new[1:] if m.group(0)[:1].isupper() and m.start() == 0 else new
+
+
+def ago(ts: float, now: float) -> str:
+    """How long before ``now`` ``ts`` was, while that is informative (under ~2 months); '' otherwise."""
+    days = (_day(now) - _day(ts)).days
+    if days < 0 or days > 60:
+        return ""
+    if days == 0:
+        return "today"
+    if days == 1:
+        return "yesterday"
+    if days < 14:
+        return f"{days} days ago"
+    return f"{days // 7} weeks ago"
+
+
+# ---- what a question asks about -------------------------------------------------------
+@dataclass(frozen=True)
+class TimeScope:
+    """The part of the time axis a question points at: a session N back, or a time range."""
+
+    sessions_ago: int | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+_ORD = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+        "ninth": 9, "tenth": 10}
+
+
+def query_scope(query: str, now: float) -> TimeScope | None:
+    """ "what happened three sessions ago" → ``TimeScope(sessions_ago=3)``; "last session" → 1;
+    "yesterday", "last week", "last month", "N days/weeks ago" → a time range before ``now``."""
+    q = query.lower().replace("\u2019", "'")
+    m = re.search(_NUM + r"\s+(?:sessions?|conversations?|chats?|talks?)\s+ago\b", q)
+    if m:
+        return TimeScope(sessions_ago=_n(m.group("n")))
+    if re.search(r"\b(?:last|previous) (?:session|conversation|chat|time we (?:talked|spoke|chatted))\b", q):
+        return TimeScope(sessions_ago=1)
+    d = _day(now)
+    start = datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
+    if re.search(r"\bthe day before yesterday\b", q):
+        return TimeScope(since=start - 2 * DAY, until=start - DAY)
+    if re.search(r"\byesterday\b|\blast night\b", q):
+        return TimeScope(since=start - DAY, until=start)
+    if re.search(r"\b(?:earlier )?today\b|\bthis morning\b", q):
+        return TimeScope(since=start, until=start + DAY)
+    m = re.search(_NUM + r"\s+(?P<unit>days?|weeks?|months?)\s+ago\b", q)
+    if m:
+        n, unit = _n(m.group("n")), m.group("unit").rstrip("s")
+        span = {"day": 1, "week": 7, "month": 30}[unit]
+        return TimeScope(since=start - (n + 1) * span * DAY, until=start - (n - 1) * span * DAY + DAY)
+    if re.search(r"\blast week\b", q):
+        return TimeScope(since=start - 14 * DAY, until=start)
+    if re.search(r"\blast month\b", q):
+        return TimeScope(since=start - 62 * DAY, until=start)
+    return None
