@@ -25,8 +25,9 @@ class MemoryConfig:
     # episodic
     half_life_days: float = 30.0
     """Recency half-life: an episode this old weighs half as much as a new one."""
-    recency_floor: float = 0.6
-    """Lowest recency weight (so old but exact matches still surface)."""
+    recency_floor: float = 0.9
+    """Lowest recency weight (so old but exact matches still surface): a question about last spring is as
+    legitimate as one about yesterday, so age only breaks near-ties."""
     decay_days: float = 365.0
     """Episodes older than this drop out of recall unless promoted."""
     merge_similarity: float = 0.95
@@ -76,7 +77,7 @@ class TurnConfig:
     memory_tokens: int = 1000
     """At most this many tokens of recalled memory lines go into the context (packed by value per token);
     the operating point `soul bench locomo` reports."""
-    recall_k: int = 48
+    recall_k: int = 64
     """Memories recalled per turn: the candidates the memory lines are packed from."""
     min_persist_chars: int = 8
     """Exchanges shorter than this (user text) are never persisted."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,13 +18,27 @@ VALUE_POWER = 4.0
 value per token would fill the budget with short, barely relevant lines."""
 
 
-def memory_line(it: RecalledItem, now: float | None = None) -> str:
+FULL_LINES = 8
+"""The most relevant memories are shown in full; the rest by their first sentence (at most SHORT_CHARS),
+so more of them fit the budget."""
+SHORT_CHARS = 90
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
+
+
+def short_text(text: str, limit: int = SHORT_CHARS) -> str:
+    """The first sentence of ``text``, cut at a word boundary to ``limit`` characters."""
+    first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
+
+
+def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False) -> str:
     """``[episodic ep-12] 8 May 2023: …``: an episode says when it happened (and, while that is recent,
     how long before ``now``); facts and procedures are current and carry no date."""
+    text = short_text(it.text) if short else it.text
     if it.store != "episodic" or not it.at:
-        return f"[{it.store} {it.id}] {it.text}"
+        return f"[{it.store} {it.id}] {text}"
     rel = ago(it.at, now) if now is not None else ""
-    return f"[{it.store} {it.id}] {day_text(it.at)}{f' ({rel})' if rel else ''}: {it.text}"
+    return f"[{it.store} {it.id}] {day_text(it.at)}{f' ({rel})' if rel else ''}: {text}"
 
 
 def line_tokens(line: str) -> int:
@@ -34,8 +49,9 @@ def line_tokens(line: str) -> int:
 def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None
                 ) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
-    (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines."""
-    lines = [(i, it, memory_line(it, now)) for i, it in enumerate(recalled)]
+    (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines.
+    The first FULL_LINES items are rendered in full, the others short."""
+    lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES)) for i, it in enumerate(recalled)]
     by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
     used, chosen = 0, []
     for i, it, line in by_value:

@@ -41,6 +41,7 @@ from soul_runtime.memory.sqlite_db import open_db, transaction
 from soul_runtime.memory.vector_index import IndexParams, VectorIndex
 from soul_runtime.records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
 from soul_runtime.text import check_write_request, terms
+from soul_runtime.timeref import TimeScope, query_scope
 
 MIGRATIONS = [
     ("0001_episodes", """
@@ -315,14 +316,16 @@ class EpisodicStore:
 
     # ---- reads -----------------------------------------------------------------------
     def recall(self, query: str, k: int, now: float, query_vector: np.ndarray | None = None) -> list[RecalledItem]:
-        """Hybrid dense + lexical candidates, scored, weighted by recency, decayed ones left out."""
+        """Hybrid dense + lexical candidates, scored, weighted by recency, decayed ones left out. A question
+        that names a time ("three sessions ago", "yesterday", "last week") recalls what happened then first."""
         if k <= 0:
             raise InvalidInput("k must be >= 1")
         if query_vector is None:
             query_vector = self.embedder.embed([query])[0]
         dense = dict(self.index.search(query_vector, max(CANDIDATES, 3 * k)))
         lexical = self._lexical(query, max(CANDIDATES, 3 * k))
-        keys = set(dense) | set(lexical)
+        scoped = self._in_scope(query_scope(query, now))
+        keys = set(dense) | set(lexical) | scoped
         if not keys:
             return []
         top_lex = max(lexical.values(), default=0.0) or 1.0
@@ -341,10 +344,19 @@ class EpisodicStore:
                 continue
             base = hybrid_score(dense.get(key, 0.0), lexical.get(key, 0.0) / top_lex, self.cfg)
             score = base * recency_weight(ep.at, now, self.cfg)
+            if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
+                score = 0.5 + 0.5 * score if key in scoped else 0.5 * score
             if score >= self.cfg.min_score:
                 items.append(RecalledItem("episodic", ep.id, ep.summary, round(score, 6), ep.sources, ep.at))
         items.sort(key=lambda it: (-it.score, it.id))
         return items[:k]
+
+    def _in_scope(self, scope: TimeScope | None, limit: int = 200) -> set[int]:
+        """Row keys of the episodes a time-scoped question points at (at most ``limit``, the latest)."""
+        if scope is None:
+            return set()
+        eps = self.episodes(since=scope.since, until=scope.until, sessions_ago=scope.sessions_ago)
+        return {_key(e.id) for e in eps[-limit:]}
 
     def _lexical(self, query: str, limit: int) -> dict[int, float]:
         qt = list(dict.fromkeys(terms(query)))

@@ -24,6 +24,7 @@ from anthropic.types import ToolParam
 from soul_runtime.errors import ModelError
 from soul_runtime.models.base import PERSIST_CATEGORIES, Exchange, MemoryDecision, ObserveWindow
 from soul_runtime.records import Extraction, FactCandidate, TaskReport
+from soul_runtime.timeref import day_text
 
 FACT_KINDS = ("stated", "confirmed", "corrected", "retracted")
 OUTCOMES = ("success", "failure", "")
@@ -48,7 +49,8 @@ _CONTENT_PROPERTIES: dict[str, object] = {
             "required": ["entity", "attribute", "value", "kind"],
         },
     },
-    "episode": {"type": "string", "description": "1-2 sentence third-person summary, or empty"},
+    "episode": {"type": "string", "description": "a compact third-person factual unit: who, what, names, numbers, "
+                "places, objects and absolute dates; or empty"},
     "event": {"type": "boolean"},
     "entities": _STR_LIST,
     "task": {
@@ -113,8 +115,13 @@ Small talk, greetings and questions with nothing durable are not.
 (e.g. "favorite_color", "lives_in"). kind is one of: stated (newly said), confirmed (the speaker confirms \
 something), corrected (the speaker corrects an earlier value), retracted (the speaker says it no longer holds). \
 Use the speaker's name as the entity for facts about the speaker.
-- episode: a 1-2 sentence third-person summary of what happened ("Ana asked ... and decided ..."); \
-"" if nothing happened worth remembering.
+- episode: a compact third-person factual unit of what was said or happened, keeping everything a later \
+question could ask about: who, what, the names, numbers, places and objects, and when. Write relative \
+dates as absolute ones reckoned from the date the message was said (its date; "yesterday" said on \
+3 March 2024 → "on 2 March 2024"; "last week" → "the week before 3 March 2024"; "last year" → "in 2023"). \
+If the message answers a question from <earlier> and means little without it, include the question \
+("Asked where she grew up, Ana said Porto"). Leave out greetings, compliments and small talk. At most \
+~50 words; "" if nothing worth remembering was said.
 - event: true only for a meaningful event (a decision, milestone, incident).
 - entities: the people, places, projects and things named.
 - task: if the speaker is doing or reporting a task, {task_class (lower-case snake_case), steps (short \
@@ -137,7 +144,7 @@ empty and task null.
 
 WINDOW_SYSTEM = f"""You read a window of messages of a conversation between other people and decide what \
 each message adds to long-term memory, in one answer with the {WINDOW_TOOL_NAME} tool. Messages are given \
-as "[id] Speaker: text" inside <messages>. Return one item per message worth keeping, with its message_id; \
+as "[id] (date said) Speaker: text" inside <messages>. Return one item per message worth keeping, with its message_id; \
 leave out messages with nothing worth keeping (most small talk). An item describes what its own message \
 says; when a short answer only makes sense with the question before it, summarise both and put the \
 question's id in context_ids.
@@ -197,9 +204,10 @@ def _context_blocks(persona: str, recalled: tuple[str, ...], earlier: list[str])
 
 
 def exchange_prompt(exchange: Exchange) -> str:
-    earlier = [f"{m.role}: {m.content}" for m in exchange.history[-HISTORY_FOR_EXTRACTION:]]
+    earlier = [f"{m.speaker or m.role}: {m.content}" for m in exchange.history[-HISTORY_FOR_EXTRACTION:]]
     parts = _context_blocks(exchange.persona, exchange.recalled, earlier)
-    parts.append(f"<exchange>\n{exchange.speaker or 'user'} (user): {exchange.user_text}\n"
+    said = f' date="{day_text(exchange.at)}"' if exchange.at > 0 else ""
+    parts.append(f"<exchange{said}>\n{exchange.speaker or 'user'} (user): {exchange.user_text}\n"
                  f"assistant: {exchange.reply_text}\n</exchange>")
     return "\n\n".join(parts)
 
@@ -208,7 +216,8 @@ def window_prompt(window: ObserveWindow) -> str:
     earlier = [f"[{m.id}] {m.speaker or m.role}: {m.content}" if m.id else f"{m.speaker or m.role}: {m.content}"
                for m in window.earlier[-HISTORY_FOR_EXTRACTION:]]
     parts = _context_blocks(window.persona, (), earlier)
-    parts.append("<messages>\n" + "\n".join(f"[{m.id}] {m.speaker}: {m.text}" for m in window.messages)
+    parts.append("<messages>\n" + "\n".join(f"[{m.id}]{f' ({day_text(m.at)})' if m.at > 0 else ''} {m.speaker}: "
+                                            f"{m.text}" for m in window.messages)
                  + "\n</messages>")
     return "\n\n".join(parts)
 

@@ -25,6 +25,7 @@ from soul_runtime.models.base import (
     Usage,
 )
 from soul_runtime.records import Extraction, FactCandidate, TaskReport
+from soul_runtime.timeref import query_scope
 
 PREFIX = "[offline model] "
 _WINDOW = 8  # how many earlier messages a confirmation, correction or outcome may refer to
@@ -359,6 +360,8 @@ class OfflineModel(LanguageModel):
                   for i, m in enumerate(lines) if not (m.group("store") == "procedural" and a.request)]
         top = max((s for s, _, _ in scored), default=0)
         relevant = sorted((x for x in scored if x[0] >= max(1, top // 2)), key=lambda x: (-x[0], x[1]))[:3]
+        if not relevant and query_scope(text, 0.0) is not None:  # "what happened three sessions ago": the
+            relevant = [x for x in scored if x[2].group("store") == "episodic"][:3]  # dated lines, in recall order
         if not a.instruction and (a.question or not parts) and not a.chit:
             for _, _, m in relevant:
                 tag = _STORE_TAG.get(m.group("store"), m.group("store"))

@@ -1,0 +1,132 @@
+"""Memories that carry the answer: dated lines, relative dates made absolute, packing by value per token,
+time-scoped questions ("when did …", "… three sessions ago") answered from dated memories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from soul_runtime.clock import DAY, to_timestamp
+from soul_runtime.loop.context import line_tokens, memory_line, pack_memory
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.base import ChatMessage, Exchange
+from soul_runtime.models.offline import OfflineModel
+from soul_runtime.records import RecalledItem
+from soul_runtime.timeref import TimeScope, ago, query_scope, resolve_relative
+from tests.fakes import HashEmbedder
+
+SAT = to_timestamp("2023-07-15T13:00")  # a Saturday
+M = OfflineModel()
+
+
+def test_relative_dates_resolve_against_the_message_time() -> None:
+    cases = {
+        "I went to a pottery class yesterday.": "I went to a pottery class on 14 July 2023.",
+        "We ran a charity race last Sunday": "We ran a charity race on Sunday 9 July 2023",
+        "Last week I gave a talk at a school.": "The week before 15 July 2023 I gave a talk at a school.",
+        "I painted that last year!": "I painted that in 2022!",
+        "We moved here 4 years ago.": "We moved here 4 years ago (in 2019).",
+        "I signed up 3 days ago": "I signed up on 12 July 2023",
+        "Going camping next month": "Going camping in August 2023",
+        "We went two weekends ago": "We went two weekends before 15 July 2023",
+        "Since yesterday it rains": "Since 14 July 2023 it rains",
+    }
+    for text, want in cases.items():
+        assert resolve_relative(text, SAT) == want, text
+    assert resolve_relative("Nothing relative here, 2021.", SAT) == "Nothing relative here, 2021."
+
+
+def test_how_long_ago_only_while_it_helps() -> None:
+    assert ago(SAT, SAT + 3600) == "today" and ago(SAT, SAT + DAY) == "yesterday"
+    assert ago(SAT, SAT + 5 * DAY) == "5 days ago" and ago(SAT, SAT + 21 * DAY) == "3 weeks ago"
+    assert ago(SAT, SAT + 200 * DAY) == "" and ago(SAT + DAY, SAT) == ""
+
+
+def test_time_scope_of_a_question() -> None:
+    assert query_scope("What happened three sessions ago?", SAT) == TimeScope(sessions_ago=3)
+    assert query_scope("what did we discuss in the last session", SAT) == TimeScope(sessions_ago=1)
+    y = query_scope("What did I do yesterday?", SAT)
+    assert y is not None and y.since is not None and y.until is not None and y.since < SAT - DAY < y.until <= SAT
+    assert query_scope("What is Ana's dog called?", SAT) is None
+
+
+def item(i: int, text: str, score: float, at: float = SAT, store: str = "episodic") -> RecalledItem:
+    return RecalledItem(store, f"ep-{i}" if store == "episodic" else f"x:{i}", text, score, (f"D{i}",), at)
+
+
+def test_memory_line_says_when() -> None:
+    line = memory_line(item(3, "Ana adopted a beagle named Biscuit.", 0.5), SAT + 2 * DAY)
+    assert line == "[episodic ep-3] 15 July 2023 (2 days ago): Ana adopted a beagle named Biscuit."
+    assert memory_line(item(3, "Ana adopted a beagle.", 0.5), SAT + 300 * DAY).startswith("[episodic ep-3] 15 July 2023: ")
+    fact = RecalledItem("semantic", "ana:dog", "Ana dog: Biscuit", 0.9, ("D1",), SAT)
+    assert memory_line(fact, SAT) == "[semantic ana:dog] Ana dog: Biscuit"
+
+
+def test_packing_by_value_per_token_within_the_budget() -> None:
+    long_low = item(1, "A long and only loosely related memory " * 6, 0.50)
+    short_hi = [item(i, f"Short relevant memory number {i}.", 0.48) for i in range(2, 6)]
+    recalled = [long_low, *short_hi]
+    budget = sum(line_tokens(memory_line(it)) for it in short_hi) + 5
+    packed = pack_memory(recalled, budget)
+    assert [it.id for it, _ in packed] == ["ep-2", "ep-3", "ep-4", "ep-5"]  # four short lines beat one long line
+    assert sum(line_tokens(line) for _, line in packed) <= budget
+    top = item(9, "The one that matters most. " * 3, 0.9)
+    packed = pack_memory([*short_hi, top], budget)
+    assert packed[-1][0].id == "ep-9"  # a clearly more relevant line is worth its tokens; recall order is kept
+    assert pack_memory(recalled, 0) == []
+
+
+def ex(text: str, speaker: str, at: float = SAT, history: tuple[ChatMessage, ...] = ()) -> str:
+    return M.extract(Exchange(text, "", speaker, ("m1",), at, history=history)).extraction.episode
+
+
+def test_episode_keeps_the_specifics_of_every_sentence() -> None:
+    e = ex("Thanks so much! It was great. I moved from Sweden four years ago and I still miss my grandma's "
+           "garden in Uppsala. You're so sweet to ask!", "Ana")
+    assert "Sweden" in e and "Uppsala" in e and "2019" in e  # not only the first sentence
+    assert "sweet" not in e  # a compliment is not a memory
+    e = ex("Wow, that's cool! I went to a pottery class yesterday and made a blue bowl.", "Ana")
+    assert e == "Ana went to a pottery class on 14 July 2023 and made a blue bowl."
+
+
+def test_elliptic_reply_is_stored_with_its_question() -> None:
+    q = ChatMessage("user", "That's lovely! Where did you go last weekend?", "D2:4", "Ben")
+    e = M.extract(Exchange("The lake district, with my sister.", "", "Ana", ("D2:5",), SAT, history=(q,))).extraction
+    assert e.episode.startswith('Asked "Where did Ana go the weekend before 15 July 2023?", Ana said: ')
+    assert "lake district" in e.episode and "Ana's sister" in e.episode
+    assert e.extra_sources == ("D2:4",)
+
+
+def soul_with_sessions(tmp: Path) -> tuple[Soul, SoulMemory]:
+    mem = SoulMemory(tmp, embedder=HashEmbedder())
+    soul = Soul("atlas", tmp, memory=mem, model=OfflineModel())
+    days = ["I went to a climbing meetup yesterday and it was so much fun.",
+            "I baked a lemon tart for my neighbour Priya.",
+            "We adopted a grey kitten called Pebble this morning.",
+            "I finished the first draft of my thesis on river ecology.",
+            "I repaired the old bicycle in the garage."]
+    for i, text in enumerate(days):
+        soul.observe([{"speaker": "Robin", "text": text, "id": f"D{i + 1}:1"}], at=SAT + i * 7 * DAY,
+                     session=f"session_{i + 1}")
+    return soul, mem
+
+
+def test_when_did_is_answered_from_a_dated_memory(tmp_path: Path) -> None:
+    soul, mem = soul_with_sessions(tmp_path)
+    r = soul.turn("When did Robin go to the climbing meetup?", user="sam", at=SAT + 40 * DAY)
+    assert "14 July 2023" in r.reply  # the day before the message that said "yesterday"
+    assert r.recalled and r.recalled[0].sources == ("D1:1",)
+    soul.close()
+    mem.close()
+
+
+def test_what_happened_three_sessions_ago(tmp_path: Path) -> None:
+    soul, mem = soul_with_sessions(tmp_path)
+    # four sessions back from the newest (session_5) is session_1; three back is session_2
+    items = mem.recall("What happened three sessions ago?", 10, now=SAT + 40 * DAY)
+    assert items[0].sources == ("D2:1",) and "lemon tart" in items[0].text
+    r = soul.turn("What happened three sessions ago?", user="sam", at=SAT + 40 * DAY)
+    assert "lemon tart" in r.reply and "22 July 2023" in r.reply
+    assert "kitten" not in r.reply
+    soul.close()
+    mem.close()
