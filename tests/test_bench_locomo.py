@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from soul_runtime.bench import locomo as bench_locomo
 from soul_runtime.cli.bench import locomo_markdown, update_readme
 from tests.fakes import HashEmbedder
@@ -37,18 +39,25 @@ def test_bench_runs_and_reports_every_system(tmp_path: Path) -> None:
     (data / "a.json").write_text(json.dumps(conversation("Biscuit")))
     (data / "b.json").write_text(json.dumps([conversation("Pepper"), conversation("Miso")]))  # a list file
     res = bench_locomo.run(data, (50, 200), embedder=HashEmbedder(), workdir=str(tmp_path / "w"))
-    for s in ("soul", "bm25", "dense"):
-        assert set(res[s]) == {"50", "200"} and all(0.0 <= v <= 1.0 for v in res[s].values())
+    for s in bench_locomo.SYSTEMS:
+        for b in ("50", "200"):
+            r = res["systems"][s][b]
+            assert 0.0 <= r["evidence_recall"] <= 1.0 and 0.0 <= r["answer_recall"] <= 1.0
+            assert r["tokens_mean"] <= int(b)  # lines are counted as shown, within the budget
     d = res["details"]
-    assert d["conversations"] == 3 and d["questions"] == 6 and d["raw_turns"] == 15
-    assert res["soul"]["200"] > 0.5  # prefixed ids in the list file still match their evidence
-    assert 0 < d["token_share_at_1000"] <= 1
+    assert d["conversations"] == 3 and d["questions"] == 6 and d["raw_turns"] == 15 and d["answer_questions"] == 6
+    soul = res["systems"]["soul"]["200"]
+    assert soul["evidence_recall"] > 0.5  # prefixed ids in the list file still match their evidence
+    assert soul["answer_recall"] == 1.0  # the dog's name and the instrument are in the lines shown
+    assert res["ceiling"]["full"]["answer_recall"] == 1.0
+    assert 0 < d["token_share"] <= 1
     bench_locomo.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
     readme = tmp_path / "README.md"
     readme.write_text("x\n<!-- bench:locomo:start -->\nold\n<!-- bench:locomo:end -->\ny\n")
     assert update_readme(readme, locomo_markdown(res))
-    assert "soul-runtime" in readme.read_text() and "old" not in readme.read_text()
+    text = readme.read_text()
+    assert "soul-runtime" in text and "answer recall @ 200" in text and "old" not in text
 
 
 def test_bench_claude_counts_calls_against_the_local_server(tmp_path: Path) -> None:
@@ -64,3 +73,18 @@ def test_bench_claude_counts_calls_against_the_local_server(tmp_path: Path) -> N
     turns = claude_path.bench_turns(turns=2, delay_s=0.0, embedder=HashEmbedder())
     for key in ("no_wait", "wait_writes"):
         assert turns[key]["calls_on_reply_path_max"] == 1 and turns[key]["calls_per_turn_max"] == 2
+
+
+def test_answer_recall_counts_content_words_of_the_text_shown() -> None:
+    assert bench_locomo.answer_recall("The week before 9 June 2023", "(8 June 2023) the week before") == 0.8  # 9 is missing
+    assert bench_locomo.answer_recall("Chile", "Ana moved from Chile.") == 1.0
+    assert bench_locomo.answer_recall("the", "anything") is None  # no content words: not scored
+    assert bench_locomo.answer_recall("art", "Ana starts painting") == 0.0  # words, not substrings
+
+
+def test_baseline_lines_are_taken_in_rank_order_within_the_budget() -> None:
+    lines = [("a" * 40, ("x",)), ("b" * 400, ("y",)), ("c" * 40, ("z",))]
+    taken = bench_locomo.take_within(lines, 30)
+    assert [src for _, src in taken] == [("x",), ("z",)]  # the long line does not fit and is skipped
+    order = bench_locomo.rrf(np.array([3, 0, 1, 2]), np.array([3, 2, 1, 0]))
+    assert order[0] == 3 and set(order[1:]) == {0, 1, 2}  # first in both is first
