@@ -156,6 +156,27 @@ def test_decide_parses_one_tool_call_into_decision_and_extraction(api: MessagesA
     assert "Ana (user): My favourite colour is green" in user
 
 
+def test_decide_asks_for_dated_factual_units(api: MessagesApiServer) -> None:
+    unit = ("Asked where she grew up, Ana said Porto; she moved to Oslo on 13 November 2023 with her "
+            "sister Ida.")
+    api.push(tool_message("record_memory", {"persist": True, "categories": ["fact"], "reason": "a move",
+                                            **{**GOOD_EXTRACTION, "episode": unit}}))
+    hist = (ChatMessage("user", "Where did you grow up?", "m0", "Ben"),)
+    result = make(api).decide(exchange(user_text="Porto! I moved to Oslo yesterday with my sister Ida.",
+                                       history=hist))
+    assert result.extraction.episode == unit  # the unit is stored as the model wrote it
+    (body,) = api.bodies()
+    (system,) = body["system"]
+    for needle in ("who, what, the names, numbers, places and objects", "absolute", "yesterday",
+                   "include the question"):
+        assert needle in system["text"], needle
+    user = body["messages"][0]["content"]
+    assert '<exchange date="14 November 2023">' in user  # 1_700_000_000 is 14 Nov 2023 (UTC)
+    assert "<earlier>\nBen: Where did you grow up?\n</earlier>" in user  # who asked: the speaker, not a role
+    (tool,) = body["tools"]
+    assert "absolute dates" in tool["input_schema"]["properties"]["episode"]["description"]
+
+
 def test_decide_not_persisted_and_bad_flag(api: MessagesApiServer) -> None:
     api.push(tool_message("record_memory", {"persist": False, "categories": [], "reason": "small talk", "facts": [],
                                             "episode": "", "event": False, "entities": [], "task": None}),
