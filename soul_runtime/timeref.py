@@ -1,8 +1,8 @@
 """Time references in text (pure): dates written out, relative dates resolved against the time a
 message was said, how long ago something was, and the time span a question asks about.
 
-``resolve_relative("I went there yesterday", at)`` → ``"I went there on 7 May 2023"`` when ``at`` is
-8 May 2023: a memory read weeks later still says when it happened. Nothing here reads a clock.
+``resolve_relative("I went there yesterday", at)`` → ``"I went there on 2 March 2024"`` when ``at`` is
+3 March 2024: a memory read weeks later still says when it happened. Nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _day(ts: float) -> date:
 
 
 def day_text(ts: float | date) -> str:
-    """``8 May 2023``."""
+    """``3 March 2024``."""
     d = ts if isinstance(ts, date) else _day(ts)
     return f"{d.day} {d.strftime('%B')} {d.year}"
 

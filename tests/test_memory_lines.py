@@ -21,8 +21,8 @@ M = OfflineModel()
 
 def test_relative_dates_resolve_against_the_message_time() -> None:
     cases = {
-        "I went to a pottery class yesterday.": "I went to a pottery class on 14 July 2023.",
-        "We ran a charity race last Sunday": "We ran a charity race on Sunday 9 July 2023",
+        "I went to a salsa class yesterday.": "I went to a salsa class on 14 July 2023.",
+        "We held a bake sale last Sunday": "We held a bake sale on Sunday 9 July 2023",
         "Last week I gave a talk at a school.": "The week before 15 July 2023 I gave a talk at a school.",
         "I painted that last year!": "I painted that in 2022!",
         "We moved here 4 years ago.": "We moved here 4 years ago (in 2019).",
@@ -81,12 +81,12 @@ def ex(text: str, speaker: str, at: float = SAT, history: tuple[ChatMessage, ...
 
 
 def test_episode_keeps_the_specifics_of_every_sentence() -> None:
-    e = ex("Thanks so much! It was great. I moved from Sweden four years ago and I still miss my grandma's "
-           "garden in Uppsala. You're so sweet to ask!", "Ana")
-    assert "Sweden" in e and "Uppsala" in e and "2019" in e  # not only the first sentence
+    e = ex("Thanks so much! It was great. I moved from Chile four years ago and I still miss my grandma's "
+           "garden in Valdivia. You're so sweet to ask!", "Ana")
+    assert "Chile" in e and "Valdivia" in e and "2019" in e  # not only the first sentence
     assert "sweet" not in e  # a compliment is not a memory
-    e = ex("Wow, that's cool! I went to a pottery class yesterday and made a blue bowl.", "Ana")
-    assert e == "Ana went to a pottery class on 14 July 2023 and made a blue bowl."
+    e = ex("Wow, that's cool! I went to a salsa class yesterday and met a dancer named Lu.", "Ana")
+    assert e == "Ana went to a salsa class on 14 July 2023 and met a dancer named Lu."
 
 
 def test_elliptic_reply_is_stored_with_its_question() -> None:

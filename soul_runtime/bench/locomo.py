@@ -4,7 +4,7 @@ For each conversation one soul observes every session in order (``at`` = the ses
 message ids = ``dia_id``). For every QA item of categories 1–4 the soul recalls
 ``TurnConfig.recall_k`` items at the day after the last session and the context assembler packs
 them into the budget exactly as it does for a turn (:func:`soul_runtime.loop.context.pack_memory`:
-rendered ``[episodic ep-N] 8 May 2023: …`` lines, tokens counted on those lines). Two metrics:
+rendered ``[episodic ep-N] 3 March 2024: …`` lines, tokens counted on those lines). Two metrics:
 
 * **answer recall** (categories 1, 2, 4 with an answer): the share of the gold answer's content
   words (lower case, ``[a-z0-9]+``, stop words out) found in the lines taken: what the model can read;
@@ -13,7 +13,7 @@ rendered ``[episodic ep-N] 8 May 2023: …`` lines, tokens counted on those line
 
 Baselines in the same run, same budgets, same token count per line: BM25, dense (same embedder)
 and hybrid (reciprocal-rank fusion of both) over the raw "Speaker: text" turns; BM25 over turns
-dated like "(8 May 2023) Speaker: text"; the whole conversation (with and without dates) as the
+dated like "(3 March 2024) Speaker: text"; the whole conversation (with and without dates) as the
 ceiling.
 """
 
@@ -219,6 +219,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     n_msgs = 0
     stored: dict[str, int] = {"episodes": 0, "facts": 0, "procedures": 0}
     full_tokens: list[int] = []
+    full_dated_tokens: list[int] = []
     root = Path(workdir or tempfile.mkdtemp(prefix="locomo-"))
     convs = conversations(data)[:limit]
     for conv, turns, qas in convs:
@@ -256,6 +257,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             tally.add("full", 0, q, raw, evidence=False)
             tally.add("full_dated", 0, q, dated, evidence=False)
             full_tokens.append(sum(line_tokens(text) for text, _ in raw))
+            full_dated_tokens.append(sum(line_tokens(text) for text, _ in dated))
             if progress and (qi + 1) % 25 == 0:
                 progress(f"{name}: questions", qi + 1, len(qas))
         soul.close()
@@ -275,6 +277,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         "recall_p50_ms": round(qs[len(qs) // 2], 2) if qs else None,
         "recall_p99_ms": round(qs[min(len(qs) - 1, int(len(qs) * 0.99))], 2) if qs else None,
         "tokens_used_mean": soul_head["tokens_mean"], "full_context_tokens_mean": round(full_mean, 1),
+        "full_dated_tokens_mean": round(statistics.fmean(full_dated_tokens), 1) if full_dated_tokens else None,
         "token_share": round((soul_head["tokens_mean"] or 0) / full_mean, 4) if full_mean else None,
         "embedder": embedder.embedder_id, "model": model.label,
     }

@@ -44,7 +44,8 @@ def locomo_markdown(res: dict[str, Any]) -> str:
                     + " | ".join(_f(sysres[s][b]["evidence_recall"]) for b in budgets) + " |")
     for s in ("full", "full_dated"):
         c = res["ceiling"][s]
-        rows.append(f"| {LABELS[s]} (~{d['full_context_tokens_mean']:.0f} tokens) | "
+        tokens = d.get("full_dated_tokens_mean") if s == "full_dated" else None
+        rows.append(f"| {LABELS[s]} (~{tokens or d['full_context_tokens_mean']:.0f} tokens) | "
                     + " | ".join(_f(c["answer_recall"]) for _ in budgets) + " |" + " — |" * len(budgets))
     for s in ("bm25", "hybrid", "bm25_dated"):
         rows.append(f"| answer recall, soul / {LABELS[s]} | "

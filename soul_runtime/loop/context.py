@@ -32,7 +32,7 @@ def short_text(text: str, limit: int = SHORT_CHARS) -> str:
 
 
 def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False) -> str:
-    """``[episodic ep-12] 8 May 2023: …``: an episode says when it happened (and, while that is recent,
+    """``[episodic ep-12] 3 March 2024: …``: an episode says when it happened (and, while that is recent,
     how long before ``now``); facts and procedures are current and carry no date."""
     text = short_text(it.text) if short else it.text
     if it.store != "episodic" or not it.at:
