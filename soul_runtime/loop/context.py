@@ -18,15 +18,16 @@ VALUE_POWER = 4.0
 value per token would fill the budget with short, barely relevant lines."""
 
 
-FULL_LINES = 8
+FULL_LINES = 6
 """The most relevant memories are shown in full; the rest by their first sentence (at most SHORT_CHARS),
 so more of them fit the budget."""
 SHORT_CHARS = 90
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
-def short_text(text: str, limit: int = SHORT_CHARS) -> str:
+def short_text(text: str, limit: int | None = None) -> str:
     """The first sentence of ``text``, cut at a word boundary to ``limit`` characters."""
+    limit = SHORT_CHARS if limit is None else limit
     first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
     return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
 
