@@ -77,7 +77,7 @@ def test_packing_by_value_per_token_within_the_budget() -> None:
 
 
 def ex(text: str, speaker: str, at: float = SAT, history: tuple[ChatMessage, ...] = ()) -> str:
-    return M.extract(Exchange(text, "", speaker, ("m1",), at, history=history)).extraction.episode
+    return M.decide(Exchange(text, "", speaker, ("m1",), at, history=history)).extraction.episode
 
 
 def test_episode_keeps_the_specifics_of_every_sentence() -> None:
@@ -91,7 +91,7 @@ def test_episode_keeps_the_specifics_of_every_sentence() -> None:
 
 def test_elliptic_reply_is_stored_with_its_question() -> None:
     q = ChatMessage("user", "That's lovely! Where did you go last weekend?", "D2:4", "Ben")
-    e = M.extract(Exchange("The lake district, with my sister.", "", "Ana", ("D2:5",), SAT, history=(q,))).extraction
+    e = M.decide(Exchange("The lake district, with my sister.", "", "Ana", ("D2:5",), SAT, history=(q,))).extraction
     assert e.episode.startswith('Asked "Where did Ana go the weekend before 15 July 2023?", Ana said: ')
     assert "lake district" in e.episode and "Ana's sister" in e.episode
     assert e.extra_sources == ("D2:4",)
