@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,17 +21,20 @@ from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
 from soul_runtime.errors import NotFound, SoulError
 from soul_runtime.memory.episodic import EpisodicStore, index_key_text
+from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
+from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
 from . import raycalls
 from .introspection import ActorInfo
 from .metrics import Metrics
-from .placement import store_of
+from .placement import store_name, store_of
+from .schedule import Ticker, sweep_due
 from .settings import RuntimeConfig
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
@@ -57,7 +60,9 @@ class LayerShard(ActorInfo):
     """
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256,
-                 embedder: str = "default") -> None:
+                 embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
+                 storage: str = "local") -> None:
+        use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
         self.cfg = MemoryConfig(**memory_config)
@@ -67,6 +72,49 @@ class LayerShard(ActorInfo):
         self.guard = threading.Lock()  # the LRU and the lock table
         self.embedder = BatchingEmbedder(make_embedder(embedder)) if self.layer is Store.EPISODIC else None
         self.metrics = Metrics.create()
+        self.name = store_name(self.layer.value, index)
+        self.shards = shards
+        self.retention_every_s = retention_every_s if self._has_retention() else 0.0
+        self.swept: dict[str, float] = {}
+        self._sweeping = threading.Lock()
+        self.ticker = None
+        if self.retention_every_s > 0 and raycalls.is_initialized():  # the sweep runs in the actor's own queue
+            me = raycalls.current_actor()
+            self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),
+                                 name=f"{self.name}-retention")
+
+    def _has_retention(self) -> bool:
+        if self.layer is Store.EPISODIC:
+            return self.cfg.episodic_ttl_days > 0
+        return self.layer is Store.SEMANTIC and self.cfg.archived_fact_ttl_days > 0
+
+    def my_souls(self) -> list[str]:
+        """The souls with a directory in the data dir that hash to this shard."""
+        root = Path(self.data_dir) / "souls"
+        names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+        return [sid for sid in names if store_of(sid, self.layer.value, self.shards) == self.name]
+
+    def sweep_due(self, now: float | None = None) -> dict[str, int]:
+        """Retention on schedule: sweep each of this shard's souls not swept for ``retention_every_s``
+        (the shard's timer calls this with the wall clock; tests pass ``now``)."""
+        t = time.time() if now is None else float(now)
+        total: Counter[str] = Counter()
+        if not self._sweeping.acquire(blocking=False):  # the previous sweep is still running
+            return {}
+        try:
+            self._sweep_souls(t, total)
+        finally:
+            self._sweeping.release()
+        return dict(total)
+
+    def _sweep_souls(self, t: float, total: Counter[str]) -> None:
+        for sid in self.my_souls():
+            if sweep_due(self.swept.get(sid), t, self.retention_every_s):
+                got = self.sweep(sid, t)
+                self.metrics.sweep(self.layer.value, got)
+                total.update(got)
+                total["souls_swept"] += 1
+                self.swept[sid] = t
 
     @contextmanager
     def _claimed(self, soul_id: str) -> Iterator[None]:
@@ -218,8 +266,26 @@ class LayerShard(ActorInfo):
             return getattr(st, method)(*args, **kwargs)
 
     def forget(self, soul_id: str) -> int:
+        """Erase this layer of a soul: its files are unlinked and recreated empty."""
+        if self._absent(soul_id):
+            return 0
         with self._soul(soul_id) as st:
-            return int(st.forget())
+            return int(st.erase())
+
+    def fence(self, soul_id: str, epoch: int) -> None:
+        """A new activation of the soul took over with ``epoch``: refuse older writers from now on. A layer
+        with no store yet is left absent: its first write carries the epoch (and an old owner's writes to it
+        could only be the completed intent's own, which are idempotent)."""
+        if self._absent(soul_id):
+            return
+        with self._soul(soul_id) as st:
+            st.fence(int(epoch))
+
+    def forget_where(self, soul_id: str, query: ForgetQuery) -> Erased:
+        if self._absent(soul_id):
+            return Erased()
+        with self._soul(soul_id) as st:
+            return st.forget_where(query)
 
     def import_(self, soul_id: str, data: dict[str, Any]) -> None:
         with self._soul(soul_id) as st:

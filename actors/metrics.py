@@ -7,6 +7,7 @@ stays testable without Ray.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from soul_runtime.loop.trace import TurnTrace
@@ -34,7 +35,12 @@ class Metrics:
                 "writes": raycalls.counter("soul_memory_writes_total", "Memory writes by layer and op",
                                            ("layer", "op")),
                 "activations": raycalls.counter("soul_activations_total", "Soul activations"),
-                "passivations": raycalls.counter("soul_passivations_total", "Soul passivations"),
+                "passivations": raycalls.counter("soul_passivations_total", "Soul passivations by reason",
+                                                 ("reason",)),
+                "sweeps": raycalls.counter("soul_retention_sweeps_total", "Retention sweeps of a soul's layer",
+                                           ("layer",)),
+                "swept": raycalls.counter("soul_retention_deleted_total", "Memories deleted by retention",
+                                          ("layer", "kind")),
                 "model_calls": raycalls.counter("soul_model_calls_total", "Model calls by model id", ("model",)),
                 "model_tokens": raycalls.counter("soul_model_tokens_total", "Model tokens by model id and kind "
                                                  "(input = uncached, cache_read, cache_write, output)",
@@ -81,5 +87,15 @@ class Metrics:
     def activation(self) -> None:
         self._inc("activations")
 
-    def passivation(self) -> None:
-        self._inc("passivations")
+    def passivation(self, reason: str) -> None:
+        """``reason``: idle (the timer), capacity (LRU over ``host_capacity``) or asked (a call)."""
+        self.local["passivations"] += 1  # the total, beside the count per reason
+        self._inc("passivations", {"reason": reason})
+
+    def sweep(self, layer: str, deleted: Mapping[str, int]) -> None:
+        self._inc("sweeps", {"layer": layer})
+        for kind, n in deleted.items():
+            if n and kind.endswith(("_deleted", "_purged")):
+                self.local[f"swept:{layer},{kind}"] += n
+                if self._m is not None:
+                    self._m["swept"].inc(float(n), tags={"layer": layer, "kind": kind})

@@ -19,13 +19,21 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from soul_runtime.errors import InvalidInput, OutOfOrder, RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.errors import (
+    ConfigError,
+    InvalidInput,
+    OutOfOrder,
+    RuntimeUnavailable,
+    SoulError,
+    StaleOwner,
+    TurnFailed,
+)
 from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
 from . import raycalls
 from .placement import rendezvous
-from .settings import RuntimeConfig
+from .settings import RuntimeConfig, claim_data_dir, layout, mismatch
 
 RETRIES = 40
 SEQ_CACHE = 100_000
@@ -137,6 +145,9 @@ class TurnOrchestrator:
                 except OutOfOrder as e:  # another orchestrator incarnation got there first
                     self.next_seq[soul_id] = e.expected
                     continue
+                except StaleOwner:  # the host's activation was superseded: it reactivates, same request id
+                    self.next_seq.pop(soul_id, None)
+                    continue
                 except SoulError:
                     raise
                 except Exception as e:
@@ -152,10 +163,12 @@ class TurnOrchestrator:
             return await self._call(self.host_of(soul_id), method, soul_id, *args)
 
     async def read(self, soul_id: str, method: str, *args: Any) -> Any:
-        """A read from the soul's host (traces, model usage); not ordered with turns."""
+        """A read from the soul's host (traces, model usage), ordered with the soul's turns."""
         if method not in ("trace", "traces", "last_seq", "usage"):
             raise InvalidInput(f"unknown read {method!r}")
-        return await self._call(self.host_of(soul_id), method, soul_id, *args)
+        check_id(soul_id, what="soul id")
+        async with self._lock(soul_id):  # ordered with turns, forget and dedicate: never on a stale host
+            return await self._call(self.host_of(soul_id), method, soul_id, *args)
 
     # ---- hot souls ---------------------------------------------------------------------
     async def dedicate(self, soul_id: str) -> str:
@@ -209,6 +222,19 @@ class TurnOrchestrator:
 
     async def config_dict(self) -> dict[str, Any]:
         return self.config
+
+    async def check_layout(self, client: dict[str, Any]) -> dict[str, Any]:
+        """Refuse a client whose routing differs from this runtime's, or a data dir recorded with another
+        layout (ConfigError); record the layout on first use."""
+        mine = RuntimeConfig.from_dict(self.config)
+        theirs = RuntimeConfig.from_dict(client)
+        if theirs.data_dir != mine.data_dir:
+            raise ConfigError(f"this Ray namespace {mine.namespace!r} already serves data_dir {mine.data_dir!r}; "
+                              "connect with that data_dir or another namespace")
+        err = mismatch(layout(mine), layout(theirs), f"namespace {mine.namespace!r}")
+        if err is not None:
+            raise err
+        return claim_data_dir(mine)
 
 
 __all__ = ["TurnOrchestrator"]

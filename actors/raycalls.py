@@ -176,6 +176,11 @@ def get(refs: Any, timeout: float | None = None) -> Any:
         raise translate(e) from None
 
 
+def current_actor() -> Any:
+    """The handle of the actor this code runs in (to queue a call to itself)."""
+    return ray.get_runtime_context().current_actor
+
+
 def node_id() -> str:
     """The id of the Ray node this process runs on ('' outside Ray)."""
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""

@@ -20,6 +20,7 @@ from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError, InvalidInput
 from soul_runtime.loop.soul import TurnResult
 from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.memory.erasure import ForgetQuery
 from soul_runtime.memory.soul_memory import EXPORT_FORMAT, merge_recalls, parse_stores
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
@@ -62,25 +63,26 @@ class Runtime:
     def _start_actors(self) -> None:
         cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
         make_dir(cfg.data_dir)  # owner-only (0700) when created here
+        self.orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
+                                            **self._opts(max_task_retries=-1, max_concurrency=1000))
+        # before any other actor exists: the same routing as the running actors and as the data dir was
+        # created with, or ConfigError (two processes must never open one soul's files)
+        raycalls.get(raycalls.call(self.orchestrator, "check_layout", conf), timeout=120)
         created = []
         for layer in ("episodic", "semantic", "procedural"):
             for i in range(cfg.shards(layer)):
                 name = store_name(layer, i)
                 created.append(raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
-                                                                      cfg.store_capacity, cfg.embedder),
+                                                                      cfg.store_capacity, cfg.embedder, i,
+                                                                      cfg.shards(layer), cfg.retention_every_s,
+                                                                      cfg.storage),
                                                **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads)))
         for i in range(cfg.hosts):
             created.append(raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
                                            **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1)))
-        self.orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
-                                            **self._opts(max_task_retries=-1, max_concurrency=1000))
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = created + [self.orchestrator]
         raycalls.get([raycalls.call(a, "ping") for a in created], timeout=300)
-        running = raycalls.get(raycalls.call(self.orchestrator, "config_dict"), timeout=120)
-        if running.get("data_dir") != cfg.data_dir:
-            raise ConfigError(f"this Ray namespace {ns!r} already serves data_dir {running.get('data_dir')!r}; "
-                              f"connect with that data_dir or another namespace")
 
     def store(self, layer: str, soul_id: str) -> Any:
         return self.stores.handle(layer, soul_id)
@@ -236,8 +238,16 @@ class _Plans:
             raise InvalidInput("import takes the bytes of an export")
         return _Plan(self._orch("exclusive", self.soul_id, "import_", bytes(blob)), lambda r: None)
 
-    def forget(self) -> _Plan[dict[str, int]]:
-        return _Plan(self._orch("exclusive", self.soul_id, "forget"), dict)
+    def forget(self, stores: Iterable[str] | None) -> _Plan[dict[str, int]]:
+        layers = None if stores is None else [s.value for s in parse_stores(stores)]
+        return _Plan(self._orch("exclusive", self.soul_id, "forget", layers), dict)
+
+    def forget_where(self, ids: Iterable[str] | None, query: str | None, request_id: str | None
+                     ) -> _Plan[TurnResult]:
+        q = ForgetQuery.make(ids, query)  # bad arguments fail here, before anything is sent
+        payload = {"ids": list(q.ids), "query": q.phrase or None, "at": _now()}
+        return _Plan(self._orch("submit", self.soul_id, "forget_where", payload, request_id or uuid.uuid4().hex),
+                     lambda r: r)
 
     def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
         if turn_id is not None:
@@ -294,8 +304,17 @@ class SoulHandle:
         """One turn's trace by id, or the last ``last`` traces (oldest first)."""
         return self._run(self._p.trace(turn_id, last))
 
-    def forget(self) -> dict[str, int]:
-        return self._run(self._p.forget())
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
+        """Erase the soul's memory for good (these layers, all by default), with its traces and buffer: the
+        files are unlinked, so nothing of it stays on disk. The soul is new afterwards (import works)."""
+        return self._run(self._p.forget(stores))
+
+    def forget_where(self, ids: Iterable[str] | None = None, query: str | None = None, *,
+                     request_id: str | None = None) -> TurnResult:
+        """Delete single memories: these ids (``ep-3``, ``tendril:database``, ``deploy@v2``) and every memory
+        whose text contains the phrase ``query``; traces and buffer turns that held them are redacted and
+        nothing of them stays on disk. Recorded as a turn of kind ``forget``; its writes are the DELETEs."""
+        return self._run(self._p.forget_where(ids, query, request_id))
 
     def stats(self) -> dict[str, Any]:
         return self._run(self._p.stats())
@@ -348,6 +367,7 @@ class AsyncSoulHandle:
     episodes = _async_method("episodes")
     trace = _async_method("trace")
     forget = _async_method("forget")
+    forget_where = _async_method("forget_where")
     stats = _async_method("stats")
     export = _async_method("export")
     import_ = _async_method("import_")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -10,6 +11,7 @@ from typing import Any
 from soul_runtime.config import SoulConfig
 from soul_runtime.embedding.choice import EMBEDDERS
 from soul_runtime.errors import ConfigError
+from soul_runtime.owner_only import make_dir, write_file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +26,11 @@ class RuntimeConfig:
     host_capacity: int = 256
     """Active souls per host (LRU); the rest are passivated to disk."""
     idle_passivate_s: float = 600.0
+    idle_check_s: float = 30.0
+    """How often a host passivates its idle souls by itself (0: only when another soul is activated)."""
+    retention_every_s: float = 3600.0
+    """How often each store shard runs the TTL sweep and archived-fact purge on its souls; it runs only when
+    ``episodic_ttl_days`` or ``archived_fact_ttl_days`` is set (both off by default). 0: never."""
     store_capacity: int = 256
     """Open per-soul stores per shard (LRU)."""
     host_threads: int = 16
@@ -34,6 +41,9 @@ class RuntimeConfig:
     episodic shard's embedder batches what they ask for together."""
     embedder: str = "default"
     """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
+    storage: str = "local"
+    """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
+    storage that actors on several nodes open (see cluster/README.md)."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline`` or ``anthropic``."""
     soul: SoulConfig = field(default_factory=SoulConfig)
@@ -49,12 +59,18 @@ class RuntimeConfig:
         v = self.idle_passivate_s
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"idle_passivate_s must be a finite number > 0, got {v!r}")
+        for name in ("idle_check_s", "retention_every_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0 (0: off), got {v!r}")
         if not isinstance(self.namespace, str) or not self.namespace or len(self.namespace) > 100:
             raise ConfigError(f"namespace must be a non-empty string, got {self.namespace!r}")
         if not isinstance(self.soul, SoulConfig):
             raise ConfigError("soul must be a SoulConfig")
         if self.embedder not in EMBEDDERS:
             raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {self.embedder!r}")
+        if self.storage not in ("local", "shared"):
+            raise ConfigError(f"storage must be local or shared, got {self.storage!r}")
         if self.model not in ("auto", "offline", "anthropic"):
             raise ConfigError(f"model must be auto, offline or anthropic, got {self.model!r}")
 
@@ -76,6 +92,56 @@ class RuntimeConfig:
 
     def shards(self, layer: str) -> int:
         return int(getattr(self, f"{layer}_shards"))
+
+
+DATA_FORMAT = "soul-runtime/data@1"
+LAYOUT_FILE = "runtime.json"
+LAYOUT_KEYS = ("format", "namespace", "hosts", "episodic_shards", "semantic_shards", "procedural_shards", "embedder",
+               "storage")
+
+
+def layout(cfg: RuntimeConfig) -> dict[str, Any]:
+    """What every process serving a data dir must agree on: the on-disk format, who serves it and how souls
+    are routed to hosts and shards, and the embedder the episodes are indexed with."""
+    from soul_runtime.embedding.minilm import MiniLMEmbedder
+
+    return {"format": DATA_FORMAT, "namespace": cfg.namespace, "hosts": cfg.hosts,
+            "episodic_shards": cfg.episodic_shards, "semantic_shards": cfg.semantic_shards,
+            "procedural_shards": cfg.procedural_shards, "embedder": MiniLMEmbedder.embedder_id,
+            "storage": cfg.storage}
+
+
+def mismatch(recorded: dict[str, Any], wanted: dict[str, Any], where: str) -> ConfigError | None:
+    diffs = [f"{k}={recorded.get(k)!r} (asked: {wanted.get(k)!r})" for k in LAYOUT_KEYS
+             if recorded.get(k) != wanted.get(k)]
+    if not diffs:
+        return None
+    return ConfigError(f"{where} is served with {', '.join(diffs)}: a client routing differently would open "
+                       "souls' files from a second process; connect with the same configuration, or use another "
+                       "data dir")
+
+
+def claim_data_dir(cfg: RuntimeConfig) -> dict[str, Any]:
+    """Record the layout in ``DATA_DIR/runtime.json`` on first use, or refuse one that differs (ConfigError)."""
+    root = make_dir(cfg.data_dir)
+    path = root / LAYOUT_FILE
+    want = layout(cfg)
+    if not path.exists():
+        tmp = write_file(root / f".{LAYOUT_FILE}.{os.getpid()}.tmp", json.dumps(want, indent=1) + "\n")
+        try:
+            os.link(tmp, path)  # atomic, and fails if another process recorded its layout first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to accept this layout") from None
+    err = mismatch(recorded, want, f"data dir {cfg.data_dir}")
+    if err is not None:
+        raise err
+    return dict(recorded)
 
 
 def default_data_dir() -> str:

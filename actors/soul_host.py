@@ -11,14 +11,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from soul_runtime.errors import InvalidInput
+from soul_runtime.errors import InvalidInput, StaleOwner
+from soul_runtime.loop.erase import forget_soul, forget_where
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.soul_memory import (
     answer_without_store,
     cross_layer_marks,
@@ -26,6 +28,7 @@ from soul_runtime.memory.soul_memory import (
     parse_stores,
     unpack_export,
 )
+from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.models.base import LanguageModel
 from soul_runtime.models.choice import make_model
 from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, WriteRequest, to_plain
@@ -34,6 +37,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
+from .schedule import Ticker, to_passivate
 from .settings import RuntimeConfig
 
 
@@ -72,6 +76,21 @@ class RemoteMemory:
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
 
+    def forget(self, *, stores: Any = None) -> dict[str, int]:
+        layers = [s.value for s in parse_stores(stores)]
+        refs = [raycalls.call(self.calls.stores.handle(layer, self.soul_id), "forget", self.soul_id) for layer in layers]
+        return {layer: int(n) for layer, n in zip(layers, raycalls.get(refs), strict=True)}
+
+    def fence(self, epoch: int) -> None:
+        raycalls.get([raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
+                      for s in LAYERS])
+
+    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
+        refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "forget_where", self.soul_id, query)
+                for s in LAYERS]
+        return {s.value: e for s, e in zip(LAYERS, raycalls.get(refs), strict=True)}
+
+
 @dataclass
 class _Activation:
     soul: Soul | None  # None while its opener is opening it
@@ -83,19 +102,24 @@ class _Activation:
         """The open soul (an activation returned by ``SoulHost._activate`` always has one)."""
         assert self.soul is not None
         return self.soul
-    last_used: float = field(default_factory=time.monotonic)
+    last_used: float = 0.0
 
 
 class SoulHost(ActorInfo):
-    def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | None = None) -> None:
+    def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.cfg = RuntimeConfig.from_dict(config)
+        use_storage(self.cfg.storage)
         self.model = model or make_model(self.cfg.model)
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores)
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.guard = threading.Lock()
         self.metrics = Metrics.create()
+        self.clock = clock
+        self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
+            if self.cfg.idle_check_s > 0 else None
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
@@ -105,10 +129,10 @@ class SoulHost(ActorInfo):
             act = self.active.get(soul_id)
             opener = act is None
             if act is None:
-                act = self.active[soul_id] = _Activation(None)
+                act = self.active[soul_id] = _Activation(None, last_used=self.clock())
             else:
                 self.active.move_to_end(soul_id)
-                act.last_used = time.monotonic()
+                act.last_used = self.clock()
         if not opener:
             act.ready.wait()
             if act.soul is None:  # the opener failed: try again from scratch
@@ -142,23 +166,21 @@ class SoulHost(ActorInfo):
                     return
 
     def _evict(self) -> int:
-        """Passivate souls beyond capacity (least recently used first) and idle ones; the files close outside
-        the host's lock. Souls in a turn are skipped."""
-        now = time.monotonic()
-        victims: list[_Activation] = []
+        """Passivate idle souls and souls beyond capacity (least recently used first; the policy is
+        :func:`to_passivate`); the files close outside the host's lock. Souls in a turn are skipped."""
+        now = self.clock()
+        victims: list[tuple[_Activation, str]] = []
         with self.guard:
-            over = len(self.active) - self.cfg.host_capacity
-            for sid in list(self.active):
+            last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
+            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.cfg.host_capacity):
                 act = self.active[sid]
-                idle = now - act.last_used > self.cfg.idle_passivate_s
-                if (idle or over > 0) and act.soul is not None and not act.soul.busy and act.lock.acquire(blocking=False):
+                if not act.live.busy and act.lock.acquire(blocking=False):  # memory work still running: later
                     del self.active[sid]
-                    victims.append(act)
-                    over -= 1
-        for act in victims:
+                    victims.append((act, "idle" if now - last[sid] > self.cfg.idle_passivate_s else "capacity"))
+        for act, reason in victims:
             try:
                 act.live.close()
-                self.metrics.passivation()
+                self.metrics.passivation(reason)
             finally:
                 act.lock.release()
         return len(victims)
@@ -175,10 +197,11 @@ class SoulHost(ActorInfo):
                     return False
                 del self.active[soul_id]
             act.live.close()
-            self.metrics.passivation()
+            self.metrics.passivation("asked")
             return True
 
     def passivate_idle(self) -> int:
+        """Passivate the souls idle for longer than ``idle_passivate_s`` (the host's timer calls this)."""
         return self._evict()
 
     def active_souls(self) -> list[str]:
@@ -188,18 +211,34 @@ class SoulHost(ActorInfo):
     # ---- turns -------------------------------------------------------------------------
     def run(self, soul_id: str, op: str, seq: int, request_id: str, payload: dict[str, Any]) -> TurnResult:
         t0 = time.perf_counter()
-        with self._hold(soul_id) as act:
-            act.last_used = time.monotonic()
+        with self._hold(soul_id) as act, self._superseded(soul_id, act):
+            act.last_used = self.clock()
             if op == "turn":
                 res = act.live.turn(payload["text"], user=payload.get("user"), at=payload.get("at"),
                                     request_id=request_id, seq=seq, wait_writes=payload.get("wait_writes", True))
             elif op == "observe":
                 res = act.live.observe(payload["messages"], at=payload.get("at"), session=payload.get("session"),
                                        request_id=request_id, seq=seq)
+            elif op == "forget_where":
+                res = forget_where(act.live, payload.get("ids"), payload.get("query"), request_id=request_id,
+                                   seq=seq, at=payload.get("at"))
             else:
                 raise InvalidInput(f"unknown operation {op!r}")
         self.metrics.turn(op, time.perf_counter() - t0)
         return res
+
+    @contextmanager
+    def _superseded(self, soul_id: str, act: _Activation) -> Iterator[None]:
+        """A newer owner took the soul over (StaleOwner): drop this activation, so that the next call here
+        reactivates from disk under a new epoch, and let the caller see the error."""
+        try:
+            yield
+        except StaleOwner:
+            with self.guard:
+                if self.active.get(soul_id) is act:
+                    del self.active[soul_id]
+            act.live.close()
+            raise
 
     def last_seq(self, soul_id: str) -> int:
         with self._hold(soul_id) as act:
@@ -215,15 +254,10 @@ class SoulHost(ActorInfo):
         """The soul's model cost so far (every committed turn and observe), in all, per phase and per model."""
         return dict(self._activate(soul_id).live.state.usage)
 
-    def forget(self, soul_id: str) -> dict[str, int]:
-        """Erase a soul's memory for good: all three layers, its buffer and traces."""
+    def forget(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
+        """Erase a soul's memory for good (these layers, all by default) with its buffer and traces."""
         with self._hold(soul_id) as act:
-            act.live.settle()  # the last turn's memory work lands first, then everything goes
-            refs = {s.value: raycalls.call(self.stores.handle(s.value, soul_id), "forget", soul_id) for s in LAYERS}
-            out = {k: int(v) for k, v in zip(refs, raycalls.get(list(refs.values())), strict=True)}
-            out["traces"] = act.live.state.count()
-            act.live.state.wipe()
-            return out
+            return forget_soul(act.live, stores)  # the last turn's memory work lands first, then all goes
 
     def import_(self, soul_id: str, blob: bytes) -> None:
         data = unpack_export(blob)

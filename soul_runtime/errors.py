@@ -12,6 +12,7 @@
     ├── EmbedderError              the embedder is missing or does not match an index
     ├── TurnFailed                 a turn was not applied; nothing of it is stored
     │   └── OutOfOrder             a turn arrived with a sequence number that is not next
+    ├── StaleOwner                 a newer activation took the soul over (fencing); retry with the same request id
     └── RuntimeUnavailable         the Ray runtime cannot be reached or refused us
         └── AuthError              ... because the cluster's auth token is missing or wrong
 
@@ -69,6 +70,12 @@ class OutOfOrder(TurnFailed):
 
     def __reduce__(self) -> tuple[type, tuple[str, int]]:
         return (self.__class__, (str(self), self.expected))
+
+
+class StaleOwner(SoulError):
+    """This activation of the soul was superseded by a newer one (its fencing epoch is lower) and wrote
+    nothing more. The turn it was running is not acknowledged: the new owner may already have completed it
+    from its write intent, so retry with the same request id (the result is returned, never applied twice)."""
 
 
 class RuntimeUnavailable(SoulError):

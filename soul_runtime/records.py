@@ -200,6 +200,8 @@ class WriteRequest:
     key_context: str = ""
     """The words the exchange was said in (the message itself, the one it replied to): indexed with the
     episode so recall finds it by what was said, never shown as its text."""
+    epoch: int = 0
+    """The writer's fencing token (its activation of the soul); a layer refuses an epoch older than one it saw."""
 
 
 def to_plain(obj: Any) -> Any:
@@ -234,4 +236,5 @@ def request_from_plain(d: dict[str, Any]) -> WriteRequest:
     """A :class:`WriteRequest` from its :func:`to_plain` form (a write intent, a call to a store actor)."""
     return WriteRequest(turn_key=d["turn_key"], now=float(d["now"]), actor=d["actor"], sources=tuple(d["sources"]),
                         extraction=extraction_from_plain(d["extraction"]), session=d.get("session", ""),
-                        session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""))
+                        session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""),
+                        epoch=int(d.get("epoch", 0)))

@@ -13,3 +13,19 @@ class HashEmbedder(FastEmbedder):
     """The project's fast embedder under the id the test suites' stores were written with."""
 
     embedder_id = "test-hash-64"
+
+
+def disk_hits(root: object, *words: str) -> dict[str, int]:
+    """Every file under ``root`` (WAL and shm files too) that holds one of ``words``, case-insensitively
+    (FTS5 keeps terms lower-cased), with how many times: the byte-level check behind "forget means gone"."""
+    from pathlib import Path
+
+    needles = [w.lower().encode("utf-8") for w in words]
+    hits: dict[str, int] = {}
+    for f in sorted(Path(str(root)).rglob("*")):
+        if f.is_file():
+            data = f.read_bytes().lower()
+            n = sum(data.count(w) for w in needles)
+            if n:
+                hits[str(f.relative_to(str(root)))] = n
+    return hits

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from soul_runtime.loop.ingest import load, parse_locomo_date
+from tests.fakes import disk_hits
 
 pytestmark = pytest.mark.ray
 
@@ -73,7 +74,7 @@ def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
 def test_help_is_useful() -> None:
     top = soul("--help").stdout
     for cmd in ("demo", "chat", "observe", "recall", "facts", "history", "procedures", "episodes", "trace", "stats",
-                "turn", "audit-writes", "export", "import", "cluster"):
+                "turn", "audit-writes", "export", "import", "forget", "cluster"):
         assert cmd in top
     sub = soul("recall", "--help").stdout
     assert "--store" in sub and "--address" in sub and "--json" in sub and "-k" in sub
@@ -240,6 +241,19 @@ def test_chat_piped(cluster: dict[str, Any]) -> None:
     assert "/recall QUERY" in p.stdout  # /help
     assert "turn traces" in p.stdout  # /trace
     assert "Traceback" not in p.stderr
+
+
+def test_forget_leaves_nothing_on_disk(cluster: dict[str, Any]) -> None:
+    env, base = cluster["env"], cluster["base"]
+    soul_dir = base / "data" / "souls" / "maya"
+    assert disk_hits(soul_dir, "Postgres 15") and disk_hits(soul_dir, "Postgres 16")
+    one = json.loads(soul("forget", "maya", "--query", "postgres 15", "--json", env=env).stdout)
+    assert "tendril:production_database" in one["deleted"]
+    assert disk_hits(soul_dir, "Postgres 15") == {}
+    assert "Postgres 16" not in soul("facts", "maya", env=env).stdout  # the fact held both values
+    everything = json.loads(soul("forget", "maya", "--json", env=env).stdout)
+    assert everything["traces"] >= 1 and disk_hits(soul_dir, "postgres", "tendril") == {}
+    assert json.loads(soul("stats", "maya", "--json", env=env).stdout)["episodes"] == 0
 
 
 def test_cluster_down(cluster: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import json, sys, time
+    import json, sys, threading, time
     import ray
     from ray.cluster_utils import Cluster
     import soul_runtime
@@ -29,23 +29,41 @@ SCRIPT = textwrap.dedent("""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     workers = [cluster.add_node(num_cpus=1, resources={"soul_slot": 2}) for _ in range(2)]
     cluster.wait_for_nodes()
-    rt = soul_runtime.connect(cluster.address, data_dir=data_dir, namespace="mn", hosts=3, episodic_shards=2)
+    rt = soul_runtime.connect(cluster.address, data_dir=data_dir, namespace="mn", hosts=3, episodic_shards=2,
+                              storage="shared")
     names = [host_name(i) for i in range(3)] + [store_name(l, i) for l, n in
              (("episodic", 2), ("semantic", 1), ("procedural", 1)) for i in range(n)]
     where = {n: raycalls.get(raycalls.call(raycalls.get_actor(n, "mn"), "where")) for n in names}
     nodes = {w["node"] for w in where.values()}
     souls = [f"soul-{i}" for i in range(6)]
-    acked = {}
-    for i in range(12):
-        for s in souls:
-            r = rt.soul(s).turn(f"Confirmed: the owner of Svc{i} is team T{i}{s[-1]}.", user="ops",
-                                request_id=f"{s}-{i}")
-            acked.setdefault(s, []).append(r.seq)
-        if i == 5:  # a worker node dies with whatever actors it held
-            victim = workers[0]
-            lost = [n for n, w in where.items() if w["node"] == victim.node_id]
-            cluster.remove_node(victim, allow_graceful=False)
-    out = {"nodes": len(nodes), "lost": lost, "seqs": acked,
+    head = cluster.head_node.node_id
+    owner_of = {s: where[rt.placement(s)["host"]]["node"] for s in souls}
+    target = next((s for s in souls if owner_of[s] != head), None)  # a soul whose host is on a worker
+    victim = next(w for w in workers if w.node_id == owner_of[target]) if target else workers[0]
+    acked = {s: [] for s in souls}
+    errors = []
+
+    def stream(s):  # each soul's turns in order, all souls at once
+        try:
+            for i in range(12):
+                r = rt.soul(s).turn(f"Confirmed: the owner of Svc{i} is team T{i}{s[-1]}.", user="ops",
+                                    request_id=f"{s}-{i}")
+                acked[s].append(r.seq)
+        except Exception as e:
+            errors.append(f"{s}: {e!r}")
+
+    threads = [threading.Thread(target=stream, args=(s,)) for s in souls]
+    for t in threads:
+        t.start()
+    watch = target or souls[0]
+    while len(acked[watch]) < 5 and any(t.is_alive() for t in threads):
+        time.sleep(0.01)
+    lost = [n for n, w in where.items() if w["node"] == victim.node_id]
+    cluster.remove_node(victim, allow_graceful=False)  # mid-stream: the soul's owner node dies
+    for t in threads:
+        t.join()
+    out = {"nodes": len(nodes), "lost": lost, "seqs": acked, "target": target, "errors": errors,
+           "layout": json.load(open(data_dir + "/runtime.json")),
            "facts": {s: len(rt.soul(s).facts()) for s in souls},
            "traces": {s: [t.seq for t in rt.soul(s).trace(last=50)] for s in souls}}
     print("RESULT " + json.dumps(out))
@@ -55,7 +73,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_actors_spread_over_nodes_and_survive_a_node_loss() -> None:
+def test_actors_spread_over_nodes_and_survive_losing_a_souls_owner_node() -> None:
     data = tempfile.mkdtemp(prefix="mn-data-")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="mn", dir="/tmp")}
     p = subprocess.run([sys.executable, "-c", SCRIPT, data], capture_output=True, text=True, timeout=600, env=env,
@@ -64,6 +82,10 @@ def test_actors_spread_over_nodes_and_survive_a_node_loss() -> None:
     assert line, p.stdout[-2000:] + p.stderr[-4000:]
     res = json.loads(line[len("RESULT "):])
     assert res["nodes"] >= 2, res  # the actors did not all land on one node
+    assert res["target"] and any(n.startswith("soul-host") for n in res["lost"]), res  # the owner's node died
+    assert res["errors"] == [] and res["layout"]["storage"] == "shared", res
+    journals = [f for f in Path(data).rglob("*") if f.name.endswith(("-wal", "-shm"))]
+    assert journals == []  # shared storage: no WAL and no shared-memory index anywhere
     for s, seqs in res["seqs"].items():
         assert seqs == list(range(1, 13)), (s, seqs)
         assert res["traces"][s] == list(range(1, 13))

@@ -6,11 +6,13 @@ import asyncio
 import threading
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from soul_runtime.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import InvalidInput, NotFound
+from tests.fakes import disk_hits
 
 pytestmark = pytest.mark.ray
 
@@ -156,12 +158,25 @@ def test_export_import_round_trip_through_the_runtime(runtime, soul_id) -> None:
 
 def test_forget_erases_a_soul_for_good(runtime, soul_id) -> None:
     s = runtime.soul(soul_id)
+    where = Path(runtime.cfg.data_dir) / "souls" / soul_id
     s.turn("The backup bucket for Tendril is archive-7.", user="maya")
     s.turn("Yes, that's right.", user="maya")
-    assert s.facts()
+    s.observe([{"speaker": "Caroline", "text": "My beagle is called Zephyrquill.", "id": "m1"}], at="2026-05-01")
+    assert s.facts() and disk_hits(where, "archive-7", "zephyrqu")
+    one = s.forget_where(query="zephyrquill")
+    assert one.writes and disk_hits(where, "zephyrqu") == {} and s.trace(last=1)[0].kind == "forget"
+    assert s.facts()  # the rest stays
     s.forget()
+    assert disk_hits(where, "archive-7", "zephyrqu", "maya") == {}
     assert s.facts() == [] and s.stats()["episodes"] == 0 and s.trace(last=5) == []
-    assert s.turn("hello again", user="maya").seq == 3
+    assert s.turn("hello again", user="maya").seq == 5
+    again = s.observe([{"speaker": "Caroline", "text": "I bought a red kayak for the lake.", "id": "m1"}],
+                      at="2026-05-02")
+    assert [w.op.value for w in again.writes if w.store.value == "episodic"] == ["ADD"]  # the id is new again
+    blob = s.export()
+    s.forget()
+    s.import_(blob)  # a forgotten soul takes an import
+    assert s.stats()["episodes"] == 1
 
 
 def test_errors_come_from_the_project_hierarchy(runtime, soul_id) -> None:
@@ -212,3 +227,45 @@ def test_reply_first_through_the_handle(runtime, soul_id) -> None:
         s.turn("hello there", wait_writes="no")
     usage = s.stats()["model_usage"]
     assert usage["calls"] == sum(t.usage["calls"] for t in s.trace(last=10)) and usage["by_model"]
+
+
+def test_a_client_with_another_layout_is_refused(runtime) -> None:
+    import soul_runtime
+    from soul_runtime.errors import ConfigError
+    for other in ({"episodic_shards": 3}, {"namespace": "another-namespace"}):
+        with pytest.raises(ConfigError, match="episodic_shards|namespace"):
+            soul_runtime.connect(data_dir=runtime.cfg.data_dir, **other)
+    assert runtime.soul("still-served").turn("hello there, runtime", user="sam").seq == 1
+
+
+def test_a_store_shard_sweeps_by_itself_on_ray(runtime, tmp_path) -> None:
+    """The shard's own timer queues ``sweep_due`` on its actor; old unpromoted episodes go without a call."""
+    import time as _time
+
+    from actors import raycalls
+    from actors.layer_shard import LayerShard
+    from soul_runtime.embedding.base import default_embedder
+    from soul_runtime.loop.soul import Soul
+    from soul_runtime.memory.soul_memory import SoulMemory
+    from soul_runtime.models.offline import OfflineModel
+
+    d = tmp_path / "souls" / "old-soul"
+    mem = SoulMemory(d, embedder=default_embedder())
+    soul = Soul("old-soul", d, memory=mem, model=OfflineModel())
+    soul.observe([{"speaker": "Caroline", "text": "I adopted a beagle named Biscuit last weekend.", "id": "m1"}],
+                 at="2020-01-01")
+    soul.close()
+    assert mem.stats()["episodes"] == 1
+    mem.close()
+    memory = {"episodic_ttl_days": 30}
+    shard = raycalls.create(LayerShard, f"ret-{uuid.uuid4().hex[:8]}", "retention-test",
+                            ("episodic", str(tmp_path), memory, 4, "default", 0, 1, 0.3), max_restarts=0, num_cpus=0)
+    try:
+        deadline = _time.monotonic() + 60
+        while _time.monotonic() < deadline:
+            if raycalls.get(raycalls.call(shard, "read", "old-soul", "stats"))["episodes"] == 0:
+                break
+            _time.sleep(0.2)
+        assert raycalls.get(raycalls.call(shard, "read", "old-soul", "stats"))["episodes"] == 0
+    finally:
+        raycalls.kill(shard)

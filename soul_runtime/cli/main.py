@@ -348,6 +348,25 @@ def cmd_import(ctx: Ctx) -> int:
     return 0
 
 
+def cmd_forget(ctx: Ctx) -> int:
+    sid = ctx.require_soul(ctx.args.soul)
+    a = ctx.args
+    if (a.id or a.query) and a.store:
+        raise InvalidInput("--store erases whole layers; --id/--query delete single memories: use one or the other")
+    with ctx.runtime() as rt:
+        if a.id or a.query:
+            res = rt.soul(sid).forget_where(ids=a.id, query=a.query)
+            deleted = [w.key for w in res.writes]
+            data: dict[str, Any] = {"soul": sid, "deleted": deleted, "turn_id": res.turn_id}
+            text = f"deleted {len(deleted)} memories of '{sid}' ({', '.join(deleted) or 'none matched'}); " \
+                   f"recorded as {res.turn_id}"
+        else:
+            data = {"soul": sid, **rt.soul(sid).forget(stores=a.store)}
+            text = f"erased '{sid}': " + ", ".join(f"{k} {v}" for k, v in data.items() if k != "soul")
+    ctx.emit(data, text)
+    return 0
+
+
 def cmd_cluster(ctx: Ctx) -> int:
     from actors import local_cluster as lc
     a = ctx.args
@@ -456,6 +475,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("export", cmd_export, "write a soul's memory to FILE (msgpack export bytes)", "soul", "file")
     sp = add("import", cmd_import, "load an export FILE into a new soul (--soul)", "file")
     sp.add_argument("--soul", required=True, help="the new soul id (an export does not carry one)")
+    sp = add("forget", cmd_forget, "erase a soul's memory for good, or single memories (--id / --query)", "soul",
+             description="Without options: erase every layer, the traces and the buffer of SOUL; its files are "
+             "unlinked, so nothing of it stays on disk, and the soul starts again empty. --store erases only those "
+             "layers (with the traces and buffer). --id / --query delete single memories (an id such as ep-3 or "
+             "tendril:production_database, or every memory containing a phrase) and redact the traces that held "
+             "them.")
+    sp.add_argument("--store", action="append", choices=STORES, help="only these layers (repeatable)")
+    sp.add_argument("--id", action="append", help="a memory id to delete (repeatable)")
+    sp.add_argument("--query", help="delete every memory whose text contains this phrase (case-insensitive)")
     sp = add("cluster", cmd_cluster, "start / stop / inspect a Ray head for --address ray://... (listens on the "
              "node's address unless --node-ip 127.0.0.1)")
     sp.add_argument("action", choices=("up", "down", "status"))

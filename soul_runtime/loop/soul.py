@@ -137,7 +137,20 @@ class Soul:
         self.state = SoulState(Path(directory), self.cfg.turn.context_tokens)
         self._pending: _Pending | None = None
         self._unfinished = False  # background memory work failed: its intent waits on disk
-        self.recover()
+        try:
+            self._take_over()
+            self.recover()
+        except BaseException:  # e.g. StaleOwner: an even newer activation took over meanwhile
+            self.state.close()
+            raise
+
+    def _take_over(self) -> None:
+        """Claim the soul with a new fencing epoch and fence its layers: an older activation still alive
+        (paused, partitioned, replaced) now fails with StaleOwner instead of writing."""
+        epoch = self.state.claim()
+        fence = getattr(self.memory, "fence", None)
+        if fence is not None:
+            fence(epoch)
 
     def close(self) -> None:
         p = self._pending
@@ -187,6 +200,7 @@ class Soul:
             trace, reqs = self._decided(trace, exchange, intent["session"], timings)
         else:
             reqs = [request_from_plain(r) for r in intent["requests"]]
+        reqs = [replace(r, epoch=self.state.epoch) for r in reqs]  # completed under this owner's epoch
         writes = self.memory.write_many(reqs) if reqs else []
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), pending=False)
         for t in intent["buffer"]:
@@ -329,6 +343,7 @@ class Soul:
 
     def _apply(self, trace: TurnTrace, reqs: list[WriteRequest], new_turns: list[BufferTurn], session: str,
                timings: dict[str, float]) -> TurnTrace:
+        reqs = [replace(r, epoch=self.state.epoch) for r in reqs]
         t0 = time.perf_counter()
         writes = self.memory.write_many(reqs) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000

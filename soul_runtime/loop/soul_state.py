@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from soul_runtime.errors import NotFound
+from soul_runtime.errors import NotFound, StaleOwner
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.trace import TurnTrace, add_usage
+from soul_runtime.memory.erasure import ForgetQuery, compact, unlink_files
 from soul_runtime.memory.sqlite_db import open_db, transaction
 
 MIGRATIONS = [
@@ -24,7 +26,8 @@ MIGRATIONS = [
 
 class SoulState:
     def __init__(self, directory: Path, buffer_tokens: int) -> None:
-        self.db = open_db(Path(directory) / "soul.sqlite", MIGRATIONS)
+        self.dir = Path(directory)
+        self.db = open_db(self.dir / "soul.sqlite", MIGRATIONS)
         rows = dict(self.db.execute("SELECT key, value FROM state").fetchall())
         self.buffer = ShortTermBuffer.from_bytes(rows["buffer"]) if "buffer" in rows else ShortTermBuffer()
         self.buffer.max_tokens = buffer_tokens
@@ -32,6 +35,32 @@ class SoulState:
         self.last_at = float(msgpack.unpackb(rows["last_at"])) if "last_at" in rows else 0.0
         self.usage: dict[str, Any] = msgpack.unpackb(rows["usage"], raw=False) if "usage" in rows else {}
         """The model cost of every committed turn and observe, summed (see :func:`add_usage`)."""
+        self.epoch = 0
+
+    def claim(self) -> int:
+        """Become the soul's owner: take the next fencing epoch. An older owner's next commit fails."""
+        with transaction(self.db):
+            self.epoch = self._epoch() + 1
+            self.db.execute("INSERT OR REPLACE INTO state VALUES ('epoch', ?)", (self.epoch,))
+            # what the previous owner committed is the truth now (it may have run after we opened)
+            rows = dict(self.db.execute("SELECT key, value FROM state").fetchall())
+        tokens = self.buffer.max_tokens
+        self.buffer = ShortTermBuffer.from_bytes(rows["buffer"]) if "buffer" in rows else ShortTermBuffer()
+        self.buffer.max_tokens = tokens
+        self.last_seq = int(rows.get("last_seq", 0))
+        self.last_at = float(msgpack.unpackb(rows["last_at"])) if "last_at" in rows else 0.0
+        self.usage = msgpack.unpackb(rows["usage"], raw=False) if "usage" in rows else {}
+        return self.epoch
+
+    def _epoch(self) -> int:
+        r = self.db.execute("SELECT value FROM state WHERE key = 'epoch'").fetchone()
+        return int(r[0]) if r else 0
+
+    def _fenced(self) -> None:
+        """Inside a write transaction: refuse to write when a newer owner has claimed the soul."""
+        if self.epoch and self._epoch() != self.epoch:
+            raise StaleOwner(f"{self.dir.name}: a newer owner (epoch {self._epoch()}) took this soul over from "
+                             f"this one (epoch {self.epoch}); nothing was written")
 
     def close(self) -> None:
         self.db.close()
@@ -39,6 +68,7 @@ class SoulState:
     def save_intent(self, intent: dict[str, Any]) -> None:
         """Record a turn's writes before they go to the stores (redo log of one entry)."""
         with transaction(self.db):
+            self._fenced()
             self.db.execute("INSERT OR REPLACE INTO state VALUES ('intent', ?)",
                             (msgpack.packb(intent, use_bin_type=True),))
 
@@ -53,6 +83,7 @@ class SoulState:
         """Checkpoint the buffer and record the trace: the turn's acknowledgement point."""
         usage = add_usage(self.usage, trace.usage)
         with transaction(self.db):
+            self._fenced()
             self.db.execute("DELETE FROM state WHERE key = 'intent'")
             self.db.execute("INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
                             (trace.seq, trace.turn_id, trace.request_id, trace.at,
@@ -88,9 +119,58 @@ class SoulState:
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM traces").fetchone()[0])
 
-    def wipe(self) -> None:
+    def erase(self) -> int:
+        """Forget traces, buffer checkpoint and write intent for good (unlink ``soul.sqlite`` and its WAL, start
+        again empty); only the sequence number is kept. Returns how many traces there were."""
         with transaction(self.db):
-            self.db.execute("DELETE FROM traces")
-            self.db.execute("DELETE FROM state WHERE key IN ('buffer', 'usage')")
-        self.buffer.turns.clear()
+            self._fenced()
+        n = self.count()
+        epoch = self._epoch()
+        self.db.close()
+        unlink_files(self.dir, "soul")
+        self.db = open_db(self.dir / "soul.sqlite", MIGRATIONS)
+        with transaction(self.db):
+            self.db.executemany("INSERT INTO state VALUES (?, ?)", [("last_seq", self.last_seq), ("epoch", epoch)])
+        self.buffer = ShortTermBuffer(max_tokens=self.buffer.max_tokens)
+        self.last_at = 0.0
         self.usage = {}
+        return n
+
+    def redact(self, q: ForgetQuery, *, ids: set[str], sources: set[str]) -> int:
+        """Redact every trace, and drop every buffer turn, that held forgotten words, touched a forgotten
+        memory or came from one of its source messages; then compact the file. Returns how many."""
+        n = 0
+        with transaction(self.db):
+            self._fenced()
+            for seq, blob in self.db.execute("SELECT seq, trace FROM traces").fetchall():
+                t = TurnTrace.from_dict(msgpack.unpackb(blob, raw=False))
+                if touches(t, q, ids, sources):
+                    self.db.execute("UPDATE traces SET trace = ? WHERE seq = ?",
+                                    (msgpack.packb(redacted(t).to_dict(), use_bin_type=True), seq))
+                    n += 1
+            keep = [t for t in self.buffer.turns if t.id not in sources and not q.matches(t.text)]
+            n += len(self.buffer.turns) - len(keep)
+            self.buffer.turns[:] = keep
+            self.db.execute("INSERT OR REPLACE INTO state VALUES ('buffer', ?)", (self.buffer.to_bytes(),))
+        compact(self.db)
+        return n
+
+
+def touches(t: TurnTrace, q: ForgetQuery, ids: set[str], sources: set[str]) -> bool:
+    """Did this turn hold a forgotten memory: written or recalled it, said one of its source messages, or
+    recorded its words?"""
+    if any(w.key in ids or sources & set(w.payload.get("sources", ())) for w in t.writes):
+        return True
+    if any(r.id in ids or sources & set(r.sources) for r in t.recalled):
+        return True
+    if f"{t.turn_id}/user" in sources or f"{t.turn_id}/soul" in sources:
+        return True
+    return q.matches(t.query, t.reply, t.persist_reason, [w.to_dict() for w in t.writes],
+                     [r.text for r in t.recalled])
+
+
+def redacted(t: TurnTrace) -> TurnTrace:
+    """The trace with every word of content removed; its ids, order, timings and usage stay."""
+    gone = "[forgotten]"
+    return replace(t, query=gone, reply=gone if t.reply else "", recalled=(), writes=(), persist_reason=gone,
+                   categories=())

@@ -16,8 +16,11 @@ import numpy as np
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import EmbedderError, InvalidInput, NotFound
+from soul_runtime.memory import fence
+from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, is_episode_id, unlink_files
 from soul_runtime.memory.layer_db import (
     applied_writes,
+    drop_applied,
     dump_tables,
     file_bytes,
     is_empty,
@@ -71,6 +74,7 @@ MIGRATIONS = [
     ("0005_term_counts", """
         CREATE VIRTUAL TABLE episodes_vocab USING fts5vocab(episodes_fts, 'row')
     """),
+    ("0006_fence", fence.MIGRATION[1]),
 ]
 
 CANDIDATES = 60
@@ -96,22 +100,27 @@ class EpisodicStore:
         self.dir = Path(directory)
         self.embedder = embedder
         self.cfg = cfg
+        self.index_params = index_params
+        self._open()
+
+    def _open(self) -> None:
         self.db = open_db(self.dir / "episodic.sqlite", MIGRATIONS)
+        self.epoch = fence.current(self.db)
+        """The newest fencing epoch this instance has seen: its index is not saved once a newer owner wrote."""
         self._check_embedder()
-        self.index = VectorIndex(self.dir / "episodic.usearch", dim=embedder.dim, embedder_id=embedder.embedder_id,
-                                 params=index_params)
+        self.index = VectorIndex(self.dir / "episodic.usearch", dim=self.embedder.dim,
+                                 embedder_id=self.embedder.embedder_id, params=self.index_params)
         self._unsaved = 0
         self._doc_freq: dict[str, tuple[int, int]] = {}  # term -> (episodes holding it, store size then)
         self._open_index()
 
     # ---- opening ---------------------------------------------------------------------
     def _check_embedder(self) -> None:
-        row = dict(self.db.execute("SELECT key, value FROM meta").fetchall())
         want = {"embedder_id": self.embedder.embedder_id, "dim": str(self.embedder.dim)}
-        if not row:
-            with transaction(self.db):
-                self.db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
-        elif row.get("embedder_id") != want["embedder_id"] or row.get("dim") != want["dim"]:
+        with transaction(self.db):  # the first opener records its embedder (two may open a new soul at once)
+            self.db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", list(want.items()))
+        row = dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+        if row.get("embedder_id") != want["embedder_id"] or row.get("dim") != want["dim"]:
             raise EmbedderError(f"{self.dir}: episodes were embedded with {row.get('embedder_id')} "
                                 f"({row.get('dim')}-d), not {want['embedder_id']} ({want['dim']}-d); "
                                 "re-embed (export/import) to switch embedders")
@@ -136,7 +145,10 @@ class EpisodicStore:
         return r[0] if r else None
 
     def flush(self) -> None:
-        """Save the index and drop the change log it now holds."""
+        """Save the index and drop the change log it now holds (not when a newer owner took the soul over:
+        the index file is then theirs)."""
+        if fence.current(self.db) > self.epoch:
+            return
         self.index.save()
         with transaction(self.db):
             self.db.execute("DELETE FROM index_log WHERE seq <= ?", (self.index.applied_seq,))
@@ -215,6 +227,9 @@ class EpisodicStore:
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
         vi = 0
         with transaction(self.db):
+            for req in reqs:
+                fence.check(self.db, req.epoch, f"soul {self.dir.name} episodic")
+                self.epoch = max(self.epoch, req.epoch)
             for i, req, decision in wanted:
                 writes: list[MemoryWrite] = []
                 if decision.write:
@@ -297,15 +312,43 @@ class EpisodicStore:
         self._unsaved += len(ops)
         return len(ops)
 
-    def forget(self, episode_ids: list[str] | None = None) -> int:
-        """Hard-delete the given episodes (all when None). Returns how many were deleted."""
-        if episode_ids is None:
-            keys = [r[0] for r in self.db.execute("SELECT rowid FROM episodes")]
-        else:
-            keys = [_key(e) for e in episode_ids]
-        n = self._delete(keys)
-        self.flush()
+    def erase(self) -> int:
+        """Forget every episode for good: unlink the database, its WAL and the index, reopen empty.
+        Returns how many episodes there were."""
+        n = int(self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0])
+        epoch = fence.current(self.db)
+        self.db.close()
+        unlink_files(self.dir, "episodic")
+        self._open()
+        fence.restore(self.db, epoch)
         return n
+
+    def fence(self, epoch: int) -> None:
+        fence.fence(self.db, epoch, f"soul {self.dir.name} episodic")
+        self.epoch = max(self.epoch, epoch)
+
+    def forget_where(self, q: ForgetQuery) -> Erased:
+        """Delete the episodes ``q`` names or whose text contains its phrase, with the idempotency records of
+        the turns that wrote them; then leave no copy in free pages, FTS segments, the WAL or the index."""
+        wanted = {int(i[3:]) for i in q.ids if is_episode_id(i)}
+        rows = self.db.execute("SELECT rowid, summary, key_text, sources, turn_key FROM episodes").fetchall()
+        hit = [r for r in rows if r[0] in wanted or q.matches(r[1], r[2]) or q.from_sources(unpack(r[3]))]
+        if not hit:
+            return Erased()
+        ids = tuple(f"ep-{r[0]}" for r in hit)
+        texts = tuple(r[1] for r in hit)
+        sources = tuple(dict.fromkeys(s for r in hit for s in unpack(r[3])))
+        turn_keys = {r[4] for r in hit}
+        with transaction(self.db):
+            for r in hit:
+                self.db.execute("DELETE FROM episodes WHERE rowid = ?", (r[0],))
+                self.db.execute("DELETE FROM episodes_fts WHERE rowid = ?", (r[0],))
+            drop_applied(self.db, turn_keys, set(ids), q.with_texts(texts))
+            self.db.execute("DELETE FROM index_log")
+        compact(self.db, ("episodes_fts",))
+        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
+        self.flush()
+        return Erased(ids, texts, sources)
 
     def sweep(self, now: float) -> dict[str, int]:
         """Retention: delete unpromoted episodes past ``episodic_ttl_days``."""

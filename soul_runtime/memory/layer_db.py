@@ -10,6 +10,8 @@ from typing import Any
 import msgpack
 
 from soul_runtime.errors import InvalidInput
+from soul_runtime.memory import fence
+from soul_runtime.memory.erasure import ForgetQuery
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import MemoryWrite, WriteRequest
 from soul_runtime.text import check_write_request
@@ -34,7 +36,7 @@ def record_applied(db: sqlite3.Connection, turn_key: str, writes: Sequence[Memor
 
 
 def apply_idempotent(db: sqlite3.Connection, reqs: Sequence[WriteRequest],
-                     one: Callable[[WriteRequest], list[MemoryWrite]]) -> list[list[MemoryWrite]]:
+                     one: Callable[[WriteRequest], list[MemoryWrite]], what: str) -> list[list[MemoryWrite]]:
     """Apply ``one`` to each request in one durable transaction; a turn applied before returns its
     recorded writes instead of running again."""
     for req in reqs:
@@ -42,12 +44,25 @@ def apply_idempotent(db: sqlite3.Connection, reqs: Sequence[WriteRequest],
     out: list[list[MemoryWrite]] = []
     with transaction(db):
         for req in reqs:
+            fence.check(db, req.epoch, what)
+        for req in reqs:
             prev = applied_writes(db, req.turn_key)
             if prev is None:
                 prev = one(req)
                 record_applied(db, req.turn_key, prev)
             out.append(prev)
     return out
+
+
+def drop_applied(db: sqlite3.Connection, turn_keys: set[str], ids: set[str], q: ForgetQuery) -> int:
+    """Forget the idempotency records of turns that wrote forgotten memories (by turn, by the ids their writes
+    touched, or by the words they recorded), inside the caller's transaction: a re-observed message is new."""
+    doomed = []
+    for key, blob in db.execute("SELECT turn_key, writes FROM applied").fetchall():
+        if key in turn_keys or q.matches(unpack(blob)) or any(w.get("key") in ids for w in unpack(blob)):
+            doomed.append((key,))
+    db.executemany("DELETE FROM applied WHERE turn_key = ?", doomed)
+    return len(doomed)
 
 
 def dump_tables(db: sqlite3.Connection, tables: Sequence[str]) -> dict[str, list[list[Any]]]:

@@ -7,7 +7,18 @@ from typing import Any
 
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput
-from soul_runtime.memory.layer_db import apply_idempotent, dump_tables, file_bytes, is_empty, load_tables, pack, unpack
+from soul_runtime.memory import fence
+from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, unlink_files
+from soul_runtime.memory.layer_db import (
+    apply_idempotent,
+    drop_applied,
+    dump_tables,
+    file_bytes,
+    is_empty,
+    load_tables,
+    pack,
+    unpack,
+)
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
 from soul_runtime.memory.sqlite_db import open_db, transaction
 from soul_runtime.records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
@@ -25,6 +36,7 @@ MIGRATIONS = [
         CREATE INDEX runs_class ON runs(task_class);
         CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
     """),
+    ("0002_fence", fence.MIGRATION[1]),
 ]
 
 
@@ -80,7 +92,7 @@ class ProceduralStore:
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Record task runs and decide procedure changes, several exchanges in one durable transaction."""
-        return apply_idempotent(self.db, reqs, self._one)
+        return apply_idempotent(self.db, reqs, self._one, f"soul {self.dir.name} procedural")
 
     def _one(self, req: WriteRequest) -> list[MemoryWrite]:
         writes: list[MemoryWrite] = []
@@ -125,12 +137,43 @@ class ProceduralStore:
         items.sort(key=lambda it: (-it.score, it.id))
         return items[:k]
 
-    def forget(self, task_class: str | None = None) -> int:
+    def erase(self) -> int:
+        """Forget every procedure and task run for good: unlink the files, reopen empty."""
+        n = int(self.db.execute("SELECT COUNT(*) FROM procedures").fetchone()[0])
+        epoch = fence.current(self.db)
+        self.db.close()
+        unlink_files(self.dir, "procedural")
+        self.db = open_db(self.dir / "procedural.sqlite", MIGRATIONS)
+        fence.restore(self.db, epoch)
+        return n
+
+    def fence(self, epoch: int) -> None:
+        fence.fence(self.db, epoch, f"soul {self.dir.name} procedural")
+
+    def forget_where(self, q: ForgetQuery) -> Erased:
+        """Delete the procedure versions ``q`` names (``task@vN``, or a task class for all its versions) or
+        whose steps contain its phrase, the task runs they were learned from (or that contain the phrase),
+        and the idempotency records of those turns; then the file is compacted."""
+        procs = self.procedures()
+        hit = [p for p in procs if p.id in q.ids or p.task_class in q.ids or q.matches(p.task_class, *p.steps)]
+        classes = {p.task_class for p in hit}
+        gone_classes = {c for c in classes if all(p in hit for p in procs if p.task_class == c)}
+        runs = self.db.execute("SELECT id, task_class, steps, sources, turn_key FROM runs").fetchall()
+        doomed = [r for r in runs if r[1] in gone_classes or q.matches(r[1], *unpack(r[2]))]
+        if not hit and not doomed:
+            return Erased()
+        ids = tuple(p.id for p in hit)
+        texts = tuple(s for p in hit for s in p.steps) + tuple(s for r in doomed for s in unpack(r[2]))
+        sources = tuple(dict.fromkeys([*(s for p in hit for s in p.sources),
+                                       *(s for r in doomed for s in unpack(r[3]))]))
         with transaction(self.db):
-            n = self.db.execute("DELETE FROM procedures WHERE (? IS NULL OR task_class = ?)",
-                                (task_class, task_class)).rowcount
-            self.db.execute("DELETE FROM runs WHERE (? IS NULL OR task_class = ?)", (task_class, task_class))
-        return int(n)
+            self.db.executemany("DELETE FROM procedures WHERE task_class = ? AND version = ?",
+                                [(p.task_class, p.version) for p in hit])
+            self.db.executemany("DELETE FROM runs WHERE id = ?", [(r[0],) for r in doomed])
+            drop_applied(self.db, {r[4] for r in doomed}, set(ids),
+                         q.with_texts(p.text for p in hit))
+        compact(self.db)
+        return Erased(ids, tuple(dict.fromkeys(texts)), sources)
 
     def stats(self) -> dict[str, int]:
         a = self.db.execute("SELECT COUNT(*) FROM procedures WHERE status = 'active'").fetchone()[0]

@@ -12,7 +12,18 @@ from typing import Any
 
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput, NotFound
-from soul_runtime.memory.layer_db import apply_idempotent, dump_tables, file_bytes, is_empty, load_tables, pack, unpack
+from soul_runtime.memory import fence
+from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, unlink_files
+from soul_runtime.memory.layer_db import (
+    apply_idempotent,
+    drop_applied,
+    dump_tables,
+    file_bytes,
+    is_empty,
+    load_tables,
+    pack,
+    unpack,
+)
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact
 from soul_runtime.memory.sqlite_db import open_db, transaction
 from soul_runtime.records import (
@@ -41,6 +52,7 @@ MIGRATIONS = [
             PRIMARY KEY (entity, attribute, value_norm, turn_key));
         CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
     """),
+    ("0002_fence", fence.MIGRATION[1]),
 ]
 
 
@@ -94,7 +106,8 @@ class SemanticStore:
 
     def apply_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """Several exchanges in one durable transaction (in order)."""
-        return apply_idempotent(self.db, reqs, lambda req: [self._fact_write(req, c) for c in req.extraction.facts])
+        return apply_idempotent(self.db, reqs, lambda req: [self._fact_write(req, c) for c in req.extraction.facts],
+                                f"soul {self.dir.name} semantic")
 
     def _fact_write(self, req: WriteRequest, c: FactCandidate) -> MemoryWrite:
         if not c.entity or not c.attribute or not c.value.strip():
@@ -128,18 +141,58 @@ class SemanticStore:
             payload["superseded_sources"] = [s for s in existing.sources if s not in c.sources]
         return MemoryWrite(Store.SEMANTIC, d.op, key, d.reason, payload)
 
-    def forget(self, entity: str | None = None, attribute: str | None = None) -> int:
-        """Hard-delete facts (and their history and observations) for good."""
-        where, params = "1", []
-        if entity is not None:
-            where, params = "entity = ?", [entity]
-            if attribute is not None:
-                where += " AND attribute = ?"
-                params.append(attribute)
+    def erase(self) -> int:
+        """Forget every fact, its history and observations for good: unlink the files, reopen empty."""
+        n = int(self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
+        epoch = fence.current(self.db)
+        self.db.close()
+        unlink_files(self.dir, "semantic")
+        self.db = open_db(self.dir / "semantic.sqlite", MIGRATIONS)
+        fence.restore(self.db, epoch)
+        return n
+
+    def fence(self, epoch: int) -> None:
+        fence.fence(self.db, epoch, f"soul {self.dir.name} semantic")
+
+    def forget_where(self, q: ForgetQuery) -> Erased:
+        """Delete the facts ``q`` names (``entity:attribute``) or whose current value contains its phrase; a
+        phrase found only in a fact's history removes those past values. Observations of forgotten values go
+        too, with the idempotency records of the turns that wrote them; then the file is compacted."""
+        ids: list[str] = []
+        texts: list[str] = []
+        sources: list[str] = []
+        whole: set[str] = set()
         with transaction(self.db):
-            n = self.db.execute(f"DELETE FROM facts WHERE {where}", params).rowcount
-            self.db.execute(f"DELETE FROM observations WHERE {where}", params)
-        return int(n)
+            for f in [self._fact(r) for r in self.db.execute("SELECT * FROM facts").fetchall()]:
+                if f.key in q.ids or q.matches(f.value, f.entity, f.attribute, f.display_entity):
+                    self.db.execute("DELETE FROM facts WHERE entity = ? AND attribute = ?", (f.entity, f.attribute))
+                    ids.append(f.key)
+                    whole.add(f.key)
+                    texts.extend([f.value, *(h.value for h in f.history)])
+                    sources.extend([*f.sources, *(s for h in f.history for s in h.sources)])
+                    continue
+                gone = [h for h in f.history if q.matches(h.value)]
+                if gone:
+                    self._put(replace(f, history=tuple(h for h in f.history if h not in gone)))
+                    ids.append(f.key)
+                    texts.extend(h.value for h in gone)
+                    sources.extend(s for h in gone for s in h.sources if s not in f.sources)
+            doomed = []
+            turn_keys = set()
+            for r in self.db.execute("SELECT entity, attribute, value_norm, value, turn_key, sources "
+                                     "FROM observations").fetchall():
+                if fact_key(r[0], r[1]) in whole or r[3] in texts or q.matches(r[3]):
+                    doomed.append(r[:3] + (r[4],))
+                    turn_keys.add(r[4])
+                    texts.append(r[3])
+                    sources.extend(unpack(r[5]))
+            self.db.executemany("DELETE FROM observations WHERE entity = ? AND attribute = ? AND value_norm = ? "
+                                "AND turn_key = ?", doomed)
+            drop_applied(self.db, turn_keys, set(ids), q.with_texts(texts))
+        if not ids and not doomed:
+            return Erased()
+        compact(self.db)
+        return Erased(tuple(ids), tuple(dict.fromkeys(texts)), tuple(dict.fromkeys(sources)))
 
     def sweep(self, now: float) -> dict[str, int]:
         """Retention: drop archived facts and history entries past ``archived_fact_ttl_days``."""

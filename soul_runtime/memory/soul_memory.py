@@ -19,6 +19,7 @@ from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.episodic import EpisodicStore
+from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.records import (
@@ -162,15 +163,21 @@ class SoulMemory:
         return {**self.episodic.sweep(t), **self.semantic.sweep(t)}
 
     def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]:
-        out = {}
-        for s in parse_stores(stores):
-            if s is Store.EPISODIC:
-                out["episodic"] = self.episodic.forget()
-            elif s is Store.SEMANTIC:
-                out["semantic"] = self.semantic.forget()
-            else:
-                out["procedural"] = self.procedural.forget()
-        return out
+        """Erase these layers (all by default) for good: their files are unlinked and recreated empty, so no
+        row, history, idempotency record, FTS segment, index entry, WAL frame or free page is left."""
+        return {s.value: self._layer(s).erase() for s in parse_stores(stores)}
+
+    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
+        """Delete single memories (by id, or every memory whose text contains a phrase) in every layer."""
+        return {s.value: self._layer(s).forget_where(query) for s in LAYERS}
+
+    def fence(self, epoch: int) -> None:
+        """Take the soul over with this fencing epoch: from now on every layer refuses older writers."""
+        for layer in (self.episodic, self.semantic, self.procedural):
+            layer.fence(epoch)
+
+    def _layer(self, s: Store) -> EpisodicStore | SemanticStore | ProceduralStore:
+        return self.episodic if s is Store.EPISODIC else self.semantic if s is Store.SEMANTIC else self.procedural
 
     def is_empty(self) -> bool:
         return all(layer.is_empty() for layer in (self.episodic, self.semantic, self.procedural))

@@ -1,4 +1,5 @@
-"""SQLite, the record of truth: WAL mode, full sync, ordered named migrations."""
+"""SQLite, the record of truth: WAL (or a rollback journal on shared storage), full sync, secure delete,
+ordered named migrations."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from soul_runtime.errors import StorageError
+from soul_runtime.errors import ConfigError, StorageError
 from soul_runtime.owner_only import create_file, private_umask
 
 Migration = tuple[str, str]  # (name, SQL script)
@@ -15,6 +16,19 @@ PAGE_SIZE = 1024
 """Bytes a page for new databases: a near-empty soul's schema takes a quarter of the space of 4 KiB pages."""
 WAL_LIMIT = 64 * 1024
 """The WAL is truncated to this after a checkpoint instead of keeping its high-water size on disk."""
+
+JOURNAL = {"local": "wal", "shared": "delete"}
+"""``local``: WAL (readers never block the writer; its index lives in shared memory, so every process
+must be on one host). ``shared``: a rollback journal, valid on network file systems (no shared memory;
+POSIX locks on the file), for a data dir on shared storage that actors on several nodes open in turn."""
+_storage = ["local"]
+
+
+def use_storage(kind: str) -> None:
+    """Choose the journal for every database this process opens from now on (``local`` or ``shared``)."""
+    if kind not in JOURNAL:
+        raise ConfigError(f"storage must be one of {', '.join(JOURNAL)}, got {kind!r}")
+    _storage[0] = kind
 
 
 def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
@@ -32,10 +46,14 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
         with private_umask():
             con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
             con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new (empty) file only
-            con.execute("PRAGMA journal_mode=WAL")
+            want = JOURNAL[_storage[0]]
+            got = con.execute(f"PRAGMA journal_mode={want}").fetchone()[0]
+        if str(got).lower() != want:
+            raise StorageError(f"{path}: journal mode {want} refused (got {got}); is another process holding it?")
         con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
         con.execute("PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")
+        con.execute("PRAGMA secure_delete=ON")  # deleted and overwritten content is zeroed, not left in free space
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (seq INTEGER PRIMARY KEY, name TEXT UNIQUE)")
         done = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY seq")]
         known = [m[0] for m in migrations]
@@ -44,6 +62,8 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
         if len(done) < len(known):  # the pending migrations, in order, in one transaction (one fsync)
             con.execute("BEGIN IMMEDIATE")
             try:
+                # another process may have applied some since we looked (two open a new soul at once)
+                done = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY seq")]
                 for seq, (name, sql) in enumerate(migrations):
                     if seq < len(done):
                         continue

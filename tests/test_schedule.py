@@ -1,0 +1,152 @@
+"""Retention and passivation run by themselves: pure decisions with an explicit clock, timers that call them.
+
+No Ray: the host and shard classes are used as plain objects (their timers are plain threads).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from actors import soul_host
+from actors.layer_shard import LayerShard
+from actors.placement import store_of
+from actors.schedule import Ticker, sweep_due, to_passivate
+from actors.soul_host import SoulHost
+from soul_runtime.clock import DAY
+from soul_runtime.config import MemoryConfig, SoulConfig
+from soul_runtime.embedding.base import default_embedder
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.offline import OfflineModel
+
+T0 = 1_780_000_000.0
+
+
+def test_passivation_policy_takes_idle_then_least_recently_used() -> None:
+    last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}  # LRU order
+    assert to_passivate(last, 100.0, idle_s=40, capacity=10) == ["a", "b"]
+    assert to_passivate(last, 100.0, idle_s=600, capacity=2) == ["a", "b"]
+    assert to_passivate(last, 100.0, idle_s=30, capacity=1) == ["a", "b", "c"]
+    assert to_passivate(last, 100.0, idle_s=600, capacity=10) == []
+    assert sweep_due(None, 5.0, 10.0) and not sweep_due(0.0, 5.0, 10.0) and sweep_due(0.0, 10.0, 10.0)
+    assert not sweep_due(None, 5.0, 0.0)  # 0: off
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class NoMemory:
+    """The host's memory port without store actors (these tests only activate and passivate souls)."""
+
+    def __init__(self, soul_id: str, stores: object) -> None:
+        self.fenced: list[int] = []
+
+    def fence(self, epoch: int) -> None:
+        self.fenced.append(epoch)
+
+
+def host(tmp: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, **cfg: object) -> SoulHost:
+    monkeypatch.setattr(soul_host, "RemoteMemory", NoMemory)
+    conf = {"data_dir": str(tmp), "idle_passivate_s": 60, "host_capacity": 8, "model": "offline", **cfg}
+    return SoulHost("h0", conf, model=OfflineModel(), clock=clock)
+
+
+def test_host_passivates_idle_souls_by_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    h = host(tmp_path, clock, monkeypatch, idle_check_s=0.02)
+    try:
+        for sid in ("a", "b"):
+            assert h.last_seq(sid) == 0  # activates the soul
+        clock.t += 30
+        h.last_seq("b")
+        time.sleep(0.2)  # many ticks: nobody is idle yet
+        assert h.active_souls() == ["a", "b"] and h.ticker is not None and h.ticker.ticks >= 2
+        clock.t += 45  # a: 75 s idle, b: 45 s
+        deadline = time.monotonic() + 5
+        while (h.active_souls() != ["b"] or not h.metrics.local["passivations:idle"]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert h.active_souls() == ["b"]
+        assert h.metrics.local["passivations:idle"] == 1
+    finally:
+        assert h.ticker is not None
+        h.ticker.stop()
+
+
+def test_host_timer_is_off_with_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    h = host(tmp_path, clock, monkeypatch, idle_check_s=0)
+    h.last_seq("a")
+    clock.t += 1000
+    assert h.ticker is None and h.active_souls() == ["a"]
+    assert h.passivate_idle() == 1 and h.active_souls() == []
+
+
+def test_ticker_survives_a_failing_tick() -> None:
+    errors: list[BaseException] = []
+    calls = []
+
+    def tick() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+    t = Ticker(0.01, tick, name="t", on_error=errors.append)
+    deadline = time.monotonic() + 5
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t.stop()
+    assert len(calls) >= 3 and len(errors) == 1
+
+
+def _soul_with_history(d: Path, embedder: object) -> None:
+    """Old episodes, one retracted (archived) fact."""
+    mem = SoulMemory(d, embedder=embedder)  # type: ignore[arg-type]
+    soul = Soul("x", d, memory=mem, model=OfflineModel(), config=SoulConfig())
+    soul.turn("The backup bucket for Tendril is archive-7.", user="maya", at=T0)
+    soul.turn("Yes, that's right.", user="maya", at=T0 + 60)
+    soul.turn("Tendril no longer uses archive-7.", user="maya", at=T0 + 120)
+    soul.close()
+    mem.close()
+
+
+def test_shards_sweep_their_souls_on_schedule(tmp_path: Path) -> None:
+    emb = default_embedder()
+    cfg = MemoryConfig(episodic_ttl_days=30, archived_fact_ttl_days=10)
+    souls = ["s1", "s2", "s3"]
+    for sid in souls:
+        _soul_with_history(tmp_path / "souls" / sid, emb)
+    sem = LayerShard("semantic", str(tmp_path), asdict(cfg), 256, "default", 0, 1, 3600.0)
+    epi = [LayerShard("episodic", str(tmp_path), asdict(cfg), 256, "default", i, 2, 3600.0) for i in range(2)]
+    assert sorted(epi[0].my_souls() + epi[1].my_souls()) == souls
+    assert all(store_of(s, "episodic", 2) == e.name for e in epi for s in e.my_souls())
+    assert sem.read("s1", "stats")["archived_facts"] == 1
+
+    got = sem.sweep_due(T0 + 5 * DAY)  # archived 5 days ago: kept
+    assert got == {"facts_purged": 0, "souls_swept": 3}
+    assert sem.sweep_due(T0 + 5 * DAY + 1800) == {}  # not due again yet (every hour)
+    got = sem.sweep_due(T0 + 11 * DAY)
+    assert got["facts_purged"] == 3 and sem.read("s2", "stats")["archived_facts"] == 0
+    assert sem.metrics.local["sweeps:semantic"] == 6 and sem.metrics.local["swept:semantic,facts_purged"] == 3
+
+    before = sum(e.read(s, "stats")["episodes"] for e in epi for s in e.my_souls())
+    assert before >= 3 and all(e.sweep_due(T0 + 20 * DAY)["episodes_deleted"] == 0 for e in epi if e.my_souls())
+    deleted = sum(e.sweep_due(T0 + 31 * DAY).get("episodes_deleted", 0) for e in epi)
+    assert deleted == before and all(e.read(s, "stats")["episodes"] == 0 for e in epi for s in e.my_souls())
+
+
+def test_shards_without_a_ttl_never_sweep(tmp_path: Path) -> None:
+    _soul_with_history(tmp_path / "souls" / "s1", default_embedder())
+    sem = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 256, "default", 0, 1, 3600.0)
+    proc = LayerShard("procedural", str(tmp_path), asdict(MemoryConfig(archived_fact_ttl_days=1)), 256, "default", 0, 1,
+                      3600.0)
+    assert sem.retention_every_s == 0 and proc.retention_every_s == 0
+    assert sem.sweep_due(T0 + 1000 * DAY) == {} and sem.read("s1", "stats")["archived_facts"] == 1
