@@ -250,7 +250,7 @@ def test_forget_leaves_nothing_on_disk(cluster: dict[str, Any]) -> None:
     one = json.loads(soul("forget", "maya", "--query", "postgres 15", "--json", env=env).stdout)
     assert "tendril:production_database" in one["deleted"]
     assert disk_hits(soul_dir, "Postgres 15") == {}
-    assert "Postgres 16" not in soul("facts", "maya", env=env).stdout  # the fact held both values
+    assert "Postgres 16" in soul("facts", "maya", env=env).stdout  # only the past value went; the current stays
     everything = json.loads(soul("forget", "maya", "--json", env=env).stdout)
     assert everything["traces"] >= 1 and disk_hits(soul_dir, "postgres", "tendril") == {}
     assert json.loads(soul("stats", "maya", "--json", env=env).stdout)["episodes"] == 0
