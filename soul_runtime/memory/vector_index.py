@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,8 @@ class VectorIndex:
             self.applied_seq = seq
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        # a name of its own: two processes opening one soul at once (a takeover) may both save
+        tmp = self.path.with_suffix(f"{self.path.suffix}.{os.getpid()}.{threading.get_ident()}.tmp")
         with private_umask():  # usearch creates the file with the process umask
             self.index.save(str(tmp))
         restrict(tmp)
