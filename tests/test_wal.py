@@ -4,6 +4,7 @@ every acknowledged write is there, the index agrees, and the store keeps working
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ def test_torn_wal_tail_loses_nothing_acknowledged(tmp_path: Path, damage: str) -
         with open(wal, "ab") as f:
             f.write(os.urandom(3000))
     elif damage == "truncate-partial-frame":  # a frame cut short: only an unfinished transaction's bytes go
-        frame = 24 + 4096
+        page = struct.unpack(">I", wal.read_bytes()[8:12])[0]  # the WAL header names the page size
+        frame = 24 + page
         whole = 32 + ((size - 32) // frame) * frame
         with open(wal, "ab") as f:
             f.write(os.urandom(frame // 2))
