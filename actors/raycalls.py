@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -138,11 +139,20 @@ def _ray_init(address: str, kwargs: dict[str, Any]) -> None:
                                  f"{_server_cause(e)}") from None
     except ConnectionError as e:
         msg = str(e)
-        raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}") from None
+        raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}"
+                                 f"{_grpc_status(msg)}") from None
     except Exception as e:
         if "auth" in str(e).lower() or "token" in str(e).lower():
             raise AuthError(f"Ray at {address} refused the connection: {str(e).splitlines()[0]}") from None
         raise RuntimeUnavailable(f"cannot connect to Ray at {address}: {str(e).splitlines()[0]}") from None
+
+
+def _grpc_status(msg: str) -> str:
+    """' (gRPC UNAUTHENTICATED: details)' from a gRPC error Ray quotes in its message, else ''."""
+    found = dict(re.findall(r"^\s*(status|details) = (.+)$", msg, re.M))
+    if not found:
+        return ""
+    return f" (gRPC {found.get('status', '?').removeprefix('StatusCode.')}: {found.get('details', '').strip(chr(34))})"
 
 
 def _server_cause(e: BaseException) -> str:
