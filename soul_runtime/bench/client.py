@@ -88,7 +88,11 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed"
     try:
         for i in range(fresh):
             for v in variants:
-                info, sdir = _head(root, v)
+                try:
+                    info, sdir = _head(root, v)
+                except RuntimeError as e:  # `ray start` itself failed (a busy machine): not a connect
+                    rows.append({"scenario": "head-failed", "variant": v, "i": i, "head_error": str(e)[:300]})
+                    continue
                 try:
                     out = _one_client(info, home, tempfile.mkdtemp(dir=root), "s0", int(VARIANTS[v]["attempts"]))
                 finally:
@@ -144,7 +148,7 @@ def _checkpoint(path: str | None, rows: list[dict[str, Any]]) -> None:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
-        if r["scenario"] == "busy-load":
+        if r["scenario"] in ("busy-load", "head-failed"):
             continue
         key = f"{r['scenario']}/{r['variant']}"
         s = out.setdefault(key, {"connects": 0, "failed": 0, "retried": 0, "connect": [], "session": [], "turn": [], "fail_s": [],
