@@ -58,7 +58,21 @@ def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts
     except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
         out = {"error": f"client process: {type(e).__name__}", "fail_s": time.monotonic() - t0}
     out["load1"] = round(os.getloadavg()[0], 1)
+    if "error" in out:
+        out["head_log"] = _head_log(info)
     return out
+
+
+def _head_log(info: lc.HeadInfo) -> list[str]:
+    """The client proxy's own account of a failed connect (its log goes when the head is stopped)."""
+    path = os.path.join(info.temp_dir, "session_latest", "logs", "ray_client_server.err")
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    keys = ("ERROR", "Check failed", "status =", "details =", "startup failed", "Timeout", "FD from")
+    return [ln[:300] for ln in lines if any(k in ln for k in keys)][-20:]
 
 
 def _head(state_root: str, variant: str) -> tuple[lc.HeadInfo, str]:
@@ -112,7 +126,8 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed"
                 ready = load.stdout.readline() if load.stdout else ""
                 if "ready" not in ready:
                     errlog.seek(0)
-                    raise RuntimeError(f"the busy client did not start: {ready!r} {errlog.read()[-2000:]}")
+                    raise RuntimeError(f"the busy client did not start: {ready!r} {errlog.read()[-2000:]} "
+                                       f"(exit {load.wait(timeout=60)}; head: {_head_log(info)})")
                 for i in range(busy):
                     out = _one_client(info, home, data, f"c{i}", int(VARIANTS[v]["attempts"]))
                     rows.append(out | {"scenario": "busy", "variant": v, "i": i})
