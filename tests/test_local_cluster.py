@@ -252,7 +252,7 @@ def crashing_head(home: str, tmp_path: Path) -> Iterator[tuple[lc.HeadInfo, Path
         mp.setenv("HOME", home)
         mp.setenv("PYTHONPATH", os.pathsep.join([str(inject), ROOT]))
         mp.setenv("SOUL_TEST_CRASH_DIR", str(crash))
-        info = lc.start_head(num_cpus=2, state_dir=state_dir)
+        info = lc.start_head(num_cpus=2, state_dir=state_dir, node_ip="127.0.0.1")
     try:
         yield info, crash
     finally:

@@ -77,7 +77,7 @@ def _head_log(info: lc.HeadInfo) -> list[str]:
 
 def _head(state_root: str, variant: str) -> tuple[lc.HeadInfo, str]:
     sdir = tempfile.mkdtemp(prefix="st", dir=state_root)
-    info = lc.start_head(num_cpus=2, resources={"soul_slot": 4}, state_dir=sdir,
+    info = lc.start_head(num_cpus=2, resources={"soul_slot": 4}, state_dir=sdir, node_ip="127.0.0.1",
                          grpc_fork_handlers=bool(VARIANTS[variant]["grpc_fork_handlers"]),
                          session_start_timeout=int(VARIANTS[variant]["session_start_timeout"]))
     return info, sdir
