@@ -160,15 +160,34 @@ def _kill_head(sid: int, temp_dir: str, grace: float) -> None:
         _wait_gone(sid, temp_dir, set(left), 3.0)
 
 
+HEAD_ENV = {"GRPC_ENABLE_FORK_SUPPORT": "0"}
+"""Environment every head is started with (also set by cluster/start-head.sh and the manifests).
+
+The head's Ray Client proxy forks one server process per client while its own gRPC threads run.
+With gRPC's fork handlers on (grpcio's default), the child re-creates gRPC threads on the parent's
+polling state and can abort before it executes the server ("Check failed: next_worker->state ==
+KICKED", ray-project/ray#63202): measured on a busy 2-core machine, 1 connect in 4-10 failed with
+"Initialization failure from server". The proxy's child only executes a new program, so it needs no
+fork handlers; with them off no child died in our runs (``soul bench client``)."""
+
+SESSION_START_TIMEOUT_S = 30
+"""How long the head's client proxy waits for a per-client server to answer (Ray's
+RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S; 30 is Ray's default). Start-up of that server (import ray,
+connect to the GCS) took 8-12 s on a 2-core machine at load 40: 10 s failed connects on a busy head."""
+
+
 def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = None, temp_dir: str | None = None,
                resources: dict | None = None, state_dir: str, auth: bool = True, node_ip: str | None = None,
-               timeout: float = START_TIMEOUT_S) -> HeadInfo:
+               timeout: float = START_TIMEOUT_S, session_start_timeout: int = SESSION_START_TIMEOUT_S,
+               grpc_fork_handlers: bool = False) -> HeadInfo:
     """Start a Ray head (GCS + Ray Client server) and record it in state_dir/head.json.
 
     Port 0 picks a free port. temp_dir None: a fresh /tmp/rtXXXX, removed by stop_head.
     node_ip None: the node's address as Ray picks it (reachable from other machines: a cluster);
     "127.0.0.1": loopback only (this machine only).
     auth: token auth with the token from _resolve_token; False starts with RAY_AUTH_MODE=disabled.
+    session_start_timeout: see SESSION_START_TIMEOUT_S. grpc_fork_handlers=True leaves out HEAD_ENV
+    (Ray's default behaviour: the benchmark's baseline, never for real use).
     Raises RuntimeError (with the tail of `ray start` output) if the client port is not
     accepting connections within `timeout` s; whatever had started is stopped again."""
     sdir = make_dir(Path(state_dir).resolve())
@@ -189,7 +208,11 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     token_path = _resolve_token(sdir) if auth else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
-    env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "10"  # a broken per-client server fails in ~12 s, not ~40 s
+    env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = str(int(session_start_timeout))
+    if grpc_fork_handlers:
+        env.pop("GRPC_ENABLE_FORK_SUPPORT", None)
+    else:
+        env |= HEAD_ENV
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
            f"--ray-client-server-port={client_port}",
            "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}"]

@@ -5,7 +5,10 @@ Errors from Ray are mapped onto the project's exception tree at this boundary.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
@@ -22,6 +25,17 @@ from .local_cluster import LOOPBACK_HOSTS, RAY_CLUSTERS_ENV
 T = TypeVar("T")
 
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+CLIENT_ATTEMPTS = 3
+"""Ray Client session attempts per connect (see :func:`_client_init`)."""
+CLIENT_RETRY_WINDOW_S = 10.0
+"""No new session attempt starts this long after the first: a failed connect reports within ~15 s."""
+SESSION_START_FAILURES = ("Starting Ray client server failed",)
+"""The server-side cause worth another attempt (Ray 2.60 proxier.py): the session server died at once.
+Not "Proxy failed to Connect to backend": that server is alive but did not answer within the head's
+RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (a busy head); another server would only add to the load."""
+
+log = logging.getLogger("soul_runtime.connect")
 
 
 def is_initialized() -> bool:
@@ -70,13 +84,18 @@ def _joins_loopback(address: str) -> bool:
 
 
 def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
-         env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> bool:
+         env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None,
+         client_attempts: int = CLIENT_ATTEMPTS) -> bool:
     """Start or join Ray. Returns True when this call started a local Ray instance.
 
     The local Ray (``address=None``, the embedded default) keeps to the machine and its owner:
     node address 127.0.0.1, so every Ray server listens on loopback only (:func:`loopback_node`),
     and it is started under umask 077, so Ray's processes (the actors included) create
-    owner-only files and the auth token Ray writes is 0600."""
+    owner-only files and the auth token Ray writes is 0600.
+
+    ``ray://`` addresses: the token is checked first (AuthError in milliseconds, never retried), then
+    a session is opened; a session server that fails to start on the head is retried (see
+    :func:`_client_init`) up to ``client_attempts`` times in all."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"namespace": namespace, "ignore_reinit_error": True, "log_to_driver": False}
@@ -94,17 +113,118 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
         return True
     if address.startswith("ray://"):
         check_client_access(address)  # fails fast: missing token vs. dead address
+        _client_init(address, kwargs, attempts=client_attempts)
+        return False
+    _ray_init(address, kwargs)
+    return False
+
+
+class _SessionStartFailed(RuntimeUnavailable):
+    """The head's Ray Client proxy failed to start (or reach) the per-client server of this session."""
+
+    @property
+    def transient(self) -> bool:
+        return any(m in str(self) for m in SESSION_START_FAILURES)
+
+
+def _ray_init(address: str, kwargs: dict[str, Any]) -> None:
+    """``ray.init`` with one clear line in the project's errors (Ray raises many kinds here)."""
     try:
         with loopback_node() if not address.startswith("ray://") and _joins_loopback(address) else nullcontext():
             ray.init(address=address, **kwargs)
+    except ConnectionAbortedError as e:  # Ray Client: "Initialization failure from server:\n<server traceback>"
+        if "authentication" in _server_cause(e).lower():
+            raise AuthError(f"Ray at {address} refused the session: {_server_cause(e)}") from None
+        raise _SessionStartFailed(f"the Ray Client server at {address} could not open a session for this client: "
+                                 f"{_server_cause(e)}") from None
     except ConnectionError as e:
         msg = str(e)
-        raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}") from None
-    except Exception as e:  # ray raises many kinds here; one clear line for the caller
+        raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}"
+                                 f"{_grpc_status(msg)}") from None
+    except Exception as e:
         if "auth" in str(e).lower() or "token" in str(e).lower():
             raise AuthError(f"Ray at {address} refused the connection: {str(e).splitlines()[0]}") from None
         raise RuntimeUnavailable(f"cannot connect to Ray at {address}: {str(e).splitlines()[0]}") from None
-    return False
+
+
+def _grpc_status(msg: str) -> str:
+    """' (gRPC UNAUTHENTICATED: details)' from a gRPC error Ray quotes in its message, else ''."""
+    found = dict(re.findall(r"^\s*(status|details) = (.+)$", msg, re.M))
+    if not found:
+        return ""
+    return f" (gRPC {found.get('status', '?').removeprefix('StatusCode.')}: {found.get('details', '').strip(chr(34))})"
+
+
+def _server_cause(e: BaseException) -> str:
+    """The last line of the server-side traceback Ray puts in an init failure (the exception raised there)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def _client_init(address: str, kwargs: dict[str, Any], *, attempts: int) -> None:
+    """Open a Ray Client session, retrying a session server that failed to start.
+
+    For every client the head's proxy forks a "specific server" (a ~60 MB Python process). In Ray 2.60
+    the fork races with the proxy's gRPC threads and the child can die at once (ray-project/ray#63202:
+    "Starting Ray client server failed"); on a busy head the child may also not answer within the
+    proxy's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S ("Proxy failed to Connect to backend"). Heads
+    started with GRPC_ENABLE_FORK_SUPPORT=0 (local_cluster.HEAD_ENV) avoid the first; for heads that
+    were not, that failure - and only that one - is retried here, each retry logged at warning with
+    its cause; no new attempt starts after CLIENT_RETRY_WINDOW_S. Anything else (AuthError, a busy
+    head's slow server) is raised at once, with the server's own words."""
+    t0 = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        try:
+            with _fail_fast_client_close():
+                _ray_init(address, kwargs)
+            log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
+                      attempt, extra={"session_s": time.monotonic() - t0})
+            return
+        except _SessionStartFailed as e:
+            elapsed = time.monotonic() - t0
+            if not e.transient or attempt >= attempts or elapsed >= CLIENT_RETRY_WINDOW_S:
+                hint = (f"; {attempt} attempts in {elapsed:.1f} s" if attempt > 1 else "") + (
+                    "; see ray_client_server*.err in the head's session logs, and start the head with "
+                    "GRPC_ENABLE_FORK_SUPPORT=0 (cluster/README.md)" if e.transient else
+                    "; the head may be too busy to start a session server in time (its "
+                    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S)" if "Proxy failed" in str(e) else "")
+                raise RuntimeUnavailable(f"{e}{hint}") from None
+            log.warning("Ray Client session at %s failed to start (attempt %d of %d, %.1f s): %s; retrying",
+                        address, attempt, attempts, elapsed, str(e).rsplit(": ", 1)[-1])
+            time.sleep(0.5 * attempt)
+
+
+@contextmanager
+def _fail_fast_client_close() -> Iterator[None]:
+    """While ``ray.init("ray://...")`` runs: a failed init closes the gRPC channel before Ray joins its
+    stream threads.
+
+    Ray 2.60's ``Worker.close()`` (called when the init fails) first waits for the server to end the
+    data stream - the server holds it for the reconnect grace period, 30 s - and the log stream - the
+    proxy retries the dead session 5 times - so the cause surfaced 30-45 s late. Closing the channel
+    first cancels both streams; the threads then exit at once. Only failed inits call ``close`` here:
+    a session that connected is closed later by ``ray.shutdown()``, unpatched."""
+    from ray.util.client import worker as client_worker
+
+    original = client_worker.Worker.close
+
+    def close(self: Any) -> None:
+        self._in_shutdown = True  # the stream threads must not try to reconnect
+        quiet = logging.getLogger("ray.util.client.dataclient")
+        was = quiet.disabled
+        quiet.disabled = True  # "Unrecoverable error in data channel": the cancel we asked for
+        try:
+            if self.channel is not None:
+                self.channel.close()
+            original(self)
+        finally:
+            quiet.disabled = was
+
+    client_worker.Worker.close = close  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        client_worker.Worker.close = original  # type: ignore[method-assign]
 
 
 def shutdown() -> None:
@@ -115,6 +235,36 @@ def shutdown() -> None:
 def create(cls: type, name: str, namespace: str, args: Sequence[Any], **options: Any) -> Any:
     """Get the named actor, creating it when absent (concurrent creators get the same one)."""
     return ray.remote(cls).options(name=name, namespace=namespace, get_if_exists=True, **options).remote(*args)
+
+
+def settle(named: dict[str, Any], namespace: str, timeout: float) -> dict[str, Any]:
+    """Ping freshly created named actors; return the handles that answered, by name.
+
+    ``get_if_exists`` is not enough when several processes create the same actors at once over Ray
+    Client: the GCS refuses all but one creation *after* ``.remote()`` returned, and the loser's
+    handle fails with ActorAlreadyExistsError on first use. Such a handle is replaced by the actor the
+    other process created."""
+    out = dict(named)
+    for _ in range(3):
+        lost, refs = [], {}
+        for name, h in out.items():
+            try:  # over Ray Client the refusal may surface here, when the handle is first resolved ...
+                refs[name] = call(h, "ping")
+            except ray.exceptions.ActorAlreadyExistsError:
+                lost.append(name)
+        for name, ref in refs.items():
+            try:  # ... or here
+                get(ref, timeout=timeout)
+            except ray.exceptions.ActorAlreadyExistsError:
+                lost.append(name)
+        if not lost:
+            return out
+        for name in lost:
+            h = get_actor(name, namespace)
+            if h is None:
+                raise RuntimeUnavailable(f"actor {name!r} in namespace {namespace!r} is neither ours nor found")
+            out[name] = h
+    raise RuntimeUnavailable(f"actors {sorted(lost)} kept failing with 'name already taken'")
 
 
 def get_actor(name: str, namespace: str) -> Any | None:

@@ -63,26 +63,28 @@ class Runtime:
     def _start_actors(self) -> None:
         cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
         make_dir(cfg.data_dir)  # owner-only (0700) when created here
-        self.orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
-                                            **self._opts(max_task_retries=-1, max_concurrency=1000))
+        orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
+                                       **self._opts(max_task_retries=-1, max_concurrency=1000))
+        # concurrent first connects: everyone gets the winner's actor
+        self.orchestrator = raycalls.settle({ORCHESTRATOR: orchestrator}, ns, timeout=300)[ORCHESTRATOR]
         # before any other actor exists: the same routing as the running actors and as the data dir was
         # created with, or ConfigError (two processes must never open one soul's files)
         raycalls.get(raycalls.call(self.orchestrator, "check_layout", conf), timeout=120)
-        created = []
+        named: dict[str, Any] = {}
         for layer in ("episodic", "semantic", "procedural"):
             for i in range(cfg.shards(layer)):
                 name = store_name(layer, i)
-                created.append(raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
-                                                                      cfg.store_capacity, cfg.embedder, i,
-                                                                      cfg.shards(layer), cfg.retention_every_s,
-                                                                      cfg.storage),
-                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads)))
+                named[name] = raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
+                                                                     cfg.store_capacity, cfg.embedder, i,
+                                                                     cfg.shards(layer), cfg.retention_every_s,
+                                                                     cfg.storage),
+                                              **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
-            created.append(raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
-                                           **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1)))
+            named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
+                                                  **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1))
+        named = raycalls.settle(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
-        self._keep = created + [self.orchestrator]
-        raycalls.get([raycalls.call(a, "ping") for a in created], timeout=300)
+        self._keep = list(named.values()) + [self.orchestrator]
 
     def store(self, layer: str, soul_id: str) -> Any:
         return self.stores.handle(layer, soul_id)
@@ -374,14 +376,20 @@ class AsyncSoulHandle:
 
 
 def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
-            config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None, **options: Any) -> Runtime:
+            config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None,
+            connect_attempts: int = raycalls.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
     """Connect to soul-runtime.
 
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the
     embedded default; ``"auto"`` joins a running cluster from one of its nodes;
     ``"ray://host:port"`` connects over Ray Client. ``options`` are
     :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …).
+    ``connect_attempts``: Ray Client sessions tried when the head fails to start this client's
+    session server (a known Ray 2.60 failure, logged at warning with its cause; never an
+    AuthError); 1 disables the retry.
     """
+    if not isinstance(connect_attempts, int) or isinstance(connect_attempts, bool) or not 1 <= connect_attempts <= 10:
+        raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
     if config is None:
         kw: dict[str, Any] = dict(options)
         if soul_config is not None:
@@ -398,7 +406,8 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                                                        "SOUL_ANTHROPIC_MODEL", "SOUL_ANTHROPIC_MEMORY_MODEL")}
     started = raycalls.init(address, namespace=config.namespace, env_vars=env or None,
-                            resources={"soul_slot": config.max_dedicated} if address is None else None)
+                            resources={"soul_slot": config.max_dedicated} if address is None else None,
+                            client_attempts=connect_attempts)
     try:
         return Runtime(config, started_ray=started, detached=address is not None)
     except BaseException:

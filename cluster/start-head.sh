@@ -15,6 +15,7 @@
 #   RAY_AUTH_TOKEN_PATH  token file (default ~/.ray/auth_token; generated if missing)
 #   RAY_AUTH_TOKEN       the token itself; takes precedence over RAY_AUTH_TOKEN_PATH
 #   RAY_BLOCK=1          run in the foreground (systemd, containers)
+#   GRPC_ENABLE_FORK_SUPPORT  0 (default here; see below why Ray Client needs it)
 # Extra arguments are passed to `ray start` (e.g. --autoscaling-config=...).
 set -euo pipefail
 
@@ -26,6 +27,12 @@ RAY_TEMP_DIR="${RAY_TEMP_DIR:-/tmp/ray}"
 NODE_IP="${NODE_IP:-$(hostname -I 2>/dev/null | awk '{print $1}')}"
 NODE_IP="${NODE_IP:-127.0.0.1}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+# The Ray Client proxy forks one session server per client while its gRPC threads run; with gRPC's fork
+# handlers on, the child can abort before it starts (ray-project/ray#63202) and the client fails with
+# "Initialization failure from server" (1 connect in 4-10 on a busy 2-core head). The child only runs a
+# new program, so it needs no fork handlers. Ray's 30 s wait for a session server
+# (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S) is kept: on a busy head one takes 8-12 s to start.
+export GRPC_ENABLE_FORK_SUPPORT="${GRPC_ENABLE_FORK_SUPPORT:-0}"
 : "${SOUL_DATA_DIR:?set SOUL_DATA_DIR to shared storage mounted at the same path on every node}"
 
 (umask 077 && mkdir -p "$SOUL_DATA_DIR")  # owner-only when created here (souls' memories)

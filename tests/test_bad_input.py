@@ -385,6 +385,10 @@ def test_invalid_configuration_values_raise_config_error(data: st.DataObject) ->
     other: dict[str, Any] = data.draw(st.sampled_from([{"data_dir": ""}, {"data_dir": None}, {"model": "gpt"}, {"model": None},
                                        {"idle_passivate_s": 0}, {"idle_passivate_s": -1}, {"idle_passivate_s": "x"}]))
     rejected("RuntimeConfig", lambda: RuntimeConfig(**{"data_dir": "/tmp/x", **other}), ConfigError)
+    import soul_runtime  # refused before Ray is reached (this unit test may not start Ray)
+    abad = data.draw(st.one_of(_BAD_NUMBERS, st.just(0), st.integers(min_value=11), st.floats(1, 5)))
+    rejected("connect(connect_attempts)", lambda: soul_runtime.connect("ray://127.0.0.1:1", connect_attempts=abad),
+             ConfigError)
 
 
 # ---- valid weird input is accepted --------------------------------------------------------------------

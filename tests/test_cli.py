@@ -53,7 +53,7 @@ def soul(*args: str, env: dict[str, str] | None = None, timeout: float = 120, st
     t0 = time.perf_counter()
     p = subprocess.run([SOUL, *args], env=env or _env(), capture_output=True, text=True, timeout=timeout,
                        input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
-    retried = " (client flake, retried)" if "retrying once" in p.stderr else ""
+    retried = " (session server retried)" if "failed to start (attempt" in p.stderr else ""
     TIMINGS[(label or " ".join(args[:2])) + retried] = round(time.perf_counter() - t0, 1)
     if check and p.returncode != 0:
         raise AssertionError(f"soul {' '.join(args)} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")

@@ -199,9 +199,30 @@ def cmd_claude(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_client(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import client as bench_client
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=True) as prog:
+        task = prog.add_task("starting", total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+        res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
+                               inflight=args.inflight, progress=progress, checkpoint=args.json)
+    out.print(bench_client.table(res))
+    for key, s in sorted(res["summary"].items()):
+        for err in s["errors"]:
+            out.print(f"[dim]{key}: {err}[/]")
+    out.print(f"[dim]{res['note']} ({res['cpus']} CPUs)[/]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders|scale|claude`` to the CLI's subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude path's cost",
+    """Add ``soul bench locomo|latency|embedders|scale|claude|client`` to the CLI's subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude "
+                                         "path's cost, Ray Client connects",
                            formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     lp = bsub.add_parser("locomo", help="answer and evidence recall of the memory lines shown vs budget, against raw-turn baselines")
@@ -242,4 +263,13 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     cp.add_argument("--window", type=int, default=40, help="observe_window for the batched run")
     cp.add_argument("--json", metavar="FILE")
     cp.set_defaults(bench_fn=cmd_claude)
+    clp = bsub.add_parser("client", help="Ray Client connect time and failures on fresh and busy heads")
+    clp.add_argument("--fresh", type=int, default=20, help="fresh heads (one connect each) per variant")
+    clp.add_argument("--busy", type=int, default=20, help="connects to one busy head per variant")
+    clp.add_argument("--inflight", type=int, default=32, help="turns the busy head's other client keeps in flight")
+    clp.add_argument("--variants", default="fixed,baseline",
+                    help="fixed (this project's head settings + retry) and/or baseline (Ray's default head, "
+                         "10 s session timeout, no retry: the behaviour before issue 17)")
+    clp.add_argument("--json", metavar="FILE")
+    clp.set_defaults(bench_fn=cmd_client)
     bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))

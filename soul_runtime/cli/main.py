@@ -80,12 +80,8 @@ class Ctx:
             f"Connecting to {self.address}"
         t0 = time.perf_counter()
         with self.err.status(what + "…", spinner="dots"):
-            try:
-                rt = soul_runtime.connect(self.address, data_dir=data_dir or self.data_dir,
-                                          namespace=namespace or self.namespace)
-            except RuntimeUnavailable as e:
-                self._retry_client_start(e)
-                raise
+            rt = soul_runtime.connect(self.address, data_dir=data_dir or self.data_dir,
+                                      namespace=namespace or self.namespace)
         if self.args.debug:
             self.err.print(f"[dim]connected in {time.perf_counter() - t0:.1f} s[/]")
         try:
@@ -93,20 +89,6 @@ class Ctx:
         finally:
             with self.err.status("Closing…", spinner="dots"):
                 rt.close()
-
-    def _retry_client_start(self, e: RuntimeUnavailable) -> None:
-        """Ray 2.60's client proxy sometimes forks a dead per-client server (ray-project/ray#63202, ~5-10 %
-        of connects); the client then fails with "Initialization failure from server". Run the command
-        once more in a fresh process (a failed Ray Client init cannot be retried in-process reliably)."""
-        text = str(e)
-        if (self.address or "").startswith("ray://") and os.environ.get("SOUL_CLI_RETRIED") != "1" and any(
-                m in text for m in ("Initialization failure", "Starting Ray client server failed", "Proxy failed")):
-            self.err.print("[yellow]the Ray Client server failed to start a session for us (a known Ray "
-                           "flake); retrying once…[/]")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.environ["SOUL_CLI_RETRIED"] = "1"
-            os.execv(sys.executable, [sys.executable, "-m", "soul_runtime.cli.main", *sys.argv[1:]])
 
     def emit(self, data: Any, *renderables: Any) -> None:
         if self.json:
