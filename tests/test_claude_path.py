@@ -107,7 +107,7 @@ def test_observe_judges_a_window_in_one_call_with_provenance_per_message(tmp_pat
     r = s.observe(msgs, at=T0, session="s1")
     assert kinds(api) == ["record_memories"] * 3  # 25 messages in windows of 10: three calls, not 25 (or 50)
     prompt = api.bodies()[0]["messages"][0]["content"]
-    assert "[D1:1] Caroline: Message 1" in prompt and "[D1:10]" in prompt and "[D1:11]" not in prompt
+    assert "[D1:1] (" in prompt and "Caroline: Message 1" in prompt and "[D1:10]" in prompt and "[D1:11]" not in prompt
     assert "[D1:10]" in api.bodies()[1]["messages"][0]["content"]  # the previous window is context
     tr = s.trace(r.turn_id)
     assert "D1:3: shorter than" in tr.persist_reason  # "Yes!" is context only
