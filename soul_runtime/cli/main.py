@@ -400,11 +400,11 @@ def _stop_head(ctx: Ctx, state_dir: str) -> int:
     info = lc.head_info(state_dir)
     if info is not None and lc.head_alive(state_dir) and Path(state_dir) == background.state_dir(ctx.data_dir):
         with contextlib.suppress(SoulError), ctx.err.status("Flushing the soul actors…", spinner="dots"):
-            import soul_runtime
-            from actors import raycalls
             if not ctx.args.debug:
                 os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
-            os.environ.update(lc.client_env(info))
+            os.environ.update(lc.client_env(info))  # before Ray is imported: it reads the auth mode then
+            import soul_runtime
+            from actors import raycalls
             try:
                 with soul_runtime.connect(info.gcs_address, data_dir=ctx.data_dir, namespace=ctx.namespace) as rt:
                     rt.shutdown_actors()
