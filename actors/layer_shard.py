@@ -19,7 +19,7 @@ from soul_runtime.batching import MicroBatcher, Ticket
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
-from soul_runtime.errors import NotFound, SoulError
+from soul_runtime.errors import SoulError
 from soul_runtime.memory.episodic import EpisodicStore, index_key_text
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.policy_episodic import decide_episode
@@ -35,7 +35,7 @@ from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import store_name, store_of
 from .schedule import Ticker, sweep_due
-from .settings import RuntimeConfig
+from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 
@@ -333,21 +333,3 @@ class ShardCalls:
                 b = self._batchers[(name, method)] = MicroBatcher(run, resolve=raycalls.get, max_batch=self.max_batch,
                                                                   max_wait_s=self.max_wait_s)
         return b.start([item])
-
-
-class StoreLocator:
-    """Handles of the store shards, by layer and soul."""
-
-    def __init__(self, cfg: RuntimeConfig) -> None:
-        self.cfg = cfg
-        self._handles: dict[str, Any] = {}
-
-    def handle(self, layer: str, soul_id: str) -> Any:
-        name = store_of(soul_id, layer, self.cfg.shards(layer))
-        h = self._handles.get(name)
-        if h is None:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is None:
-                raise NotFound(f"store actor {name} is not running")
-            self._handles[name] = h
-        return h

@@ -26,6 +26,8 @@ Nothing here imports ray at module import time.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -78,20 +81,21 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _resolve_token(state_dir: Path) -> str:
+def _resolve_token(state_dir: Path, own: bool = False) -> str:
     """Token file the head will use: $RAY_AUTH_TOKEN_PATH, $RAY_AUTH_TOKEN (copied
-    into state_dir), ~/.ray/auth_token, else a new token in state_dir (mode 0600)."""
+    into state_dir), ~/.ray/auth_token, else a new token in state_dir (mode 0600);
+    ``own``: always a token of its own in state_dir."""
+    own_path = state_dir / TOKEN_FILE
     env_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if env_path and Path(env_path).is_file():
+    if not own and env_path and Path(env_path).is_file():
         return str(Path(env_path).resolve())
-    own = state_dir / TOKEN_FILE
-    env_token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    env_token = "" if own else os.environ.get("RAY_AUTH_TOKEN", "").strip()
     default = Path.home() / ".ray" / "auth_token"
-    if not env_token and default.is_file() and default.read_text().strip():
+    if not own and not env_token and default.is_file() and default.read_text().strip():
         return str(default)
-    if env_token or not own.is_file():
-        new_token_file(own, env_token or None)
-    return str(own)
+    if env_token or not own_path.is_file():
+        new_token_file(own_path, env_token or None)
+    return str(own_path)
 
 
 def _matches_dir(args: list[str], temp_dir: str) -> bool:
@@ -179,7 +183,7 @@ connect to the GCS) took 8-12 s on a 2-core machine at load 40: 10 s failed conn
 def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = None, temp_dir: str | None = None,
                resources: dict | None = None, state_dir: str, auth: bool = True, node_ip: str | None = None,
                timeout: float = START_TIMEOUT_S, session_start_timeout: int = SESSION_START_TIMEOUT_S,
-               grpc_fork_handlers: bool = False) -> HeadInfo:
+               grpc_fork_handlers: bool = False, fingerprint: str = "", own_token: bool = False) -> HeadInfo:
     """Start a Ray head (GCS + Ray Client server) and record it in state_dir/head.json.
 
     Port 0 picks a free port. temp_dir None: a fresh /tmp/rtXXXX, removed by stop_head.
@@ -205,7 +209,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     if len(tdir) > MAX_TEMP_DIR_LEN:
         raise ValueError(f"temp_dir {tdir!r} is too long (> {MAX_TEMP_DIR_LEN} chars): Ray's Unix socket paths would exceed 107 chars")
     make_dir(tdir)
-    token_path = _resolve_token(sdir) if auth else None
+    token_path = _resolve_token(sdir, own_token) if auth else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_USAGE_STATS_ENABLED": "0"}
     env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_MODE": "disabled"}
     env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = str(int(session_start_timeout))
@@ -253,7 +257,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
                     temp_dir=tdir, token_path=token_path, pid_file=str(sdir / STATE_FILE))
     state = asdict(info) | {"session_id": sid, "pids": sorted(_scan(sid, tdir)), "own_temp_dir": own_temp,
                             "client_port": client_port, "node_ip": node_address, "started_at": time.time(),
-                            "start_seconds": round(time.monotonic() - t0, 2)}
+                            "start_seconds": round(time.monotonic() - t0, 2), "fingerprint": fingerprint}
     write_file(sdir / STATE_FILE, json.dumps(state, indent=2), durable=False)
     return info
 
@@ -311,3 +315,66 @@ def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
             "temp_dir": info.temp_dir, "token_path": info.token_path, "auth_mode": auth,
             "listening": sorted({s.host for s in listening}), "loopback_only": local_only,
             "pids": state.get("pids", []), "pids_alive": alive, "client_env": env, "text": text}
+
+
+def head_info(state_dir: str | os.PathLike[str]) -> HeadInfo | None:
+    state = _read_state(state_dir)
+    return HeadInfo(**{k: state[k] for k in HeadInfo.__dataclass_fields__}) if state else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+
+
+def head_alive(state_dir: str | os.PathLike[str]) -> bool:
+    """Is the head recorded in state_dir up: its processes alive and its GCS and client ports answering?"""
+    state = _read_state(state_dir)
+    if state is None or not any(_pid_alive(p) for p in state.get("pids", [])):
+        return False  # (the recorded pids, not a scan of /proc: this runs before every command)
+    host, _, port = str(state["gcs_address"]).rpartition(":")
+    return port_open(host, int(port)) and port_open("127.0.0.1", int(state["client_port"]))
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One process at a time starts, replaces or stops the head of a state dir."""
+    make_dir(state_dir)
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def ensure_head(state_dir: str | os.PathLike[str], *, fingerprint: str = "", num_cpus: int | None = None,
+                resources: dict | None = None, replace: bool = False) -> tuple[HeadInfo, bool]:
+    """The running head of state_dir, started when there is none, or when the recorded one is dead
+    (crashed, killed, a stale head.json), was started for another ``fingerprint`` (say another model
+    setting), or ``replace`` is set. Returns (head, started_now). Safe against concurrent callers."""
+    sdir = Path(state_dir).resolve()
+    with _locked(sdir):
+        state = _read_state(sdir)
+        if state is not None and not replace and head_alive(sdir) and (
+                not state.get("fingerprint") or not fingerprint or state["fingerprint"] == fingerprint):
+            info = head_info(sdir)
+            assert info is not None
+            return info, False
+        if state is not None:
+            stop_head(sdir, grace=5.0)
+        return start_head(state_dir=str(sdir), num_cpus=num_cpus, resources=resources, fingerprint=fingerprint,
+                          own_token=True, node_ip="127.0.0.1"), True
+
+
+def stop_head_locked(state_dir: str | os.PathLike[str], grace: float = 10.0) -> bool:
+    """:func:`stop_head` under the state dir's lock (no start or replace runs meanwhile)."""
+    sdir = Path(state_dir).resolve()
+    if not sdir.is_dir():
+        return False
+    with _locked(sdir):
+        return stop_head(sdir, grace)

@@ -274,6 +274,12 @@ def get_actor(name: str, namespace: str) -> Any | None:
         return None
 
 
+def named_actors(namespace: str) -> set[str]:
+    """Names of the live named actors of ``namespace`` (one GCS call)."""
+    import ray.util
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace}
+
+
 def kill(handle: Any, *, no_restart: bool = True) -> None:
     ray.kill(handle, no_restart=no_restart)
 

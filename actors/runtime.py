@@ -11,27 +11,26 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgpack
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError, InvalidInput
-from soul_runtime.loop.soul import TurnResult
-from soul_runtime.loop.trace import TurnTrace
-from soul_runtime.memory.erasure import ForgetQuery
-from soul_runtime.memory.soul_memory import EXPORT_FORMAT, merge_recalls, parse_stores
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
 from soul_runtime.text import check_id, check_text
 
 from . import raycalls
-from .layer_shard import LayerShard, StoreLocator
-from .orchestrator import TurnOrchestrator, host_name
+from .orchestrator import host_name
 from .placement import store_name
 from .settings import RuntimeConfig, default_data_dir
-from .soul_host import SoulHost
+from .store_locator import StoreLocator
+
+if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
+    from soul_runtime.loop.soul import TurnResult  # attaching to running actors imports neither
+    from soul_runtime.loop.trace import TurnTrace
 
 ORCHESTRATOR = "soul-orchestrator"
 T = TypeVar("T")
@@ -63,6 +62,18 @@ class Runtime:
     def _start_actors(self) -> None:
         cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
         make_dir(cfg.data_dir)  # owner-only (0700) when created here
+        names = [store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
+                 for i in range(cfg.shards(layer))] + [host_name(i) for i in range(cfg.hosts)]
+        if self.detached and set(names + [ORCHESTRATOR]) <= raycalls.named_actors(ns):
+            found = raycalls.get_actor(ORCHESTRATOR, ns)
+            if found is not None:  # detached actors already up: attach (no class export, no engine imports, no
+                self.orchestrator = found  # pings; store handles are looked up when first used)
+                raycalls.get(raycalls.call(self.orchestrator, "check_layout", conf), timeout=120)
+                self._keep = [self.orchestrator]
+                return
+        from .layer_shard import LayerShard
+        from .orchestrator import TurnOrchestrator
+        from .soul_host import SoulHost
         orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
                                        **self._opts(max_task_retries=-1, max_concurrency=1000))
         # concurrent first connects: everyone gets the winner's actor
@@ -133,7 +144,13 @@ class Runtime:
             if h is not None:
                 raycalls.kill(h)
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
+        """Disconnect. ``flush``: have the episodic shards save their vector indices first (a client of long-lived
+        actors, such as one CLI command on the local runtime, leaves that to ``shutdown_actors``)."""
+        if not flush:
+            if self.started_ray:
+                raycalls.shutdown()
+            return
         try:  # save the vector indices now rather than rebuilding them on the next start
             shards = [raycalls.get_actor(store_name("episodic", i), self.cfg.namespace)
                       for i in range(self.cfg.episodic_shards)]
@@ -192,6 +209,7 @@ class _Plans:
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
             raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
         now = to_timestamp(at) if at is not None else _now()
+        from soul_runtime.memory.soul_memory import merge_recalls, parse_stores
         layers = parse_stores(stores)
         refs = [raycalls.call(self.rt.store(s.value, self.soul_id), "recall", self.soul_id, query, k, now)
                 for s in layers]
@@ -230,6 +248,8 @@ class _Plans:
     def export(self) -> _Plan[bytes]:
         refs = [self._read(s.value, "export") for s in LAYERS]
 
+        from soul_runtime.memory.soul_memory import EXPORT_FORMAT
+
         def pack(parts: list[dict[str, Any]]) -> bytes:
             data = {"format": EXPORT_FORMAT, **{s.value: p for s, p in zip(LAYERS, parts, strict=True)}}
             return bytes(msgpack.packb(data, use_bin_type=True))
@@ -241,11 +261,13 @@ class _Plans:
         return _Plan(self._orch("exclusive", self.soul_id, "import_", bytes(blob)), lambda r: None)
 
     def forget(self, stores: Iterable[str] | None) -> _Plan[dict[str, int]]:
+        from soul_runtime.memory.soul_memory import parse_stores
         layers = None if stores is None else [s.value for s in parse_stores(stores)]
         return _Plan(self._orch("exclusive", self.soul_id, "forget", layers), dict)
 
     def forget_where(self, ids: Iterable[str] | None, query: str | None, request_id: str | None
                      ) -> _Plan[TurnResult]:
+        from soul_runtime.memory.erasure import ForgetQuery
         q = ForgetQuery.make(ids, query)  # bad arguments fail here, before anything is sent
         payload = {"ids": list(q.ids), "query": q.phrase or None, "at": _now()}
         return _Plan(self._orch("submit", self.soul_id, "forget_where", payload, request_id or uuid.uuid4().hex),

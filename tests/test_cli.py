@@ -270,3 +270,58 @@ def test_cluster_down(cluster: dict[str, Any]) -> None:
              and Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] not in "ZX"]
     assert alive == []
     assert soul("cluster", "status", "--state-dir", state, check=False).returncode == 1
+
+
+# ---- the local runtime of the embedded default -------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] not in "ZX"
+
+
+def test_local_runtime_stays_up_is_replaced_when_dead_and_goes_down() -> None:
+    """No --address: the first command starts a head for the data dir, the next ones attach to that same head;
+    a head whose GCS died is replaced (the memory is on disk); `soul down` leaves no process behind."""
+    from actors import local_cluster, local_runtime
+    data = Path(tempfile.mkdtemp(prefix="sl", dir="/tmp"))
+    env = _env(SOUL_DATA_DIR=str(data))
+    record = data / "cluster" / "head.json"
+    try:
+        soul("turn", "rt", "Our billing service is written in Go.", env=env, timeout=300, label="local: first turn")
+        first = json.loads(record.read_text())
+        assert first["gcs_address"].startswith("127.0.0.1:")
+        assert record.stat().st_mode & 0o777 == 0o600
+        assert first["token_path"] == str(data / "cluster" / "auth_token")  # a token of its own
+        assert (data / "cluster" / "auth_token").stat().st_mode & 0o777 == 0o600
+        soul("turn", "rt", "Yes.", env=env, label="local: attached turn")
+        facts = json.loads(soul("facts", "rt", "--json", env=env, label="local: attached facts").stdout)
+        assert [(f["entity"], f["value"]) for f in facts] == [("billing service", "Go")]
+        assert json.loads(record.read_text())["session_id"] == first["session_id"]  # the same head, attached to
+
+        status = local_cluster.head_status(data / "cluster")
+        assert status is not None
+        gcs = [p for p in status["pids_alive"] if "gcs_server" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        assert gcs
+        os.kill(gcs[0], 9)  # the head crashes
+        deadline = time.time() + 15
+        while time.time() < deadline and _alive(gcs[0]):
+            time.sleep(0.2)
+        facts = json.loads(soul("facts", "rt", "--json", env=env, timeout=300, label="local: replaced").stdout)
+        assert [(f["entity"], f["value"]) for f in facts] == [("billing service", "Go")]
+        second = json.loads(record.read_text())
+        assert second["session_id"] != first["session_id"]
+        assert not any(_alive(p) for p in first["pids"])  # the dead head's leftovers were stopped
+
+        pids = local_cluster.head_status(data / "cluster")["pids_alive"]
+        assert "stopped" in soul("down", env=env, label="local: down").stdout
+        deadline = time.time() + 15
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        assert [p for p in pids if _alive(p)] == [] and not record.exists()
+        assert "no Ray head" in soul("down", env=env).stdout
+    finally:
+        local_runtime.stop(str(data))
+        shutil.rmtree(data, ignore_errors=True)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from soul_runtime.bench import phrasing
 from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
 from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import ChatMessage, Exchange, MemoryDecision, ReplyRequest
 from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import Extraction
+from tests.fakes import HashEmbedder
 
 M = OfflineModel()
 ASSISTANT_ACK = "[offline model] Noted: Tendril's production database is Postgres 15 \u2014 is that right?"
@@ -331,3 +334,63 @@ def test_scenario_question_answered_from_memory() -> None:
 
 def test_deterministic() -> None:
     assert [str(x) for x in run_scenario()] == [str(x) for x in run_scenario()]
+
+
+# ---- ordinary phrasing (tests/fixtures/phrasings.jsonl, written for issue 14) ---------------------
+
+PHRASINGS = phrasing.load(Path(__file__).parent / "fixtures" / "phrasings.jsonl")
+PHRASING_FLOOR = 0.9  # per split; the dev half was tuned on, "held" was held apart, "fresh" was never tuned on
+
+
+def test_phrasing_corpus_does_not_regress() -> None:
+    """Statements, confirmations, corrections in other words, repetitions and retractions: each case must end
+    with exactly the expected current facts (judge: :func:`soul_runtime.bench.phrasing.judge`)."""
+    assert len(PHRASINGS) >= 80 and {c["kind"] for c in PHRASINGS} == {"confirm", "correct", "repeat", "none",
+                                                                       "retract"}
+    res = phrasing.run(PHRASINGS, HashEmbedder())
+    for split, v in res["by_split"].items():
+        assert v["passed"] / v["cases"] >= PHRASING_FLOOR, (split, v, res["failures"])
+
+
+def test_phrasing_judge_is_strict() -> None:
+    assert phrasing.judge([["editor", "Helix"]], [("sam", "editor_of_choice", "Helix")])
+    assert not phrasing.judge([["editor", "Helix"]], [("sam", "editor_of_choice", "Neovim")])
+    assert not phrasing.judge([["editor", "Helix"]], [("sam", "editor", "Helix"), ("sam", "shell", "fish")])
+    assert not phrasing.judge([], [("sam", "editor", "Helix")])
+    assert not phrasing.judge([["payments", "Nomad"]], [("billing", "runs_on", "Nomad")])
+
+
+def test_the_issue_examples() -> None:
+    """The three exchanges and the paraphrases quoted in issue 14, as a check (the rules do not name them)."""
+    cases = [
+        {"id": "i1", "kind": "correct", "user": "Sam", "turns": [
+            "The payments API is deployed on Kubernetes.", "Yep.", "Correction: payments moved to Nomad last sprint."],
+         "expect": [["payments", "Nomad"]]},
+        {"id": "i2", "kind": "correct", "user": "Sam", "turns": [
+            "Our daily standup is at 9:30.", "Right.", "We moved standup to 10:00 starting this week."],
+         "expect": [["standup", "10:00"]]},
+        {"id": "i3", "kind": "correct", "user": "Sam", "turns": [
+            "My editor of choice is Neovim.", "That's correct.", "Actually I switched to Helix a while ago."],
+         "expect": [["editor", "Helix"]]},
+        {"id": "i4", "kind": "confirm", "user": "Maya", "turns": ["Tendril's prod DB is Postgres 15.",
+                                                                "Yep, that's accurate."],
+         "expect": [["tendril", "Postgres 15"]]},
+    ]
+    res = phrasing.run(cases, HashEmbedder())
+    assert res["passed"] == len(cases), res["failures"]
+
+
+@pytest.mark.parametrize("text", [
+    "The kids are at school.", "The new office is really nice.", "Painting is a fun way to relax.",
+    "I went to the gym today.", "We might move the wiki to Notion.", "Was the deploy on Tuesday?",
+])
+def test_relations_leave_junk_alone(text: str) -> None:
+    assert facts(text) == set()
+
+
+def test_change_binds_to_the_fact_it_names() -> None:
+    hist = (user("The auth service uses Keycloak."), bot("[offline model] Noted."),
+            user("Our office is in Berlin.", "m-3"), bot("[offline model] Noted.", "m-4"))
+    assert facts("We switched the auth service to Okta.", hist) == {("auth service", "uses_keycloak", "Okta", "corrected")}
+    assert facts("Actually the office moved to Hamburg.", hist) == {("office", "location", "Hamburg", "corrected")}
+    assert facts("I went to the gym today.", hist) == set()  # no verb of change, nothing named: no correction

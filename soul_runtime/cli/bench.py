@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -219,10 +220,66 @@ def cmd_client(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_cli(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import cli_latency
+    with out.status("starting…", spinner="dots") as status:
+        res = cli_latency.run(args.rounds, baseline=not args.no_baseline, progress=lambda what: status.update(what))
+    table = Table(title="`soul` commands on the embedded default: wall seconds (client CPU seconds)")
+    for col in ("", "n", "p50", "p90", "max"):
+        table.add_column(col, justify="right" if col else "left")
+
+    def row(label: str, wall: dict[str, float], cpu: dict[str, float] | None = None) -> None:
+        table.add_row(label, str(wall["n"]), *(f"{wall[k]:.2f}" + (f" ({cpu[k]:.2f})" if cpu else "")
+                                               for k in ("p50", "p90", "max")))
+    if "per_call" in res:
+        row("baseline: a private Ray per command", res["per_call"]["wall"], res["per_call"]["cpu"])
+    if "first" in res:
+        table.add_row("first command (starts the runtime)", "1", f"{res['first']['wall']:.2f} ({res['first']['cpu']:.2f})",
+                      "", "")
+    if "attached" in res:
+        row("later commands (attach)", res["attached"]["wall"], res["attached"]["cpu"])
+        for k, v in res["attached"]["per_command"].items():
+            row(f"  {k}", v)
+    out.print(table)
+    floor = res.get("floor", {})
+    out.print(f"floor: every later command ≤ {floor.get('max_s')} s and p50 ≤ {floor.get('p50_s')} s — "
+              f"{'met' if floor.get('met') else 'NOT met'}; load average before / after: "
+              f"{res['load_before'][0]:.1f} / {res['load_after'][0]:.1f} on {os.cpu_count()} cores")
+    out.print(f"soul down: {res.get('down', {}).get('wall', float('nan')):.2f} s; processes left behind: "
+              f"{res.get('left_behind', '?')}")
+    for f in res["failures"]:
+        out.print(f"[red]failed[/] {f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 1 if res["failures"] or res.get("left_behind") else 0
+
+
+def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import phrasing
+    from soul_runtime.embedding.base import default_embedder
+    cases = phrasing.load(args.corpus)
+    with out.status(f"{len(cases)} conversations on the offline model…", spinner="dots"):
+        res = phrasing.run(cases, default_embedder())
+    table = Table(title=f"offline model: exactly the expected current facts ({args.corpus})")
+    for col in ("", "passed", "cases", "accuracy"):
+        table.add_column(col, justify="right" if col else "left")
+    for axis in ("by_kind", "by_split"):
+        for k, v in res[axis].items():
+            table.add_row(f"{axis[3:]}: {k}", str(v["passed"]), str(v["cases"]), f"{v['passed'] / v['cases']:.0%}")
+    table.add_row("all", str(res["passed"]), str(res["cases"]), f"{res['accuracy']:.0%}")
+    out.print(table)
+    for f in res["failures"]:
+        out.print(f"[red]{f['id']}[/] {f['turns']} → {f['got']} (expected {f['expected']})", markup=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders|scale|claude|client`` to the CLI's subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, the Claude "
-                                         "path's cost, Ray Client connects",
+    """Add ``soul bench locomo|latency|embedders|scale|claude|client|cli|phrasing`` to the CLI's subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
+                                         "Claude path's cost, Ray Client connects, the CLI, the offline model on "
+                                         "ordinary phrasing",
                            formatter_class=fmt)
     bsub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     lp = bsub.add_parser("locomo", help="answer and evidence recall of the memory lines shown vs budget, against raw-turn baselines")
@@ -241,6 +298,15 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     tp.add_argument("--locomo", metavar="DIR", help="LoCoMo dir to draw real sentences from")
     tp.add_argument("--million", action="store_true", help="also try 1M episodes when the build fits")
     tp.set_defaults(bench_fn=cmd_latency)
+    cp = bsub.add_parser("cli", help="wall time of `soul` commands on the local runtime vs a Ray per command")
+    cp.add_argument("--rounds", type=int, default=3, help="rounds of turn/facts/recall/stats/trace (default 3)")
+    cp.add_argument("--no-baseline", action="store_true", help="skip the per-call baseline (two commands, ~25 s)")
+    cp.add_argument("--json", metavar="FILE")
+    cp.set_defaults(bench_fn=cmd_cli)
+    pp = bsub.add_parser("phrasing", help="offline model: current facts after ordinary phrasings, per kind")
+    pp.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
+    pp.add_argument("--json", metavar="FILE")
+    pp.set_defaults(bench_fn=cmd_phrasing)
     ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")

@@ -125,7 +125,7 @@ def run_cli(ctx: Any) -> int:
         ctx.out.print(f"data dir: {data_dir}  (fresh; soul id '{SOUL_ID}')")
         ctx.out.print(f"ray:      {ctx.where}")
     t0 = time.perf_counter()
-    with ctx.runtime(data_dir=data_dir, namespace=namespace) as rt:
+    with ctx.runtime(data_dir=data_dir, namespace=namespace, background=False) as rt:
         connected = time.perf_counter() - t0
         out = play(rt, ctx.out, days=ctx.args.days, as_json=ctx.json)
         if ctx.address is not None:

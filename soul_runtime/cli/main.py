@@ -1,6 +1,7 @@
 """The ``soul`` command line: a demo, a chat REPL, ingestion, memory inspection, audits, a local cluster.
 
-Every command takes ``--address`` (default: a local Ray started for this call;
+Every command takes ``--address`` (default: the data dir's local runtime, see
+:mod:`actors.local_runtime`;
 ``ray://host:port`` for a cluster; env ``SOUL_ADDRESS``), ``--data-dir`` (env
 ``SOUL_DATA_DIR``, default ``~/.soul-runtime``), ``--namespace``, ``--json`` and
 ``--debug``. Ray is only reached through :func:`soul_runtime.connect`.
@@ -20,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
+from actors import local_runtime as background
 from soul_runtime.cli import render
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
 from soul_runtime.owner_only import write_file
@@ -33,11 +35,12 @@ EPILOG = """examples:
   soul history atlas tendril production_database
   soul audit-writes transcript.jsonl          where would each exchange be written? (no Ray)
 
-Without --address every call starts its own local Ray (~10-20 s) that listens on 127.0.0.1 only;
-against a cluster (`soul cluster up`, which listens on the node's address so other machines can
-join) the actors stay up between calls and a call costs ~3-4 s."""
+Without --address the first call starts a local runtime for the data dir in the background
+(~10-20 s, once; it listens on 127.0.0.1 only); later calls attach to it (~1 s); `soul down`
+stops it (SOUL_LOCAL_RUNTIME=per-call: a private Ray for each call instead). Against a cluster
+(`soul cluster up`, which listens on the node's address so other machines can join, and
+--address ray://...) the actors stay up between calls and a call costs ~3-4 s."""
 
-DEFAULT_STATE_DIR = os.path.join("~", ".soul-runtime", "cluster")
 STORES = ("episodic", "semantic", "procedural")
 
 
@@ -53,6 +56,7 @@ class Ctx:
         self.explicit_data_dir = getattr(args, "data_dir", None) or os.environ.get("SOUL_DATA_DIR")
         self.data_dir = os.path.abspath(os.path.expanduser(self.explicit_data_dir or os.path.join("~", ".soul-runtime")))
         self.namespace: str = getattr(args, "namespace", None) or os.environ.get("SOUL_NAMESPACE") or "souls"
+        self.quick_exit = False  # a driver of the local runtime: nothing to tear down on exit
 
     @property
     def where(self) -> str:
@@ -72,23 +76,45 @@ class Ctx:
         return sid
 
     @contextlib.contextmanager
-    def runtime(self, *, data_dir: str | None = None, namespace: str | None = None) -> Iterator[Any]:
+    def runtime(self, *, data_dir: str | None = None, namespace: str | None = None,
+                background: bool = True) -> Iterator[Any]:
+        """A connected runtime. On the embedded default it is the data dir's local runtime (started in the
+        background by the first command, attached to by the next ones) unless ``background`` is False or
+        ``SOUL_LOCAL_RUNTIME=per-call``: then a private Ray lives for this call only."""
         import soul_runtime
+        from actors import local_runtime as bg
         if not self.args.debug:
             os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
-        what = "Starting a local Ray and the soul actors (~10-20 s)" if self.address is None else \
-            f"Connecting to {self.address}"
+        data_dir = data_dir or self.data_dir
+        address = self.address
+        local = address is None and background and (bg.mode() == "background" or bg.running(data_dir))
         t0 = time.perf_counter()
+        if local:
+            what = "Connecting to the local runtime" if bg.running(data_dir) else \
+                "Starting the local runtime in the background (~10-20 s, once)"
+            with self.err.status(what + "…", spinner="dots"):
+                address, started = bg.attach(data_dir)
+            if started:
+                self.err.print(f"[dim]started a local runtime for {data_dir} in {time.perf_counter() - t0:.0f} s; "
+                               "later commands attach to it; `soul down` stops it[/]")
+        what = "Starting a local Ray and the soul actors (~10-20 s)" if address is None else \
+            "Attaching to the local runtime" if local else f"Connecting to {address}"
         with self.err.status(what + "…", spinner="dots"):
-            rt = soul_runtime.connect(self.address, data_dir=data_dir or self.data_dir,
-                                      namespace=namespace or self.namespace)
+            try:
+                rt = soul_runtime.connect(address, data_dir=data_dir, namespace=namespace or self.namespace)
+            except RuntimeUnavailable:
+                if not local:
+                    raise
+                address, _ = bg.attach(data_dir, replace=True)  # a head that accepts ports but is broken
+                rt = soul_runtime.connect(address, data_dir=data_dir, namespace=namespace or self.namespace)
         if self.args.debug:
             self.err.print(f"[dim]connected in {time.perf_counter() - t0:.1f} s[/]")
         try:
             yield rt
         finally:
             with self.err.status("Closing…", spinner="dots"):
-                rt.close()
+                rt.close(flush=not local)  # the local runtime's actors stay up; `soul down` flushes them
+            self.quick_exit = local
 
     def emit(self, data: Any, *renderables: Any) -> None:
         if self.json:
@@ -349,11 +375,40 @@ def cmd_forget(ctx: Ctx) -> int:
     return 0
 
 
+def cmd_down(ctx: Ctx) -> int:
+    """Stop the data dir's local runtime (the actors flush first)."""
+    return _stop_head(ctx, str(background.state_dir(ctx.data_dir)))
+
+
+def _stop_head(ctx: Ctx, state_dir: str) -> int:
+    from actors import local_cluster as lc
+    info = lc.head_info(state_dir)
+    if info is not None and lc.head_alive(state_dir) and Path(state_dir) == background.state_dir(ctx.data_dir):
+        with contextlib.suppress(SoulError), ctx.err.status("Flushing the soul actors…", spinner="dots"):
+            if not ctx.args.debug:
+                os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
+            os.environ.update(lc.client_env(info))  # before Ray is imported: it reads the auth mode then
+            import soul_runtime
+            from actors import raycalls
+            try:
+                with soul_runtime.connect(info.gcs_address, data_dir=ctx.data_dir, namespace=ctx.namespace) as rt:
+                    rt.shutdown_actors()
+            finally:
+                raycalls.shutdown()  # disconnect before the head goes, or its dying words reach this terminal
+    with ctx.err.status("Stopping the Ray head…", spinner="dots"):
+        stopped = lc.stop_head_locked(state_dir)
+    ctx.emit({"stopped": stopped, "state_dir": state_dir},
+             f"stopped the Ray head of {state_dir}" if stopped else f"no Ray head recorded in {state_dir}")
+    return 0
+
+
 def cmd_cluster(ctx: Ctx) -> int:
     from actors import local_cluster as lc
     a = ctx.args
-    state_dir = os.path.abspath(os.path.expanduser(a.state_dir or DEFAULT_STATE_DIR))
-    if a.action == "up":
+    state_dir = os.path.abspath(os.path.expanduser(a.state_dir or background.state_dir(ctx.data_dir)))
+    if a.action == "up" and lc.head_alive(state_dir):
+        pass  # already up (perhaps the local runtime of the data dir): show it
+    elif a.action == "up":
         with ctx.err.status("Starting a Ray head (~10-20 s)…", spinner="dots"):
             try:
                 lc.start_head(port=a.port, client_port=a.client_port, num_cpus=a.num_cpus, state_dir=state_dir,
@@ -362,10 +417,7 @@ def cmd_cluster(ctx: Ctx) -> int:
                 raise RuntimeUnavailable(str(e).splitlines()[0] + (" (--debug for ray's output)" if not a.debug
                                                                    else "\n" + str(e))) from None
     elif a.action == "down":
-        stopped = lc.stop_head(state_dir)
-        ctx.emit({"stopped": stopped, "state_dir": state_dir},
-                 f"stopped the Ray head of {state_dir}" if stopped else f"no Ray head recorded in {state_dir}")
-        return 0
+        return _stop_head(ctx, state_dir)
     status = lc.head_status(state_dir)
     if status is None:
         ctx.emit({"running": False, "state_dir": state_dir}, f"no Ray head recorded in {state_dir}")
@@ -385,8 +437,8 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     d: Callable[[Any], Any] = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     g = p.add_argument_group("common options")
     g.add_argument("--address", default=d(None), metavar="ADDR",
-                   help="Ray to use: ray://host:port (a cluster, see `soul cluster up`), 'local' or unset for a "
-                        "local Ray started for this call (env SOUL_ADDRESS)")
+                   help="Ray to use: ray://host:port (a cluster, see `soul cluster up`), 'local' or unset for the "
+                        "data dir's local runtime, started in the background by the first call (env SOUL_ADDRESS)")
     g.add_argument("--data-dir", default=d(None), metavar="DIR",
                    help="where souls' memory lives (env SOUL_DATA_DIR, default ~/.soul-runtime)")
     g.add_argument("--namespace", default=d(None), metavar="NS",
@@ -466,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--store", action="append", choices=STORES, help="only these layers (repeatable)")
     sp.add_argument("--id", action="append", help="a memory id to delete (repeatable)")
     sp.add_argument("--query", help="delete every memory whose text contains this phrase (case-insensitive)")
+    add("down", cmd_down, "stop the data dir's local runtime (started by the first command without --address)")
     sp = add("cluster", cmd_cluster, "start / stop / inspect a Ray head for --address ray://... (listens on the "
              "node's address unless --node-ip 127.0.0.1)")
     sp.add_argument("action", choices=("up", "down", "status"))
@@ -476,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address the head binds and advertises (default: this node's address as Ray picks it, "
                          "reachable from other machines, which is what a cluster is for; 127.0.0.1 keeps the "
                          "head to this machine)")
-    sp.add_argument("--state-dir", help=f"where the head is recorded (default {DEFAULT_STATE_DIR})")
+    sp.add_argument("--state-dir", help="where the head is recorded (default DATA_DIR/cluster, where the local "
+                                        "runtime of the data dir is recorded too)")
     from soul_runtime.cli.bench import register
     register(sub, fmt)
     return p
@@ -494,7 +548,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     err = Console(stderr=True, highlight=False)
     try:
-        return int(args.fn(Ctx(args)))
+        ctx = Ctx(args)
+        code = int(args.fn(ctx))
+        if ctx.quick_exit and argv is None:  # skip Ray's driver shutdown (~0.3 s): the actors are detached and
+            sys.stdout.flush()  # the GCS notices the driver is gone by itself
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except KeyboardInterrupt:
         if args.debug:
             raise

@@ -8,6 +8,17 @@ May import: ``memory``, ``models``, ``embedding`` and the foundation modules. Ne
 ``actors`` or ``ray``.
 """
 
-from soul_runtime.loop.soul import Soul
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soul_runtime.loop.soul import Soul
+
+
+def __getattr__(attr: str) -> Any:  # lazy: importing a light submodule (say a record type) stays light
+    if attr == "Soul":
+        from soul_runtime.loop.soul import Soul
+        return Soul
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
 
 __all__ = ["Soul"]

@@ -40,11 +40,18 @@ def _too_short(text: str, cfg: TurnConfig) -> bool:
     return len(text.strip()) < cfg.min_persist_chars
 
 
+def _answers_question(exchange: Exchange) -> bool:
+    """Does the message answer a question the assistant just asked? ("Yes." after "… is that right?" is a
+    confirmation, not noise, however short.)"""
+    hist = exchange.history
+    return bool(hist) and hist[-1].role == "assistant" and hist[-1].content.rstrip(" .!\"')").endswith("?")
+
+
 def decide_exchange(model: LanguageModel, exchange: Exchange, cfg: TurnConfig, timings: dict[str, float]) -> Decided:
     """Length filter, then one model call (persist flag + extraction), then the guards."""
     t0 = time.perf_counter()
     try:
-        if _too_short(exchange.user_text, cfg):
+        if _too_short(exchange.user_text, cfg) and not _answers_question(exchange):
             return Decided(False, f"shorter than {cfg.min_persist_chars} characters")
         d = model.decide(exchange)
         used = ((d.model or model.memory_model_id, d.usage),)

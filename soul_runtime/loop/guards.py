@@ -155,7 +155,7 @@ def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]
             dropped.append(f"fact {f.entity}:{f.attribute}: value is an instruction")
         elif _SECRET.search(f"{f.attribute.replace('_', ' ')} {f.value}"):
             dropped.append(f"fact {f.entity}:{f.attribute}: a credential is never stored")
-        elif f.kind == "stated" and (echo_turn or _echoes(_fact_text(f), known) or _echoes(f.value, known[:1])):
+        elif f.kind == "stated" and (echo_turn or _echoes(_fact_text(f), known[:1]) or _echoes(f.value, known[:1])):
             dropped.append(f"fact {f.entity}:{f.attribute}: repeats the system prompt or a recalled memory")
         elif f.kind != "retracted" and _unfounded(f.value, user, exchange.history):
             dropped.append(f"fact {f.entity}:{f.attribute}: {f.kind}, but only an injection or a recited memory said it")

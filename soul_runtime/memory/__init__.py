@@ -8,6 +8,17 @@ May import: the foundation modules (``soul_runtime.errors/config/records/clock/t
 ``soul_runtime.embedding``. Never ``loop``, ``models``, ``cli``, ``bench``, ``actors`` or ``ray``.
 """
 
-from soul_runtime.memory.soul_memory import SoulMemory
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soul_runtime.memory.soul_memory import SoulMemory
+
+
+def __getattr__(attr: str) -> Any:  # lazy: importing a light submodule (say a record type) stays light
+    if attr == "SoulMemory":
+        from soul_runtime.memory.soul_memory import SoulMemory
+        return SoulMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
 
 __all__ = ["SoulMemory"]

@@ -18,11 +18,16 @@ from dataclasses import dataclass, replace
 
 from soul_runtime.config import MemoryConfig
 from soul_runtime.records import Fact, FactCandidate, FactVersion, Op
-from soul_runtime.text import normalise
+from soul_runtime.text import normalise, terms
 
 
 def same_value(a: str, b: str) -> bool:
     return normalise(a).strip(" .!") == normalise(b).strip(" .!")
+
+
+def same_thing(a: str, b: str) -> bool:
+    """Do two entity keys name the same thing ("checkout service" / "checkout", "deploys" / "deploy")?"""
+    return a == b or bool(set(terms(a)) & set(terms(b)))
 
 
 def merge_sources(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:

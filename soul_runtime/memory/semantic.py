@@ -24,7 +24,7 @@ from soul_runtime.memory.layer_db import (
     pack,
     unpack,
 )
-from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact
+from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
 from soul_runtime.memory.sqlite_db import open_db, transaction
 from soul_runtime.records import (
     Fact,
@@ -119,8 +119,14 @@ class SemanticStore:
         if c.kind == "stated":
             self.db.execute("INSERT OR IGNORE INTO observations VALUES (?,?,?,?,?,?,?)",
                             (c.entity, c.attribute, vnorm, c.value, req.turn_key, pack(list(c.sources)), req.now))
-        obs = self.db.execute("SELECT turn_key, sources FROM observations WHERE entity = ? AND attribute = ? "
-                              "AND value_norm = ? ORDER BY at", (c.entity, c.attribute, vnorm)).fetchall()
+            c = self._gathering_key(c, vnorm)
+            key = fact_key(c.entity, c.attribute)
+            rows = self.db.execute("SELECT entity, turn_key, sources FROM observations WHERE value_norm = ? "
+                                   "ORDER BY at", (vnorm,)).fetchall()
+            obs = list({r[1]: (r[1], r[2]) for r in rows if same_thing(r[0], c.entity)}.values())
+        else:
+            obs = self.db.execute("SELECT turn_key, sources FROM observations WHERE entity = ? AND attribute = ? "
+                                  "AND value_norm = ? ORDER BY at", (c.entity, c.attribute, vnorm)).fetchall()
         if obs:  # a confirmation or promotion draws on the messages that stated the value
             srcs: tuple[str, ...] = ()
             for _, s in obs:
@@ -140,6 +146,22 @@ class SemanticStore:
             payload["previous"] = existing.value
             payload["superseded_sources"] = [s for s in existing.sources if s not in c.sources]
         return MemoryWrite(Store.SEMANTIC, d.op, key, d.reason, payload)
+
+    def _gathering_key(self, c: FactCandidate, vnorm: str) -> FactCandidate:
+        """The key under which the same value said of the same thing in other words is counted: a fact that
+        already holds it, else the key it was stated under most often (the first on a tie)."""
+        for f in map(self._fact, self.db.execute("SELECT * FROM facts WHERE status = 'active'").fetchall()):
+            if normalise(f.value) == vnorm and same_thing(f.entity, c.entity):
+                return replace(c, entity=f.entity, attribute=f.attribute, display_entity=f.display_entity,
+                               display_attribute=f.display_attribute)
+        rows = self.db.execute("SELECT entity, attribute FROM observations WHERE value_norm = ? ORDER BY at",
+                               (vnorm,)).fetchall()
+        keys = [(e, a) for e, a in rows if same_thing(e, c.entity)]
+        best = max(dict.fromkeys(keys), key=keys.count, default=(c.entity, c.attribute))
+        if best == (c.entity, c.attribute):
+            return c
+        return replace(c, entity=best[0], attribute=best[1], display_entity=best[0],
+                       display_attribute=best[1].replace("_", " "))
 
     def erase(self) -> int:
         """Forget every fact, its history and observations for good: unlink the files, reopen empty."""

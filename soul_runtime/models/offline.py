@@ -128,6 +128,42 @@ def _resolve(corr: rules.Correction, cands: list[FactCandidate], sources: tuple[
     return dataclasses.replace(best, value=value, kind="corrected", sources=sources)
 
 
+def _bind(words: set[str], old_hint: str, cands: list[FactCandidate]) -> FactCandidate | None:
+    """The candidate fact a change refers to: most words shared with its entity and attribute, the old value named."""
+    hint = set(rules.content_words(old_hint)) or set(rules.normalise(old_hint).split())
+
+    def score(c: FactCandidate) -> int:
+        about = set(rules.content_words(f"{c.display_entity or c.entity} {c.display_attribute or c.attribute}".replace("_", " ")))
+        named = hint and (hint & set(rules.content_words(c.value)) or rules.normalise(old_hint) == rules.normalise(c.value))
+        return 3 * len(words & about) + 5 * bool(named)
+
+    best = max(cands, key=score, default=None)  # max keeps the first (most recent) of equal scores
+    return best if best is not None and score(best) > 0 else None
+
+
+def _changed(chg: rules.Change, subject: str, cands: list[FactCandidate], recent: list[FactCandidate],
+             sources: tuple[str, ...]) -> list[FactCandidate]:
+    """Corrected facts for a change ("we moved X to Y", "actually, it's Y", "X is Y now"); [] if it binds to none."""
+    if chg.value:
+        words = set(rules.content_words(chg.context)) - set(rules.content_words(chg.value)) - rules.TIME_WORDS
+        best = _bind(words, chg.old_hint, cands) or (recent[0] if recent and (chg.marked or chg.verb) and not words else None)
+        if best is None:
+            return []
+        value = rules.replace_number(best.value, chg.value) if re.fullmatch(r"\d+(?:\.\d+)*", chg.value) else chg.value
+        return [] if rules.normalise(value) == rules.normalise(best.value) else [
+            dataclasses.replace(best, value=value, kind="corrected", sources=sources)]
+    out = []
+    for st in rules.parse_statements(chg.context, subject):
+        f = _candidate(st, "corrected", sources)
+        same = [c for c in cands if (c.entity, c.attribute) == (f.entity, f.attribute)]
+        best = same[0] if same else _bind(set(rules.content_words(st.entity)), chg.old_hint, cands)
+        if best is not None and rules.normalise(best.value) != rules.normalise(f.value):
+            out.append(dataclasses.replace(best, value=f.value, kind="corrected", sources=sources))
+        elif best is None and chg.marked:
+            out.append(f)
+    return out
+
+
 def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate], previous: list[FactCandidate],
              sources: tuple[str, ...]) -> list[FactCandidate]:
     if positive == "":
@@ -135,8 +171,8 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
     out = []
     for st in rules.parse_statements(positive, subject):
         f = _candidate(st, "retracted", sources)
-        same = [c for c in cands if c.entity == f.entity and (c.attribute == f.attribute or set(
-            rules.content_words(c.value)) & set(rules.content_words(f.value)))]
+        same = [c for c in cands if (c.entity == f.entity or set(rules.content_words(c.entity)) & set(rules.content_words(
+            f.entity))) and (c.attribute == f.attribute or set(rules.content_words(c.value)) & set(rules.content_words(f.value)))]
         out.append(dataclasses.replace(same[0], kind="retracted", sources=sources) if same else f)
     if not out:  # "Tendril is no longer on Postgres": match a known fact by entity and value words
         words = set(rules.content_words(clause))
@@ -180,16 +216,21 @@ def analyse(ex: Exchange) -> _Analysis:
     hist, srcs = _prior(ex), tuple(ex.message_ids)
     subject = _subject(ex.speaker, text)
     name = subject or "The user"
-    guards = (ex.persona, *ex.recalled) if ex.persona else tuple(ex.recalled)
+    persona = (ex.persona,) if ex.persona else ()
+    known = persona + tuple(x for x in ex.recalled if x.lstrip().startswith("[semantic")) + tuple(
+        f"{e} {at.replace('_', ' ')}: {v}" for e, at, v in ex.known_facts)  # a known fact said again adds nothing
     prev_user = next((m for m in reversed(hist) if m.role == "user"), None)
     prev_reply = hist[-1] if hist and hist[-1].role == "assistant" else None
     previous = _message_facts(prev_user, ex.speaker) if prev_user else []
-    cands = [f for m in reversed(hist) for f in _message_facts(m, ex.speaker)]
+    said = [f for m in reversed(hist) if m.role == "user" for f in _message_facts(m, ex.speaker)]
+    recent = [f for m in list(reversed(hist))[:4] if m.role == "user" for f in _message_facts(m, ex.speaker)]
+    recent_said = next((fs for m in reversed(hist) if m.role == "user" and (fs := _message_facts(m, ex.speaker))), [])
+    cands = said + [f for m in reversed(hist) if m.role != "user" for f in _message_facts(m, ex.speaker)]
     cands += [FactCandidate(e, at, v, "", (), e, at.replace("_", " ")) for e, at, v in ex.known_facts]
     rest, leftover = text, []
     conf = rules.confirmation(text)
     if conf is not None:
-        confirmed = previous + (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
+        confirmed = previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
         a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
         rest = conf
     for sentence in rules.split_sentences(rest):
@@ -199,15 +240,26 @@ def analyse(ex: Exchange) -> _Analysis:
         clauses, kept = rules.split_clauses(rules.strip_fillers(sentence)), []
         for clause in clauses:
             n_facts = len(a.facts)
-            if rules.echoes(clause, guards):
+            if rules.echoes(clause, persona) or rules.pastes(clause, ex.recalled):  # a user saying a fact again is fine
                 continue
             m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
             positive = rules.parse_retraction(clause)
-            corr = rules.parse_correction(clause) if not m and positive is None else None
-            if m:
+            gone = rules.parse_dropped(clause) if positive is None and not m else ""
+            if gone:  # "Tomcat was decommissioned": the facts whose value or subject it is are withdrawn
+                words = set(rules.content_words(gone))
+                a.facts += [dataclasses.replace(c, kind="retracted", sources=srcs) for c in cands
+                            if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))][:3]
+            chg = rules.parse_change(clause) if not m and positive is None and not gone else None
+            changed = _changed(chg, subject, cands, recent, srcs) if chg else []
+            corr = rules.parse_correction(clause) if not m and positive is None and not changed and not gone else None
+            if gone:
+                pass
+            elif changed:
+                a.facts += changed
+            elif m:
                 a.facts += [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), subject)]
             elif positive is not None:
-                a.facts += _retract(positive, clause, subject, cands, previous, srcs)
+                a.facts += _retract(positive, clause, subject, cands, previous or recent_said, srcs)
             elif corr and corr.statement:
                 a.facts += [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, subject)]
             elif corr:
@@ -221,7 +273,7 @@ def analyse(ex: Exchange) -> _Analysis:
         leftover += [sentence] if len(kept) == len(clauses) else []
     unique = {(f.entity, f.attribute, f.kind): f for f in reversed(a.facts)}  # first one wins
     a.facts = [f for f in unique.values() if not rules.SECRET.search(f.attribute + " " + f.value) and not (
-        f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", guards))][::-1]
+        f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", known))][::-1]
     # tasks: a request here, or an outcome / "save this as a procedure" for the last request in history
     req = _request(text)
     if req:

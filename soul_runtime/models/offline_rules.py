@@ -55,7 +55,9 @@ def content_words(text: str) -> list[str]:
 
 
 def split_sentences(text: str) -> list[str]:
-    return [p.strip() for p in re.split(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+", text.replace("\u2019", "'").strip()) if p.strip()]
+    parts = re.split(r"(?<!\b[DM]r\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bSt\.)(?<!\bvs\.)(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+",
+                     text.replace("\u2019", "'").strip())
+    return [p.strip() for p in parts if p.strip()]
 
 
 def split_clauses(sentence: str) -> list[str]:
@@ -134,6 +136,13 @@ def echoes(text: str, sources: tuple[str, ...] | list[str]) -> bool:
     return len(n.split()) >= 3 and any(m and (n in m or (len(m.split()) >= 3 and m in n)) for m in lines)
 
 
+def pastes(text: str, lines: tuple[str, ...] | list[str]) -> bool:
+    """Does ``text`` contain a whole recalled memory line (≥ 3 words) — a memory pasted back, not a fact said again?"""
+    n = normalise(text)
+    bodies = [normalise(re.sub(r"^\s*\[[^\]]*\]", "", line)) for src in lines for line in src.splitlines()]
+    return any(len(b.split()) >= 3 and b in n for b in bodies)
+
+
 # ---- fact statements ------------------------------------------------------------
 @dataclass(frozen=True)
 class Statement:
@@ -159,7 +168,8 @@ _ROLE_BAD = frozenset("bit little lot big huge great good real total bad mess wr
 _TEAM = re.compile(r"^(?i:i'm|i am|i work|i'm working)\s+(?i:on|in|with|for)\s+(?:the\s+)?(?P<team>.+?\bteam)$")
 _WORK_AT = re.compile(r"^(?i:i work|i'm working|i am working)\s+(?i:at|for)\s+(?P<org>[A-Z].*)$")
 _FROM = re.compile(r"^(?i:i'm|i am|i come)\s+(?i:originally\s+)?from\s+(?P<val>[A-Z].*)$")
-_LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i just moved)\s+(?i:in|to)\s+(?P<val>[A-Z].*)$")
+_LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i just moved|i'm based|i am based|i'm located|"
+                   r"i am located)\s+(?i:in|to)\s+(?P<val>[A-Z].*)$")
 _PREF1 = re.compile(r"^(?i:i)\s+(?:(?i:really|also|just|totally|absolutely|still|much|do)\s+)?"
                     r"(?P<verb>(?i:prefer|like|love|enjoy|hate|dislike|use))\s+(?P<val>.+)$")
 _PREF3 = re.compile(r"^" + _ENT + r"\s+(?P<verb>prefers|likes|loves|enjoys|hates|dislikes|uses|runs on)\s+(?P<val>.+)$")
@@ -245,6 +255,9 @@ def _statements(clause: str, subject: str) -> list[Statement]:
         m = _MY.match(s)  # "my favourite editor is Helix", "my dog's name is Max"
         if m and _value(m.group("val")):
             return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(m.group("val")))]
+    rel = parse_relation(s, subject)
+    if rel:
+        return rel
     if re.match(r"^(?i:i|i'm|i've|my|me|we|our|he|she|they|it|this|that|there|his|her|their|its)\b", s):
         return []
     m = _PREF3.match(s)
@@ -265,16 +278,42 @@ def _statements(clause: str, subject: str) -> list[Statement]:
 
 
 # ---- confirmation, correction, retraction --------------------------------------
-_CONFIRM = re.compile(
-    r"^(?:(?:yes|yep|yeah|yup|right|indeed)\b[\s,!.\u2014-]*)?(?:(?:that's|that is|it's|it is|you're|you are)\s+"
-    r"(?:absolutely\s+|exactly\s+)?(?:right|correct|it|true|spot on)\b|correct\b|exactly\b|confirmed\b(?!\s*:)|"
-    r"precisely\b|spot on\b|affirmative\b)[\s,!.]*|^(?:yes|yep|yeah|yup)[\s,!.]*$", re.I)
+_AFFIRM = frozenset("yes yep yeah yup yea ya aye right correct true indeed exactly precisely absolutely definitely "
+                    "certainly affirmative accurate confirmed confirm bingo sure yess yesss mhm mm-hm mmhm uh-huh "
+                    "spot-on".split())
+_AFFIRM_FILL = frozenset("that that's thats it it's its is was you you're youre are got have does do did totally quite "
+                         "100% the one spot on all of course so very well said what i how works good memory "
+                         "this".split())
+
+
+def _affirm_words(clause: str) -> list[str]:
+    t = clause.lower().replace("\u2019", "'").replace("spot on", "spot-on")
+    return [w for w in re.split(r"[\s,!.;:\u2014\u2013]+|\s-\s", t) if w]
 
 
 def confirmation(text: str) -> str | None:
-    """The text after an explicit confirmation ("yes, that's right"), or None when it is not one."""
-    m = _CONFIRM.match(text.strip().replace("\u2019", "'"))
-    return text.strip()[m.end():].strip() if m else None
+    """The text after an explicit confirmation, or None when ``text`` does not start with one.
+
+    A confirmation is a first clause made only of affirmative words ("yes", "correct", "spot on") and
+    empty fillers ("that's", "you got it"), with at least one affirmative and no negation; further
+    clauses of the first sentence that are equally empty ("that's what I said") are part of it.
+    """
+    sentences = split_sentences(text.strip())
+    if not sentences:
+        return None
+    clauses = [c for c in re.split(r"(?<=[,!.;])\s+|\s+[\u2014\u2013-]\s+", sentences[0]) if c.strip()]
+    used = 0
+    for clause in clauses:
+        words = _affirm_words(clause)
+        if not words or any(w not in _AFFIRM and w not in _AFFIRM_FILL for w in words):
+            break
+        if used == 0 and not any(w in _AFFIRM or w == "got" for w in words):
+            return None
+        used += 1
+    if used == 0:
+        return None
+    rest = " ".join(clauses[used:] + sentences[1:])
+    return rest.strip()
 
 
 _CORR_MARK = re.compile(r"^(?i:actually|correction|sorry|wait|oops|no|nope|not quite|i meant|my mistake|"
@@ -331,7 +370,7 @@ _RETRACT = (
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
     s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
-    if re.match(r"^(?i:please\s+)?(?i:forget|ignore) (?:that|this|what i (?:just )?said)$", s) or re.match(
+    if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
             r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
         return ""
     for m, fmt in ((rx.match(s), fmt) for rx, fmt in _RETRACT):
@@ -339,6 +378,26 @@ def parse_retraction(clause: str) -> str | None:
             a, v, b = m.group("a"), m.groupdict().get("v") or "", m.groupdict().get("b") or ""
             return collapse(fmt.format(a=a, v=v, b=b, v3=v if re.match(r"^(?i:i|we|you|they)$", a) else _third(v)))
     return None
+
+
+_GONE = (r"decommissioned|retired|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
+         r"dropped|cancell?ed|discontinued|uninstalled|killed|scrapped|abandoned")
+_DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is being|is now|are now)\s+(?:\w+\s+)?"
+                       rf"(?:{_GONE})\b", re.I),
+            re.compile(rf"^(?:we|i)\s+(?:\w+\s+)?(?:{_GONE}|got rid of|ditched|stopped using|quit|moved off|"
+                       rf"moved away from)\s+(?P<obj>.+)$", re.I),
+            re.compile(r"^(?P<obj>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:gone|dead|history|no more)$", re.I))
+
+
+def parse_dropped(clause: str) -> str:
+    """What a clause says is gone ("Tomcat was decommissioned", "we got rid of Jenkins"), else ''."""
+    s = clean_value(clause.replace("\u2019", "'"))
+    for rx in _DROPPED:
+        m = rx.match(s)
+        if m and not is_question(clause) and not is_hypothetical(s):
+            obj = clean_value(re.sub(r"^(?i:the|our|my)\s+", "", m.group("obj")))
+            return obj if obj and obj.split()[0].lower() not in PRONOUNS else ""
+    return ""
 
 
 # ---- tasks ------------------------------------------------------------------------
@@ -521,3 +580,263 @@ def entities(text: str) -> list[str]:
             if not common and word.split()[0].lower() not in STOPWORDS and word.lower() not in map(str.lower, found):
                 found.append(word)
     return found
+
+
+# ---- relations: copular and verb-frame statements about things --------------------
+# A clause "NP VERB [PREP] VALUE" becomes (entity, relation, value): the noun phrase gives the
+# entity (and an attribute when it is possessive: "E's A", "the A of E", "my A"), the verb and
+# preposition give the relation class, the value's shape (a time, a day) can override it.
+_RELATION_VERBS = {
+    "runs on": "run host deploy serve back keep store live sit hold power",
+    "built with": "write build make implement code develop orchestrate manage",
+    "location": "base locate situate",
+    "schedule": "happen schedule occur start leave meet",
+}
+_REL_OF = {lemma: rel for rel, words in _RELATION_VERBS.items() for lemma in words.split()}
+_IRREGULAR = {"written": "write", "wrote": "write", "built": "build", "made": "make", "kept": "keep", "ran": "run",
+              "held": "hold", "sat": "sit", "left": "leave", "met": "meet", "went": "go", "got": "get"}
+_PREP = r"on|in|at|to|with|by|using|via|through|from|inside|onto|into|every"
+_DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
+_TIMEISH = re.compile(rf"^(?:at\s+|on\s+)?(?:\d{{1,2}}(?:[:.]\d\d)?\s*(?:am|pm|a\.m\.|p\.m\.)?|noon|midnight|{_DAY}|"
+                      rf"(?:every|each)\s+.+|(?:the\s+)?\d{{1,2}}(?:st|nd|rd|th)|(?:daily|weekly|monthly|nightly|hourly|"
+                      r"fortnightly|biweekly|quarterly|yearly))$", re.I)
+_TRAILING_TIME = re.compile(
+    r"(?:,?\s+(?:now|nowadays|these days|currently|anymore|any more|from now on|for now|recently|lately|"
+    r"a while (?:ago|back)|\w+ (?:days?|weeks?|months?|years?) ago|last \w+|this \w+|next \w+|starting .+|since .+|"
+    r"as of .+|effective .+|in (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w*(?:\s+\d{4})?|in \d{4}|"
+    r"for (?!now\b)[a-z].*))+$", re.I)
+_NP_OK = re.compile(r"^[\w.+-]+(?:\s+[\w.+-]+){0,4}$")
+_NOT_NP = frozenset("it this that there he she they we i you who what which something everything nothing anything "
+                    "someone everyone life work weather today tomorrow here one".split())
+
+
+def lemma(word: str) -> str:
+    """A verb's base form ("hosted" → host, "runs" → run, "written" → write); a rough rule, no dictionary."""
+    w = word.lower()
+    if w in _IRREGULAR:
+        return _IRREGULAR[w]
+    for suf, rep in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            base = w[: -len(suf)] + rep
+            if suf in ("ing", "ed") and len(base) > 3 and base[-1] == base[-2] and base[-1] not in "ls":
+                base = base[:-1]  # running → run, shipped → ship
+            if base + "e" in _REL_OF or (suf in ("ed", "ing", "es") and base.endswith(("at", "iz", "ov", "ag", "rv",
+                                                                                       "erg", "uc", "id"))):
+                base += "e"  # hosted→host, but serve, locate, manage, orchestrate
+            return base
+    return w
+
+
+def trim_time(value: str) -> str:
+    """A value without trailing time adverbials ("Render in March" → Render, "10:00 starting this week" → 10:00)."""
+    v = _TRAILING_TIME.sub("", clean_value(value)).strip(" ,")
+    return clean_value(v) if v else clean_value(value)
+
+
+def is_timeish(value: str) -> bool:
+    return bool(_TIMEISH.match(clean_value(value)))
+
+
+def _noun_phrase(np: str, subject: str) -> tuple[str, str, bool] | None:
+    """(entity, attribute, owned) named by a subject noun phrase; attribute '' when the phrase is the thing
+    itself; owned when a possessive ("our", "my", "E's") makes it somebody's attribute."""
+    s = clean_value(np)
+    owned = bool(re.match(r"^(?i:our|your|their)\s", s))
+    s = re.sub(r"^(?i:the|our|your|their|this|that)\s+", "", s)
+    m = re.match(r"^(?i:my)\s+(?P<att>.+)$", s)
+    if m:
+        return (subject, m.group("att"), True) if subject else None
+    m = re.match(r"^(?P<ent>.+?)'s\s+(?P<att>.+)$", s)
+    if m:
+        ent = re.sub(r"^(?i:the|our)\s+", "", m.group("ent"))
+        return (ent, m.group("att"), True) if _NP_OK.match(ent) and _NP_OK.match(m.group("att")) else None
+    m = re.match(r"^(?P<att>[a-z][\w -]*?)\s+(?:of|for|behind|in|at)\s+(?:the\s+)?(?P<ent>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)$", s)
+    if m:
+        return m.group("ent"), m.group("att"), True
+    m = re.match(r"^(?P<ent>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)\s+(?P<att>[a-z][a-z -]*)$", s)
+    if m and m.start() == 0 and not _bad_entity(m.group("ent"), True):
+        return m.group("ent"), m.group("att"), True
+    if not _NP_OK.match(s) or s.split()[0].lower() in _NOT_NP or s.split()[0].lower() in STOPWORDS:
+        return None
+    return s, "", owned
+
+
+def _relation(verb: str, prep: str, value: str) -> str:
+    rel = _REL_OF.get(lemma(verb), "") if verb else ""
+    if is_timeish(trim_time(value)) or (prep == "every"):
+        return "schedule"
+    if rel:
+        return rel
+    if verb:
+        return f"{verb.lower()} {prep}".strip()
+    return {"in": "location", "at": "location", "on": "runs on", "with": "built with", "by": "runs on"}.get(prep, "")
+
+
+def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Statement | None:
+    """One statement, or None when the value is junk or a common noun about a bare topic ("the kids are happy")."""
+    v = _value(trim_time(value))
+    if not v or not ent or ent.split()[0].lower() in _NOT_NP:
+        return None
+    named = bool(re.search(r"[A-Z0-9]", v)) or is_timeish(v)
+    if not named and not att and not owned:
+        return None
+    return Statement(ent, att or rel or "description", v)
+
+
+_SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
+                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n))\s+)?|(?:(?:now|currently|still|also|actually)\s+)?"
+                    rf"(?P<v>[a-z]+)\s+)(?:(?P<prep>{_PREP})\s+)?(?P<val>\S.*)$")
+
+
+class _Split:
+    """One reading of a clause as NP + (copula [participle] | verb) + [preposition] + value."""
+
+    def __init__(self, s: str, m: re.Match[str]) -> None:
+        self._g = {"np": s[: m.start()], "be": m.group("be") or "", "verb": m.group("part") or m.group("v") or "",
+                   "prep": m.group("prep") or "", "val": m.group("val")}
+
+    def group(self, name: str) -> str:
+        return self._g[name]
+
+
+def _splits(s: str) -> list[_Split]:
+    """Readings left to right; a verb reading needs a known relation verb, "uses", or a verb with a preposition."""
+    out = []
+    for start in [i for i, ch in enumerate(s) if ch == " "]:
+        m = _SPLIT.match(s, start)
+        if not m or start == 0:
+            continue
+        be, part, v, prep = m.group("be"), m.group("part"), m.group("v"), m.group("prep")
+        if be:
+            if (part and not prep) or (be in ("was", "were") and not part):
+                continue  # "is deployed" without where; a past state is an event, not a current fact
+        elif not v or v in STOPWORDS or not (lemma(v) in _REL_OF or lemma(v) == "use" or (prep and v.endswith("s"))):
+            continue
+        out.append(_Split(s, m))
+        break
+    return out
+
+
+_INVERTED = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[\w.+-]+){0,3}|\d[\w:.]*)\s+(?:is|are)\s+(?P<det>our|my|the)\s+"
+                       r"(?P<np>\w[\w -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
+_ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P<verb>hosts|runs|powers|serves|backs|"
+                     r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
+_WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)"
+                      rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
+_WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
+_WE_USE_FOR = re.compile(r"^(?:we|i)\s+(?:(?:now|still|currently|also|mostly)\s+)?(?:use|are using|'re using)\s+"
+                         r"(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:for|as)\s+(?:our\s+|the\s+|my\s+)?"
+                         r"(?P<np>[a-z][\w -]{0,40})$", re.I)
+
+
+def parse_relation(clause: str, subject: str) -> list[Statement]:
+    """Statements about things: "the billing service is written in Go", "X runs on Y", "Y hosts our X"."""
+    s = re.sub(r"^(?i:i'd say|i would say|i think|i believe|fwiw|for the record|to be clear|i'd say that)[,\s]+", "",
+               clause)
+    s = clean_value(s)
+    if not s or is_question(clause) or is_hypothetical(s):
+        return []
+    m = _INVERTED.match(s)
+    if m and m.group("val").split()[0].lower() not in STOPWORDS and (m.group("det") != "the" or m.group("rc")):
+        owner = m.group("det").lower() == "my"
+        if owner and not subject:
+            return []
+        st = _fact(subject, m.group("np"), "", m.group("val")) if owner else _fact(m.group("np"), "", "description",
+                                                                                    m.group("val"))
+        return [st] if st else []
+    for rx in (_ACTIVE, _WE_VERB, _WE_USE_FOR):
+        m = rx.match(s)
+        if m:
+            verb = m.groupdict().get("verb") or "use"
+            prep = m.groupdict().get("prep") or ""
+            rel = "uses" if verb.lower() == "use" else _relation(verb, prep, m.group("val"))
+            if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF):
+                st = _fact(m.group("np"), "", rel, m.group("val"))
+                return [st] if st else []
+    m = _WE_WHEN.match(s)
+    if m and is_timeish(trim_time(m.group("val"))) and m.group("verb").lower() not in STOPWORDS:
+        st = _fact(lemma(m.group("verb")), "", "schedule", m.group("val"))
+        return [st] if st else []
+    for sp in _splits(s):
+        verb, prep = sp.group("verb") or "", (sp.group("prep") or "").lower()
+        np = _noun_phrase(sp.group("np"), subject)
+        if not np:
+            continue
+        plain = bool(sp.group("be")) and not verb and not prep
+        uses = lemma(verb) == "use" and not prep
+        rel = "" if plain else "uses" if uses else _relation(verb, prep, sp.group("val"))
+        st = _fact(np[0], np[1], rel, ("every " if prep == "every" else "") + sp.group("val"), np[2])
+        if st and uses and not np[1]:  # the existing convention: one "uses_<tool>" fact per tool
+            st = Statement(st.entity, "uses", st.value, "uses_" + _head(st.value))
+        return [st] if st else []
+    return []
+
+
+# ---- changes: "we moved X to Y", "X was swapped for Y", "replaced X with Y" ------------------
+_CHANGE_MARK = re.compile(
+    r"^(?i:actually|correction|update|small fix|quick fix|fix|heads up|fyi|sorry|wait|hold on|oops|no|nope|"
+    r"not quite|not anymore|not any more|scratch that|my mistake|my bad|i was wrong|i meant|i misspoke|"
+    r"to correct myself|change of plan|news)\b[\s,:;!.\u2014\u2013-]*")
+TIME_WORDS = frozenset("since recently lately nowadays currently anymore starting week month year sprint ago weve theyve "
+                       "while".split())
+_CHANGE_ADVERB = re.compile(r"\b(?i:now|from now on|these days|nowadays|anymore|any more|since|starting|as of|"
+                            r"no longer|recently|lately)\b")
+_CHANGE_VERBS = (r"moved|migrated|switched|changed|relocated|upgraded|downgraded|shifted|swapped|transitioned|"
+                 r"converted|ported|rewrote|rewritten|rebuilt|replaced|rescheduled|pushed|bumped|updated|traded|"
+                 r"exchanged|repointed|cut over|flipped")
+_CHANGE = re.compile(rf"^(?P<ctx>.*?)\b(?P<verb>{_CHANGE_VERBS})\b(?P<obj>.*?)\s+(?:over\s+|back\s+)?"
+                     rf"(?P<prep>to|for|with|in|into|onto|from \S+ to)\s+(?P<new>.+)$", re.I)
+_SWAP = re.compile(r"^(?P<ctx>.*?)\b(?:sold|dropped|ditched|gave up|left|quit|retired|cancelled|canceled)\s+"
+                   r"(?P<old>.+?)\s+and\s+(?:\w+\s+)?(?:bought|got|picked up|adopted|joined|went with|switched to|"
+                   r"moved to|started using|signed up (?:for|with))\s+(?P<new>.+)$", re.I)
+_ITS_NOW = re.compile(r"^(?P<ctx>.*?)(?:,|;|\s[\u2014\u2013-])\s*(?:and\s+)?(?:it's|it is|now it's|it's now|"
+                      r"they're|they are)\s+(?:now\s+)?(?P<new>.+)$", re.I)
+_NOT_OLD = re.compile(r",?\s+(?:and\s+)?not\s+(?P<old>[^,]+)$", re.I)
+
+
+@dataclass(frozen=True)
+class Change:
+    context: str  # the words that name what changed ("checkout", "the design review")
+    value: str  # the new value
+    old_hint: str = ""  # the old value when named
+    marked: bool = False  # an explicit marker ("actually", "correction", "not X")
+    verb: bool = False  # said with a verb of change ("moved", "switched", "replaced")
+
+
+def strip_change_marker(clause: str) -> tuple[str, bool]:
+    s, marked = clause.strip().replace("\u2019", "'"), False
+    while True:
+        m = _CHANGE_MARK.match(s)
+        if not m or m.end() == 0:
+            return s, marked
+        s, marked = s[m.end():].strip(), True
+
+
+def parse_change(clause: str) -> Change | None:
+    """A change of an earlier fact stated with a verb of change or a replacement, marked or not."""
+    s, marked = strip_change_marker(clause)
+    if not s or is_question(s) or is_hypothetical(s):
+        return None
+    old = ""
+    m = _NOT_OLD.search(s)
+    if m and len(m.group("old").split()) <= 4:
+        old, s = clean_value(m.group("old")), s[: m.start()]
+    m = _SWAP.match(s)
+    if m:
+        return Change(m.group("ctx"), trim_time(m.group("new")), clean_value(m.group("old")), marked, True)
+    m = _CHANGE.match(s)
+    if m and not re.search(r"\b(?:to|in)\b\s*$", m.group("obj")):
+        verb, obj, new = m.group("verb").lower(), m.group("obj").strip(), trim_time(m.group("new"))
+        if verb in ("replaced", "swapped", "traded", "exchanged") and obj and m.group("prep").lower() in ("with", "for"):
+            return Change(m.group("ctx"), new, clean_value(obj) or old, marked, True)
+        return Change(f"{m.group('ctx')} {obj}", new, old, marked, True)
+    m = _ITS_NOW.match(s)
+    if m and (marked or re.search(rf"\b(?:{_CHANGE_VERBS})\b", m.group("ctx"), re.I)):
+        return Change(m.group("ctx"), trim_time(m.group("new")), old, marked, True)
+    b = _BARE.match(s)
+    if marked and b:
+        return Change("", trim_time(b.group("val")), old, True)
+    if marked or old or _CHANGE_ADVERB.search(s):  # a restatement: parse it, then bind it
+        return Change(re.sub(r"^(?i:these days|nowadays|now|lately|recently|from now on|as of \w+|since \w+)[,\s]+", "",
+                             s), "", old, marked or bool(old))
+    return None
