@@ -46,6 +46,8 @@ def stored(d: Path) -> tuple[dict[str, int], dict[int, int], set[int]]:
     per_turn: dict[int, int] = {}
     for e in mem.episodes():
         for s in e.sources:
+            if not s.endswith("/user"):  # an episode may also cite the question it answers (the soul's reply)
+                continue
             seq = int(s.split("/")[1])
             per_turn[seq] = per_turn.get(seq, 0) + 1
     mem.close()
