@@ -78,8 +78,8 @@ class LayerShard(ActorInfo):
         self.swept: dict[str, float] = {}
         self._sweeping = threading.Lock()
         self.ticker = None
-        if self.retention_every_s > 0 and raycalls.is_initialized():  # the sweep runs in the actor's own queue
-            me = raycalls.current_actor()
+        me = raycalls.current_actor() if self.retention_every_s > 0 else None
+        if me is not None:  # in an actor: the sweep runs in the actor's own queue
             self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),
                                  name=f"{self.name}-retention")
 

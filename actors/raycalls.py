@@ -332,9 +332,15 @@ def get(refs: Any, timeout: float | None = None) -> Any:
         raise translate(e) from None
 
 
-def current_actor() -> Any:
-    """The handle of the actor this code runs in (to queue a call to itself)."""
-    return ray.get_runtime_context().current_actor
+def current_actor() -> Any | None:
+    """The handle of the actor this code runs in (to queue a call to itself); None outside an actor (a driver
+    that constructs the plain class, as the unit tests do)."""
+    if not ray.is_initialized():
+        return None
+    try:
+        return ray.get_runtime_context().current_actor
+    except RuntimeError:  # "only available in an actor"
+        return None
 
 
 def node_id() -> str:

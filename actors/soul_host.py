@@ -158,12 +158,21 @@ class SoulHost(ActorInfo):
         activation and lock, it is activated again."""
         while True:
             act = self._activate(soul_id)
-            with act.lock:
-                with self.guard:
-                    current = self.active.get(soul_id) is act
-                if current:
-                    yield act
-                    return
+            act.lock.acquire()
+            with self.guard:
+                current = self.active.get(soul_id) is act
+            if not current:
+                act.lock.release()
+                continue
+            try:
+                yield act
+            finally:
+                act.lock.release()
+            with self.guard:
+                over = len(self.active) > self.cfg.host_capacity
+            if over:  # a soul an eviction skipped because it was in a turn goes now
+                self._evict()
+            return
 
     def _evict(self) -> int:
         """Passivate idle souls and souls beyond capacity (least recently used first; the policy is
