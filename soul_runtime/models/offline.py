@@ -96,6 +96,7 @@ class _Analysis:
     task: TaskReport | None = None
     task_body: str = ""
     explicit_steps: bool = False
+    reported: bool = False  # the task was told with its steps, not asked for
     episode: str = ""
     event: bool = False
     entities: tuple[str, ...] = ()
@@ -207,6 +208,57 @@ def _procedure_steps(lines: tuple[str, ...], cls: str) -> tuple[str, tuple[str, 
     return "", ()
 
 
+_TASK_NAMED = re.compile(r"\btask '([^']{1,80})'")
+
+
+def _known_classes(ex: Exchange, hist: list[ChatMessage], subject: str) -> list[str]:
+    """Task classes named before: procedures and task episodes recalled for this exchange, earlier messages."""
+    out = list(ex.known_tasks)
+    for line in ex.recalled:
+        m = _LINE.match(line.strip())
+        if m and m.group("store") == "procedural":
+            out.append(m.group("id").split("@")[0])
+        out += _TASK_NAMED.findall(line)
+    for msg in hist:
+        out += _TASK_NAMED.findall(msg.content)
+        if msg.role == "user":
+            d = rules.parse_procedure(msg.content, subject)
+            out += [rules.title_class(d[0])] if d and d[0] else []
+    return [c for c in dict.fromkeys(out) if c]
+
+
+def _class_for(title: str, known: list[str]) -> str:
+    """The class of a titled task: a known class naming the same task, else one made from the title."""
+    cls = rules.title_class(title)
+    return next((k for k in known if rules.similar_task(k, cls)), cls) if cls else ""
+
+
+def _described(text: str, hist: list[ChatMessage], ex: Exchange, subject: str) -> tuple[str, tuple[str, ...]] | None:
+    """(task class, steps) of a task the user told with its steps, here or (for a save request or an outcome
+    that only lists steps) in the conversation just before; None when there is none or a request came later."""
+    known = _known_classes(ex, hist, subject)
+    found = rules.parse_procedure(text, subject)
+    users = [m for m in reversed(hist) if m.role == "user"]
+    if found and not found[0]:  # steps without a title: the task was named in the message before
+        named = next((m.content for m in users[:1] if not rules.is_question(m.content.strip())
+                      and len(m.content.split()) <= 15 and not rules.parse_procedure(m.content, subject)), "")
+        cls = _class_for(rules.strip_fillers(rules.split_sentences(named)[0]) if named else "", known)
+        return (cls, found[1]) if cls else None
+    if found:
+        cls = _class_for(found[0], known)
+        return (cls, found[1]) if cls else None
+    if not rules.save_requested(text):
+        return None
+    for msg in users[:3]:  # "save that as a procedure" after the steps were told
+        if _request(msg.content):
+            return None
+        d = rules.parse_procedure(msg.content, subject)
+        if d and d[0]:
+            cls = _class_for(d[0], known)
+            return (cls, d[1]) if cls else None
+    return None
+
+
 def analyse(ex: Exchange) -> _Analysis:
     a = _Analysis()
     text = ex.user_text.strip()
@@ -282,6 +334,12 @@ def analyse(ex: Exchange) -> _Analysis:
         steps = steps or _procedure_steps(tuple(ex.recalled), cls)[1] or rules.default_plan(cls)
         a.task = TaskReport(cls, steps, "", rules.save_requested(text))
     outcome, save = rules.detect_outcome(rest), rules.save_requested(text)
+    told = rules.parse_procedure(text, subject) if not a.task else None
+    outcome = rules.detect_outcome(rest, reported=True) if told else outcome
+    described = _described(text, hist, ex, subject) if not a.task and (outcome or save) else None
+    if described:  # a task told with its steps ("renewed the cert: made a CSR, …, reloaded nginx. All good.")
+        a.task, a.task_body, a.reported = TaskReport(described[0], described[1], outcome, save), f"'{described[0]}'", True
+        a.facts = [f for f in a.facts if f.kind != "stated"]
     last = _last_request(hist, ex.speaker) if not a.task and (outcome or save) else None
     if last:
         cls = next((k for k in ex.known_tasks if rules.same_task(k, last[0])), last[0])
@@ -304,9 +362,15 @@ def analyse(ex: Exchange) -> _Analysis:
     elliptic = bool(gist) and rules.is_elliptic(episode.split_photo(rest)[0])
     if not parts and elliptic:
         general = ""  # an answer that leans on the question: stored with it below
+    if a.reported:
+        general = ""  # the task line below says it all
     if general and rules.content_words(general):
         parts.append(general)
-    if a.task:
+    if a.task and a.reported:
+        parts += [f"{name} {'did' if a.task.outcome != 'failure' else 'tried'} the task '{a.task.task_class}'"
+                  f"{' (' + a.task.outcome + ')' if a.task.outcome else ''}: " + "; ".join(a.task.steps) + "."]
+        parts += [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
+    elif a.task:
         parts += [f"The task to {a.task_body} {'succeeded' if a.task.outcome == 'success' else 'failed'}."] * bool(
             a.task.outcome) + [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
     if not parts and prev and elliptic:
