@@ -26,7 +26,7 @@ sure talk thank thanks thing things think time today totally wanna way welcome w
 OPINION = frozenset("so really very pretty super too great awesome amazing cool nice good bad fine fun special "
                     "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
 PRONOUNS = frozenset("it that this them him her you me us those these they he she there something".split())
-SECRET = re.compile(r"password|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn", re.I)
+SECRET = re.compile(r"password(?!s?[ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn", re.I)
 
 # ---- normalisation -------------------------------------------------------------
 
@@ -91,6 +91,17 @@ _CHIT = re.compile(
 
 def is_question(sentence: str) -> bool:
     return sentence.rstrip(" \"')").endswith("?")
+
+
+_HEARSAY = re.compile(r"^(?:apparently|reportedly|supposedly|allegedly|rumou?r has it|word is|i(?:'ve)? heard|they say|"
+                      r"people say)\b|^(?:my|our|his|her|their)\s+[\w-]+(?:\s+[\w-]+)?\s+(?:says?|said|thinks?|thought|claims?|"
+                      r"claimed|reckons?|believes?|insists?)\b|^[A-Z][a-z]+\s+(?:says|said|thinks|claims|reckons|believes|"
+                      r"insists)\b", re.I)
+
+
+def is_hearsay(sentence: str) -> bool:
+    """Someone else's claim or a rumour ("apparently …", "my friend says …"): not the speaker's own fact."""
+    return bool(_HEARSAY.match(sentence.strip()))
 
 
 def is_hypothetical(sentence: str) -> bool:
@@ -173,15 +184,30 @@ _LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i jus
 _PREF1 = re.compile(r"^(?i:i)\s+(?:(?i:really|also|just|totally|absolutely|still|much|do)\s+)?"
                     r"(?P<verb>(?i:prefer|like|love|enjoy|hate|dislike|use))\s+(?P<val>.+)$")
 _PREF3 = re.compile(r"^" + _ENT + r"\s+(?P<verb>prefers|likes|loves|enjoys|hates|dislikes|uses|runs on)\s+(?P<val>.+)$")
-_MY = re.compile(r"^(?i:my)\s+(?P<att>[a-z][a-z' ]{0,40}?)" + _IS)
+_MY = re.compile(r"^(?i:my)\s+(?P<att>[a-z][a-z' -]{0,40}?)" + _IS)
 _POSS = re.compile(r"^(?:[Tt]he\s+)?" + _ENT + r"'s\s+(?P<att>[a-z][a-z' ]{0,40}?)" + _IS)
 _OF = re.compile(r"^(?:[Tt]he\s+)?(?P<att>[a-z][a-z ]{0,40}?)\s+(?:of|for)\s+(?:the\s+)?" + _ENT + _IS)
 _CAP_ATTR = re.compile(r"^(?:[Tt]he\s+)?" + _ENT + r"\s+(?P<att>[a-z][a-z ]{0,40}?)" + _IS)
 _X_IS = re.compile(r"^" + _ENT + _IS)
+_I_ADJ = re.compile(r"^(?i:i'm|i am)\s+(?:(?i:very|quite|really|severely|mildly|also|still|now)\s+)?"
+                    r"(?P<adj>[a-z]+(?:ic|ed|ent|ant|ive))\s+(?P<prep>to|of|with|from|in|on)\s+(?P<val>.+)$")
+_I_AT = re.compile(r"^(?i:i've been|i have been|i'm|i am|i've worked|i have worked)\s+(?P<prep>at|with)\s+(?P<val>[A-Z].*)$")
+_I_VERB = re.compile(r"^(?i:i)\s+(?:(?i:also|still|now|currently|mostly|usually|always|normally)\s+)?(?P<verb>[a-z]{2,})\s+"
+                     r"(?:(?P<prep>to|with|at|for|on|in|by)\s+)?(?:(?i:a|an|the)\s+)?(?P<val>(?:Dr\.\s+)?[A-Z0-9][\w.+-]*"
+                     r"(?:\s+[\w.+-]+){0,4})$")
+_NOT_HABIT = frozenset("am was were have had did said told think thought know knew met saw visited went got made took gave "
+                       "found heard read ran wrote bought sold left came mean meant guess hope wish wonder want need "
+                       "asked called emailed texted pinged love like prefer enjoy hate dislike use".split())
 _PREF_BASE = {"prefer": "prefers", "like": "likes", "love": "likes", "enjoy": "likes", "hate": "dislikes",
               "dislike": "dislikes", "use": "uses", "runs on": "runs on"}
 _CUT = re.compile(r",\s+(?:which|who|but|and|so|because|since|though|as|when|while)\b|\s+(?:because|since|which|"
                   r"although|though|but)\b|\s+[\u2014\u2013]\s+|\s+--?\s+")
+
+
+def _named(raw: str) -> str:
+    """"a guy named Henrik Dahl" → "Henrik Dahl"; anything else as it is."""
+    m = re.match(r"^(?:an?|the|some)\s+(?:[a-z]+\s+){1,2}(?:named|called)\s+(?P<n>[A-Z].*)$", raw.strip())
+    return m.group("n") if m else raw
 
 
 def _value(raw: str, generic: bool = False) -> str:
@@ -222,7 +248,7 @@ def parse_statements(clause: str, subject: str) -> list[Statement]:
 def _statements(clause: str, subject: str) -> list[Statement]:
     s = clean_value(re.sub(r"^(?i:i think|i believe|i guess|remember|note|just so you know)(?:\s+that)?[,\s]+", "",
                            clause.replace("\u2019", "'")))
-    if not s or is_question(clause) or is_hypothetical(s):
+    if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
     out: list[Statement] = []
     if subject:
@@ -247,6 +273,12 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             m = rx.match(s)
             if m and _value(m.group(1)):
                 return [Statement(subject, att, _value(m.group(1)))]
+        m = _I_ADJ.match(s)  # "I'm allergic to peanuts", "I'm married to Ana"
+        if m and _value(m.group("val")):
+            return [Statement(subject, f"{m.group('adj').lower()} {m.group('prep').lower()}", _value(trim_time(m.group("val"))))]
+        m = _I_AT.match(s)  # "I've been at Acme for five years"
+        if m and _value(trim_time(m.group("val"))):
+            return [Statement(subject, m.group("prep").lower(), _value(trim_time(m.group("val"))))]
         m = _PREF1.match(s)
         if m:
             v = _value(re.sub(r"^(?i:to)\s+", "", m.group("val")))
@@ -254,7 +286,12 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
         m = _MY.match(s)  # "my favourite editor is Helix", "my dog's name is Max"
         if m and _value(m.group("val")):
-            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(m.group("val")))]
+            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(_named(m.group("val"))))]
+        m = _I_VERB.match(s)  # "I drive a Tesla", "I support Betis", "I bank with ING": a verb and a named object
+        if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
+                trim_time(m.group("val"))):
+            att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
+            return [Statement(subject, att, _value(trim_time(m.group("val"))))]
     rel = parse_relation(s, subject)
     if rel:
         return rel
@@ -782,7 +819,7 @@ _RELATION_VERBS = {
 _REL_OF = {lemma: rel for rel, words in _RELATION_VERBS.items() for lemma in words.split()}
 _IRREGULAR = {"written": "write", "wrote": "write", "built": "build", "made": "make", "kept": "keep", "ran": "run",
               "held": "hold", "sat": "sit", "left": "leave", "met": "meet", "went": "go", "got": "get"}
-_PREP = r"on|in|at|to|with|by|using|via|through|from|inside|onto|into|every"
+_PREP = r"out of|on|in|at|to|with|by|using|via|through|from|inside|onto|into|every"
 _DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
 _TIMEISH = re.compile(rf"^(?:at\s+|on\s+)?(?:\d{{1,2}}(?:[:.]\d\d)?\s*(?:am|pm|a\.m\.|p\.m\.)?|noon|midnight|{_DAY}|"
                       rf"(?:every|each)\s+.+|(?:the\s+)?\d{{1,2}}(?:st|nd|rd|th)|(?:daily|weekly|monthly|nightly|hourly|"
@@ -791,7 +828,9 @@ _TRAILING_TIME = re.compile(
     r"(?:,?\s+(?:now|nowadays|these days|currently|anymore|any more|from now on|for now|recently|lately|"
     r"a while (?:ago|back)|\w+ (?:days?|weeks?|months?|years?) ago|last \w+|this \w+|next \w+|starting .+|since .+|"
     r"as of .+|effective .+|in (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w*(?:\s+\d{4})?|in \d{4}|"
-    r"for (?!now\b)[a-z].*))+$", re.I)
+    r"for (?!now\b)[a-z].*|instead|as well|yesterday|today|tonight|earlier|this (?:morning|afternoon|evening)|"
+    r"the other day|(?:in|over) the (?:spring|summer|autumn|fall|winter)|always has been|has always been|as always|"
+    r"as usual))+$", re.I)
 _NP_OK = re.compile(r"^[\w.+-]+(?:\s+[\w.+-]+){0,4}$")
 _NOT_NP = frozenset("it this that there he she they we i you who what which something everything nothing anything "
                     "someone everyone life work weather today tomorrow here one".split())
@@ -827,8 +866,8 @@ def is_timeish(value: str) -> bool:
 def _noun_phrase(np: str, subject: str) -> tuple[str, str, bool] | None:
     """(entity, attribute, owned) named by a subject noun phrase; attribute '' when the phrase is the thing
     itself; owned when a possessive ("our", "my", "E's") makes it somebody's attribute."""
-    s = clean_value(np)
-    owned = bool(re.match(r"^(?i:our|your|their)\s", s))
+    s = clean_value(re.sub(r"\s+(?:that|which)?\s*(?:i|we|you|they)\s+[a-z]+$", "", np.strip(), flags=re.I))
+    owned = bool(re.match(r"^(?i:our|your|their)\s", s)) or s != clean_value(np)
     s = re.sub(r"^(?i:the|our|your|their|this|that)\s+", "", s)
     m = re.match(r"^(?i:my)\s+(?P<att>.+)$", s)
     if m:
@@ -861,7 +900,7 @@ def _relation(verb: str, prep: str, value: str) -> str:
 
 def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Statement | None:
     """One statement, or None when the value is junk or a common noun about a bare topic ("the kids are happy")."""
-    v = _value(trim_time(value))
+    v = _value(trim_time(_named(value)))
     if not v or not ent or ent.split()[0].lower() in _NOT_NP:
         return None
     named = bool(re.search(r"[A-Z0-9]", v)) or is_timeish(v)
@@ -871,7 +910,8 @@ def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Stat
 
 
 _SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
-                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n))\s+)?|(?:(?:now|currently|still|also|actually)\s+)?"
+                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold)\s+)?|"
+                    rf"(?:(?:now|currently|still|also|actually)\s+)?"
                     rf"(?P<v>[a-z]+)\s+)(?:(?P<prep>{_PREP})\s+)?(?P<val>\S.*)$")
 
 
@@ -897,10 +937,11 @@ def _splits(s: str) -> list[_Split]:
         if be:
             if (part and not prep) or (be in ("was", "were") and not part):
                 continue  # "is deployed" without where; a past state is an event, not a current fact
-        elif not v or v in STOPWORDS or not (lemma(v) in _REL_OF or lemma(v) == "use" or (prep and v.endswith("s"))):
+        elif not v or v in STOPWORDS or not (lemma(v) in _REL_OF or lemma(v) == "use" or prep):
+            continue
+        elif re.match(r"^(?:is|are|was|were|has|have|will|would)\b", m.group("val")):
             continue
         out.append(_Split(s, m))
-        break
     return out
 
 
@@ -908,7 +949,7 @@ _INVERTED = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[\w.+-]+){0,3}|\d[\w:.]*)\s
                        r"(?P<np>\w[\w -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
 _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P<verb>hosts|runs|powers|serves|backs|"
                      r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
-_WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)"
+_WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
 _WE_USE_FOR = re.compile(r"^(?:we|i)\s+(?:(?:now|still|currently|also|mostly)\s+)?(?:use|are using|'re using)\s+"
@@ -916,15 +957,36 @@ _WE_USE_FOR = re.compile(r"^(?:we|i)\s+(?:(?:now|still|currently|also|mostly)\s+
                          r"(?P<np>[a-z][\w -]{0,40})$", re.I)
 
 
+_WHAT = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:is|are)\s+what\s+(?P<np>.+?)\s+"
+                   r"(?P<verb>[a-z]+)\s*(?P<prep>on|in|with|at|for|through)?$")
+
+
+def _plain_form(s: str) -> str:
+    """Aspect and idiom out of the way: "we've been running X on Y" → "we run X on Y", "X's on Y" → "X is on Y",
+    "X is called Y" → "X is Y"."""
+    s = re.sub(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b",
+               lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s, flags=re.I)
+    s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
+               lambda m: f"{m.group('e')} is ", s)
+    return re.sub(r"\s(?P<be>is|are)\s+(?:called|named)\s+", lambda m: f" {m.group('be')} ", s)
+
+
 def parse_relation(clause: str, subject: str) -> list[Statement]:
     """Statements about things: "the billing service is written in Go", "X runs on Y", "Y hosts our X"."""
     s = re.sub(r"^(?i:i'd say|i would say|i think|i believe|fwiw|for the record|to be clear|i'd say that)[,\s]+", "",
                clause)
-    s = clean_value(s)
-    if not s or is_question(clause) or is_hypothetical(s):
+    s = re.sub(r",?\s+(?:always has been|has always been|as always|as usual)$", "", _plain_form(clean_value(s)))
+    if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
+    m = _WHAT.match(s)  # "Kubernetes is what Orca runs on"
+    if m and lemma(m.group("verb")) in _REL_OF:
+        np = _noun_phrase(m.group("np"), subject)
+        st = _fact(np[0], np[1], _relation(m.group("verb"), m.group("prep") or "", m.group("val")), m.group("val"),
+                   np[2]) if np else None
+        return [st] if st else []
     m = _INVERTED.match(s)
-    if m and m.group("val").split()[0].lower() not in STOPWORDS and (m.group("det") != "the" or m.group("rc")):
+    if m and m.group("val").split()[0].lower() not in STOPWORDS and (m.group("det") != "the" or m.group("rc") or (
+            len(m.group("np").split()) <= 2 and m.group("val")[:1].isupper())):
         owner = m.group("det").lower() == "my"
         if owner and not subject:
             return []
@@ -937,7 +999,7 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             verb = m.groupdict().get("verb") or "use"
             prep = m.groupdict().get("prep") or ""
             rel = "uses" if verb.lower() == "use" else _relation(verb, prep, m.group("val"))
-            if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF):
+            if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF or re.match(r"^[A-Z0-9]", m.group("val"))):
                 st = _fact(m.group("np"), "", rel, m.group("val"))
                 return [st] if st else []
     m = _WE_WHEN.match(s)
@@ -955,7 +1017,8 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
         st = _fact(np[0], np[1], rel, ("every " if prep == "every" else "") + sp.group("val"), np[2])
         if st and uses and not np[1]:  # the existing convention: one "uses_<tool>" fact per tool
             st = Statement(st.entity, "uses", st.value, "uses_" + _head(st.value))
-        return [st] if st else []
+        if st:
+            return [st]
     return []
 
 
