@@ -132,11 +132,13 @@ def _resolve(corr: rules.Correction, cands: list[FactCandidate], sources: tuple[
 def _bind(words: set[str], old_hint: str, cands: list[FactCandidate]) -> FactCandidate | None:
     """The candidate fact a change refers to: most words shared with its entity and attribute, the old value named."""
     hint = set(rules.content_words(old_hint)) or set(rules.normalise(old_hint).split())
+    stems = {rules.task_stem(w) for w in words}
 
-    def score(c: FactCandidate) -> int:
-        about = set(rules.content_words(f"{c.display_entity or c.entity} {c.display_attribute or c.attribute}".replace("_", " ")))
+    def score(c: FactCandidate) -> int:  # words of its entity and attribute, compared by stem ("swimming" / "swim")
+        about = {rules.task_stem(w) for w in rules.content_words(
+            f"{c.display_entity or c.entity} {c.display_attribute or c.attribute}".replace("_", " "))}
         named = hint and (hint & set(rules.content_words(c.value)) or rules.normalise(old_hint) == rules.normalise(c.value))
-        return 3 * len(words & about) + 5 * bool(named)
+        return 3 * len(stems & about) + 5 * bool(named)
 
     best = max(cands, key=score, default=None)  # max keeps the first (most recent) of equal scores
     return best if best is not None and score(best) > 0 else None
@@ -147,7 +149,9 @@ def _changed(chg: rules.Change, subject: str, cands: list[FactCandidate], recent
     """Corrected facts for a change ("we moved X to Y", "actually, it's Y", "X is Y now"); [] if it binds to none."""
     if chg.value:
         words = set(rules.content_words(chg.context)) - set(rules.content_words(chg.value)) - rules.TIME_WORDS
-        best = _bind(words, chg.old_hint, cands) or (recent[0] if recent and (chg.marked or chg.verb) and not words else None)
+        mine = [c for c in recent if subject and c.entity == rules.entity_key(subject)]
+        best = _bind(words, chg.old_hint, cands) or (recent[0] if recent and (chg.marked or chg.verb) and not words else None) or (
+            mine[0] if mine and chg.verb and re.match(r"^\s*(?i:i|i've|i'm)\b", chg.context) else None)
         if best is None:
             return []
         value = rules.replace_number(best.value, chg.value) if re.fullmatch(r"\d+(?:\.\d+)*", chg.value) else chg.value
@@ -175,11 +179,36 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
         same = [c for c in cands if (c.entity == f.entity or set(rules.content_words(c.entity)) & set(rules.content_words(
             f.entity))) and (c.attribute == f.attribute or set(rules.content_words(c.value)) & set(rules.content_words(f.value)))]
         out.append(dataclasses.replace(same[0], kind="retracted", sources=sources) if same else f)
+    words = set(rules.content_words(clause))
     if not out:  # "Tendril is no longer on Postgres": match a known fact by entity and value words
-        words = set(rules.content_words(clause))
         out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands
                if set(rules.content_words(c.display_entity or c.entity)) <= words and set(rules.content_words(c.value)) & words]
+    if not out:  # "we don't use Trello anymore": the value named in full
+        out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands
+               if set(rules.content_words(c.value)) and set(rules.content_words(c.value)) <= words]
+    if not out and not rules.parse_statements(positive, subject):  # "forget about the dog": what the fact is about
+        about = {rules.task_stem(w) for w in rules.content_words(positive)}
+        out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands if about & {
+            rules.task_stem(w) for w in rules.content_words(f"{c.display_entity} {c.display_attribute} {c.value}")}]
     return out[:3]
+
+
+def _successor(facts: list[FactCandidate], text: str, sources: tuple[str, ...]) -> list[FactCandidate]:
+    """"Dr. Moreau retired, my new GP is Dr. Lind" / "that printer died, the new one is an HP": what was withdrawn
+    is corrected to the value named next; a value both corrected and withdrawn in one message stays corrected."""
+    corrected = {(f.entity, f.attribute) for f in facts if f.kind == "corrected"}
+    facts = [f for f in facts if not (f.kind == "retracted" and (f.entity, f.attribute) in corrected)]
+    gone = [f for f in facts if f.kind == "retracted"]
+    m = re.search(r"\b(?:the|my|our) new (?:one|[\w-]+(?: [\w-]+)?) (?:is|are|will be)\s+(?P<val>[^,;!?]+)", text, re.I)
+    if len({(f.entity, f.attribute) for f in gone}) != 1 or not m:
+        return facts
+    said = [f for f in facts if f.kind == "stated" and rules.normalise(f.value) in rules.normalise(m.group("val"))]
+    value = said[0].value if said else rules.clean_value(re.sub(r"^(?i:an?|the)\s+", "", rules.trim_time(m.group("val"))))
+    if not value or value.split()[0].lower() in rules.PRONOUNS:
+        return facts
+    new = dataclasses.replace(gone[0], value=value, kind="corrected", sources=sources)
+    return [new if f is gone[0] else f for f in facts if f.kind not in ("stated", "retracted") or f is gone[0]
+            or (f.kind == "stated" and rules.normalise(f.value) != rules.normalise(value))]
 
 
 def _request(text: str) -> tuple[str, str] | None:
@@ -323,6 +352,7 @@ def analyse(ex: Exchange) -> _Analysis:
                 kept.append(clause)
         leftover += [" \u2014 ".join(kept).rstrip(".!") + "."] if len(kept) < len(clauses) and kept else []
         leftover += [sentence] if len(kept) == len(clauses) else []
+    a.facts = _successor(a.facts, text, srcs)
     unique = {(f.entity, f.attribute, f.kind): f for f in reversed(a.facts)}  # first one wins
     a.facts = [f for f in unique.values() if not rules.SECRET.search(f.attribute + " " + f.value) and not (
         f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", known))][::-1]

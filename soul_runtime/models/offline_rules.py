@@ -26,7 +26,7 @@ sure talk thank thanks thing things think time today totally wanna way welcome w
 OPINION = frozenset("so really very pretty super too great awesome amazing cool nice good bad fine fun special "
                     "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
 PRONOUNS = frozenset("it that this them him her you me us those these they he she there something".split())
-SECRET = re.compile(r"password(?!s?[ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn", re.I)
+SECRET = re.compile(r"\b(?:passwords?(?![ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn)", re.I)
 
 # ---- normalisation -------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def split_clauses(sentence: str) -> list[str]:
-    parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+)?(?:I|I'm|my|My)\b)"
+    parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+)?(?:I|I'm|my|My|we|We|we've|we're|(?:the|my|our) new)\b)"
                      r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)", sentence)
     return [p.strip(" ,") for p in parts if p and p.strip(" ,")]
 
@@ -106,7 +106,10 @@ def is_hearsay(sentence: str) -> bool:
 
 def is_hypothetical(sentence: str) -> bool:
     return bool(re.match(r"^(?:if|maybe|perhaps|what if|suppose|imagine|hopefully|i wonder|i wish)\b",
-                         sentence.strip(), re.I)) or bool(re.search(r"\b(?:might|could|would) be\b", sentence, re.I))
+                         sentence.strip(), re.I)) or bool(re.search(r"\b(?:might|could|would) be\b|\b(?:we|i|they|you)"
+                                                                    r"(?:'re| are|'m| am)? (?:might|may|could|would|should|"
+                                                                    r"thinking (?:about|of)|considering|planning (?:to|on)|"
+                                                                    r"hoping to|want to|wants to)\b", sentence, re.I))
 
 
 def is_chit_sentence(sentence: str) -> bool:
@@ -264,7 +267,10 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             role, rest, prep = clean_value(m.group("role")), clean_value(m.group("rest") or ""), m.group("prep")
             if re.match(r"^(?:big |huge )?fan$", role, re.I) and rest and prep == "of":
                 return [Statement(subject, "likes", rest, "likes_" + _head(rest))]
-            ok_role = role.split()[0].lower() not in _ROLE_BAD and len(role.split()) <= 5 and _value(role)
+            if prep == "of" and rest and role.split()[-1].lower() in ("member", "part", "fan", "founder", "head", "chair",
+                                                                     "captain", "leader", "president", "owner"):
+                role, rest = f"{role} of {rest}", ""
+            ok_role = role.split()[0].lower() not in _ROLE_BAD and len(role.split()) <= 7 and _value(role)
             out += [Statement(subject, "role", role)] if ok_role else []
             out += [Statement(subject, "team", rest)] if rest.lower().endswith("team") else [Statement(
                 subject, "employer", _value(rest))] if rest[:1].isupper() and prep in ("at", "for") and _value(rest) else []
@@ -317,10 +323,10 @@ def _statements(clause: str, subject: str) -> list[Statement]:
 # ---- confirmation, correction, retraction --------------------------------------
 _AFFIRM = frozenset("yes yep yeah yup yea ya aye right correct true indeed exactly precisely absolutely definitely "
                     "certainly affirmative accurate confirmed confirm bingo sure yess yesss mhm mm-hm mmhm uh-huh "
-                    "spot-on".split())
+                    "spot-on 100% yesss".split())
 _AFFIRM_FILL = frozenset("that that's thats it it's its is was you you're youre are got have does do did totally quite "
                          "100% the one spot on all of course so very well said what i how works good memory "
-                         "this".split())
+                         "this sir ma'am as far know afaik believe think for sure".split())
 
 
 def _affirm_words(clause: str) -> list[str]:
@@ -371,6 +377,8 @@ class Correction:
 
 def parse_correction(clause: str) -> Correction | None:
     s = clause.strip().replace("\u2019", "'")
+    s = re.sub(r"^(?i:it|that)\s+(?:isn't|is not|'s not)\s+(?P<old>.+?)\s+(?:any ?more|now)(?=,)", r"it is not \g<old>", s)
+    s = re.sub(r"^(?i:it|that)\s+isn't\b", "it is not", s)
     for rx in (_BUT_NOT, _NOT_BUT):
         m = rx.match(re.sub(r"^(?i:no|nope|actually),?\s+(?=(?i:it|not))", "", s))
         if m and len(m.group("new").split()) <= 6 and clean_value(m.group("new")):
@@ -417,13 +425,16 @@ def parse_retraction(clause: str) -> str | None:
     return None
 
 
-_GONE = (r"decommissioned|retired|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
+_GONE = (r"decommissioned|retired|died|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
          r"dropped|cancell?ed|discontinued|uninstalled|killed|scrapped|abandoned")
 _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is being|is now|are now)\s+(?:\w+\s+)?"
                        rf"(?:{_GONE})\b", re.I),
             re.compile(rf"^(?:we|i)\s+(?:\w+\s+)?(?:{_GONE}|got rid of|ditched|stopped using|quit|moved off|"
                        rf"moved away from)\s+(?P<obj>.+)$", re.I),
-            re.compile(r"^(?P<obj>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:gone|dead|history|no more)$", re.I))
+            re.compile(r"^(?P<obj>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:gone|dead|history|no more)$", re.I),
+            re.compile(r"^(?:we|i)\s+stopped\s+\w+ing\s+(?:with|at|in|on|for|to)\s+(?P<obj>.+)$", re.I),
+            re.compile(r"^(?P<obj>(?:[A-Z][\w.]*\s*)+|(?i:the|that|this|our|my)\s+[\w -]+?)\s+(?:just\s+)?(?:retired|died|"
+                       r"closed|shut down|broke down|went bust|folded)$"))
 
 
 def parse_dropped(clause: str) -> str:
@@ -432,7 +443,7 @@ def parse_dropped(clause: str) -> str:
     for rx in _DROPPED:
         m = rx.match(s)
         if m and not is_question(clause) and not is_hypothetical(s):
-            obj = clean_value(re.sub(r"^(?i:the|our|my)\s+", "", m.group("obj")))
+            obj = clean_value(trim_time(re.sub(r"^(?i:the|our|my|that|this)\s+", "", m.group("obj"))))
             return obj if obj and obj.split()[0].lower() not in PRONOUNS else ""
     return ""
 
@@ -872,7 +883,7 @@ def _noun_phrase(np: str, subject: str) -> tuple[str, str, bool] | None:
     m = re.match(r"^(?i:my)\s+(?P<att>.+)$", s)
     if m:
         return (subject, m.group("att"), True) if subject else None
-    m = re.match(r"^(?P<ent>.+?)'s\s+(?P<att>.+)$", s)
+    m = re.match(r"^(?P<ent>.+?)(?:'s|(?<=s)')\s+(?P<att>.+)$", s)
     if m:
         ent = re.sub(r"^(?i:the|our)\s+", "", m.group("ent"))
         return (ent, m.group("att"), True) if _NP_OK.match(ent) and _NP_OK.match(m.group("att")) else None
@@ -1077,7 +1088,11 @@ def parse_change(clause: str) -> Change | None:
     m = _CHANGE.match(s)
     if m and not re.search(r"\b(?:to|in)\b\s*$", m.group("obj")):
         verb, obj, new = m.group("verb").lower(), m.group("obj").strip(), trim_time(m.group("new"))
-        if verb in ("replaced", "swapped", "traded", "exchanged") and obj and m.group("prep").lower() in ("with", "for"):
+        prep = m.group("prep").lower()
+        later = re.match(r"^(?P<p>for|with|to)\s+(?P<n>.+)$", new, re.I)
+        if prep in ("in", "into") and later:  # "traded the Skoda in for a Corolla": "in" was a particle
+            obj, new, prep = f"{obj} {prep}", trim_time(later.group("n")), later.group("p").lower()
+        if verb in ("replaced", "swapped", "traded", "exchanged") and obj and prep in ("with", "for"):
             return Change(m.group("ctx"), new, clean_value(obj) or old, marked, True)
         return Change(f"{m.group('ctx')} {obj}", new, old, marked, True)
     m = _ITS_NOW.match(s)
