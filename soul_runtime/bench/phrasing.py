@@ -26,6 +26,7 @@ written with ``fresh2``, never tuned on).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -36,6 +37,9 @@ from typing import Any
 from soul_runtime.embedding.base import Embedder
 
 T0 = 1_780_000_000.0
+# each case opens a fresh soul: on a RAM-backed directory when there is one (the judge is the same; only the
+# fsyncs of hundreds of throw-away stores are saved)
+_SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def load(path: str | Path) -> list[dict[str, Any]]:
@@ -79,7 +83,7 @@ def run_case_full(case: dict[str, Any], embedder: Embedder
     from soul_runtime.loop.soul import Soul
     from soul_runtime.memory.soul_memory import SoulMemory
     from soul_runtime.models.offline import OfflineModel
-    d = Path(tempfile.mkdtemp(prefix="soul-phrasing-"))
+    d = Path(tempfile.mkdtemp(prefix="soul-phrasing-", dir=_SCRATCH))
     mem = SoulMemory(d, embedder=embedder)
     soul = Soul("phrasing", d, memory=mem, model=OfflineModel())
     try:

@@ -26,7 +26,7 @@ sure talk thank thanks thing things think time today totally wanna way welcome w
 OPINION = frozenset("so really very pretty super too great awesome amazing cool nice good bad fine fun special "
                     "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
 PRONOUNS = frozenset("it that this them him her you me us those these they he she there something".split())
-SECRET = re.compile(r"\b(?:passwords?(?![ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn)", re.I)
+SECRET = re.compile(r"(?<![a-z0-9])(?:passwords?(?![ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn)", re.I)
 
 # ---- normalisation -------------------------------------------------------------
 
