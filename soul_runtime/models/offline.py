@@ -166,6 +166,14 @@ def _changed(chg: rules.Change, subject: str, cands: list[FactCandidate], recent
             out.append(dataclasses.replace(best, value=f.value, kind="corrected", sources=sources))
         elif best is None and chg.marked:
             out.append(f)
+    if not out and chg.context:  # "staging api is on railway now": a known thing restated, its value in any case
+        m = re.match(r"^(?:(?i:the|our|my)\s+)?(?P<np>[\w' -]+?)\s+(?:is|are)\s+(?:(?i:now)\s+)?(?:(?i:on|in|at|with|"
+                     r"using)\s+)?(?P<val>[\w.+ -]+?)[.!]?$", rules.clean_value(chg.context))
+        best = _bind(set(rules.content_words(m.group("np"))), chg.old_hint, cands) if m else None
+        value = rules.trim_time(m.group("val")) if m else ""
+        if best is not None and value and rules.normalise(value) != rules.normalise(best.value) and not set(
+                rules.content_words(value)) <= set(rules.STOPWORDS):
+            out.append(dataclasses.replace(best, value=value, kind="corrected", sources=sources))
     return out
 
 

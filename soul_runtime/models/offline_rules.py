@@ -61,7 +61,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def split_clauses(sentence: str) -> list[str]:
-    parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+)?(?:I|I'm|my|My|we|We|we've|we're|(?:the|my|our) new)\b)"
+    parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+|so\s+)?(?:now\s+)?(?:I|I'm|my|My|we|We|we've|we're|(?:the|my|our) new)\b)"
                      r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)", sentence)
     return [p.strip(" ,") for p in parts if p and p.strip(" ,")]
 
@@ -253,6 +253,7 @@ def _statements(clause: str, subject: str) -> list[Statement]:
                            clause.replace("\u2019", "'")))
     if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
+    s = _plain_form(s)
     out: list[Statement] = []
     if subject:
         m = _NAME.match(s)
@@ -425,7 +426,7 @@ def parse_retraction(clause: str) -> str | None:
     return None
 
 
-_GONE = (r"decommissioned|retired|died|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
+_GONE = (r"decommissioned|retired|died|stolen|lost|sold|written off|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
          r"dropped|cancell?ed|discontinued|uninstalled|killed|scrapped|abandoned")
 _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is being|is now|are now)\s+(?:\w+\s+)?"
                        rf"(?:{_GONE})\b", re.I),
@@ -434,12 +435,12 @@ _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is 
             re.compile(r"^(?P<obj>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:gone|dead|history|no more)$", re.I),
             re.compile(r"^(?:we|i)\s+stopped\s+\w+ing\s+(?:with|at|in|on|for|to)\s+(?P<obj>.+)$", re.I),
             re.compile(r"^(?P<obj>(?:[A-Z][\w.]*\s*)+|(?i:the|that|this|our|my)\s+[\w -]+?)\s+(?:just\s+)?(?:retired|died|"
-                       r"closed|shut down|broke down|went bust|folded)$"))
+                       r"closed|shut down|broke down|went bust|folded|stopped|ended|came to an end)$"))
 
 
 def parse_dropped(clause: str) -> str:
     """What a clause says is gone ("Tomcat was decommissioned", "we got rid of Jenkins"), else ''."""
-    s = clean_value(clause.replace("\u2019", "'"))
+    s = re.sub(r"'s (?=gone|dead|history)", " is ", clean_value(clause.replace("\u2019", "'")))
     for rx in _DROPPED:
         m = rx.match(s)
         if m and not is_question(clause) and not is_hypothetical(s):
@@ -923,7 +924,8 @@ def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Stat
 _SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
                     rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold)\s+)?|"
                     rf"(?:(?:now|currently|still|also|actually)\s+)?"
-                    rf"(?P<v>[a-z]+)\s+)(?:(?P<prep>{_PREP})\s+)?(?P<val>\S.*)$")
+                    rf"(?P<v>[a-z]+)\s+(?:(?:out|up|off|over|down|back)\s+(?=(?:{_PREP})\s))?)(?:(?P<prep>{_PREP})\s+)?"
+                    rf"(?P<val>\S.*)$")
 
 
 class _Split:
@@ -948,16 +950,18 @@ def _splits(s: str) -> list[_Split]:
         if be:
             if (part and not prep) or (be in ("was", "were") and not part):
                 continue  # "is deployed" without where; a past state is an event, not a current fact
-        elif not v or v in STOPWORDS or not (lemma(v) in _REL_OF or lemma(v) == "use" or prep):
+        elif not v or (v in STOPWORDS and not (prep and m.group("val")[:1].isupper())) or not (
+                lemma(v) in _REL_OF or lemma(v) == "use" or prep):
             continue
-        elif re.match(r"^(?:is|are|was|were|has|have|will|would)\b", m.group("val")):
+        elif re.match(r"^(?:is|are|was|were|has|have|will|would)\b", m.group("val")) or (
+                re.match(r"^[a-z]+s\b", m.group("val")) and lemma(m.group("val").split()[0]) in _REL_OF):
             continue
         out.append(_Split(s, m))
     return out
 
 
 _INVERTED = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[\w.+-]+){0,3}|\d[\w:.]*)\s+(?:is|are)\s+(?P<det>our|my|the)\s+"
-                       r"(?P<np>\w[\w -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
+                       r"(?P<np>\w[\w' -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
 _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P<verb>hosts|runs|powers|serves|backs|"
                      r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
@@ -968,7 +972,7 @@ _WE_USE_FOR = re.compile(r"^(?:we|i)\s+(?:(?:now|still|currently|also|mostly)\s+
                          r"(?P<np>[a-z][\w -]{0,40})$", re.I)
 
 
-_WHAT = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:is|are)\s+what\s+(?P<np>.+?)\s+"
+_WHAT = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:is|are)\s+(?:what|where|who)\s+(?P<np>.+?)\s+"
                    r"(?P<verb>[a-z]+)\s*(?P<prep>on|in|with|at|for|through)?$")
 
 
@@ -977,6 +981,9 @@ def _plain_form(s: str) -> str:
     "X is called Y" → "X is Y"."""
     s = re.sub(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b",
                lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s, flags=re.I)
+    s = re.sub(r"^(?P<w>we|i)(?:'ve| have) had\b", lambda m: f"{m.group('w')} have", s, flags=re.I)
+    s = re.sub(r"^(?P<w>we|i) do (?:my|our|the) (?P<v>[a-z]+ing)\b", lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s,
+               flags=re.I)
     s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
                lambda m: f"{m.group('e')} is ", s)
     return re.sub(r"\s(?P<be>is|are)\s+(?:called|named)\s+", lambda m: f" {m.group('be')} ", s)
@@ -989,7 +996,10 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
     s = re.sub(r",?\s+(?:always has been|has always been|as always|as usual)$", "", _plain_form(clean_value(s)))
     if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
-    m = _WHAT.match(s)  # "Kubernetes is what Orca runs on"
+    m = _WHAT.match(s)  # "Kubernetes is what Orca runs on", "Lidl is where I shop"
+    if m and m.group("np").lower() in ("i", "we") and subject and m.group("np").lower() == "i":
+        st = _fact(subject, f"{m.group('verb')} {m.group('prep') or 'at'}", "", m.group("val"), True)
+        return [st] if st else []
     if m and lemma(m.group("verb")) in _REL_OF:
         np = _noun_phrase(m.group("np"), subject)
         st = _fact(np[0], np[1], _relation(m.group("verb"), m.group("prep") or "", m.group("val")), m.group("val"),
@@ -1075,7 +1085,7 @@ def strip_change_marker(clause: str) -> tuple[str, bool]:
 
 def parse_change(clause: str) -> Change | None:
     """A change of an earlier fact stated with a verb of change or a replacement, marked or not."""
-    s, marked = strip_change_marker(clause)
+    s, marked = strip_change_marker(re.sub(r"^(?i:so|and|but)\s+(?=(?i:now|these days|nowadays|i|we)\b)", "", clause.strip()))
     if not s or is_question(s) or is_hypothetical(s):
         return None
     old = ""
