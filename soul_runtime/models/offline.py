@@ -201,6 +201,12 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
     return out[:3]
 
 
+def _names_attribute(words: set[str], c: FactCandidate) -> bool:
+    """"The piano lessons stopped": the clause names all of a fact's attribute (two words or more)."""
+    att = set(rules.content_words((c.display_attribute or c.attribute).replace("_", " ")))
+    return len(att) >= 2 and att <= words
+
+
 def _successor(facts: list[FactCandidate], text: str, sources: tuple[str, ...]) -> list[FactCandidate]:
     """"Dr. Moreau retired, my new GP is Dr. Lind" / "that printer died, the new one is an HP": what was withdrawn
     is corrected to the value named next; a value both corrected and withdrawn in one message stays corrected."""
@@ -337,7 +343,8 @@ def analyse(ex: Exchange) -> _Analysis:
             if gone:  # "Tomcat was decommissioned": the facts whose value or subject it is are withdrawn
                 words = set(rules.content_words(gone))
                 a.facts += [dataclasses.replace(c, kind="retracted", sources=srcs) for c in cands
-                            if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))][:3]
+                            if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))
+                            or _names_attribute(words, c)][:3]
             chg = rules.parse_change(clause) if not m and positive is None and not gone else None
             changed = _changed(chg, subject, cands, recent, srcs) if chg else []
             corr = rules.parse_correction(clause) if not m and positive is None and not changed and not gone else None

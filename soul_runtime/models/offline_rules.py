@@ -441,6 +441,8 @@ _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is 
 def parse_dropped(clause: str) -> str:
     """What a clause says is gone ("Tomcat was decommissioned", "we got rid of Jenkins"), else ''."""
     s = re.sub(r"'s (?=gone|dead|history)", " is ", clean_value(clause.replace("\u2019", "'")))
+    if _SWAP.match(s):  # "sold the Golf and bought a Civic": a replacement, not a loss
+        return ""
     for rx in _DROPPED:
         m = rx.match(s)
         if m and not is_question(clause) and not is_hypothetical(s):
