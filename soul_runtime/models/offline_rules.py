@@ -198,7 +198,9 @@ _I_AT = re.compile(r"^(?i:i've been|i have been|i'm|i am|i've worked|i have work
 _I_VERB = re.compile(r"^(?i:i)\s+(?:(?i:also|still|now|currently|mostly|usually|always|normally)\s+)?(?P<verb>[a-z]{2,})\s+"
                      r"(?:(?P<prep>to|with|at|for|on|in|by)\s+)?(?:(?i:a|an|the)\s+)?(?P<val>(?:Dr\.\s+)?[A-Z0-9][\w.+-]*"
                      r"(?:\s+[\w.+-]+){0,4})$")
-_NOT_HABIT = frozenset("am was were have had did said told think thought know knew met saw visited went got made took gave "
+_MY_AFTER = re.compile(r"^(?:(?P<val>[A-Z0-9][\w.+' -]{0,40}?),\s+(?i:that's|that is|it's|it is)\s+my\s+(?P<att>[a-z][\w' -]{0,30})"
+                       r"|(?i:still\s+|always\s+)?(?i:my)\s+(?P<att2>[a-z][\w' -]{0,30}):\s*(?P<val2>.+))$")
+_NOT_HABIT = frozenset("am was were had did said told think thought know knew met saw visited went got made took gave "
                        "found heard read ran wrote bought sold left came mean meant guess hope wish wonder want need "
                        "asked called emailed texted pinged love like prefer enjoy hate dislike use".split())
 _PREF_BASE = {"prefer": "prefers", "like": "likes", "love": "likes", "enjoy": "likes", "hate": "dislikes",
@@ -293,7 +295,12 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
         m = _MY.match(s)  # "my favourite editor is Helix", "my dog's name is Max"
         if m and _value(m.group("val")):
-            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(_named(m.group("val"))))]
+            val = re.sub(r"^(?:on|at|in)\s+(?=[A-Z0-9]|(?:mon|tues|wednes|thurs|fri|satur|sun)day)", "", m.group("val"))
+            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(trim_time(_named(val))))]
+        m = _MY_AFTER.match(s)  # "Python developer, that's my job", "still my favourite film: Amélie"
+        if m and _value(m.group("val") or m.group("val2")):
+            return [Statement(subject, (m.group("att") or m.group("att2")).strip(),
+                              _value(trim_time(m.group("val") or m.group("val2"))))]
         m = _I_VERB.match(s)  # "I drive a Tesla", "I support Betis", "I bank with ING": a verb and a named object
         if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
                 trim_time(m.group("val"))):
@@ -416,7 +423,7 @@ _RETRACT = (
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
     s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
-    if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
+    if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike|disregard) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
             r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
         return ""
     for m, fmt in ((rx.match(s), fmt) for rx, fmt in _RETRACT):
@@ -426,7 +433,7 @@ def parse_retraction(clause: str) -> str | None:
     return None
 
 
-_GONE = (r"decommissioned|retired|died|stolen|lost|sold|written off|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
+_GONE = (r"decommissioned|retired|died|stolen|lost|sold|written off|closed|removed|shut down|turned off|switched off|deprecated|sunset|sunsetted|deleted|"
          r"dropped|cancell?ed|discontinued|uninstalled|killed|scrapped|abandoned")
 _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is being|is now|are now)\s+(?:\w+\s+)?"
                        rf"(?:{_GONE})\b", re.I),
@@ -843,7 +850,7 @@ _TRAILING_TIME = re.compile(
     r"a while (?:ago|back)|\w+ (?:days?|weeks?|months?|years?) ago|last \w+|this \w+|next \w+|starting .+|since .+|"
     r"as of .+|effective .+|in (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w*(?:\s+\d{4})?|in \d{4}|"
     r"for (?!now\b)[a-z].*|instead|as well|yesterday|today|tonight|earlier|this (?:morning|afternoon|evening)|"
-    r"the other day|(?:in|over) the (?:spring|summer|autumn|fall|winter)|always has been|has always been|as always|"
+    r"the other day|this time|(?:in|over) the (?:spring|summer|autumn|fall|winter)|always has been|has always been|as always|"
     r"as usual))+$", re.I)
 _NP_OK = re.compile(r"^[\w.+-]+(?:\s+[\w.+-]+){0,4}$")
 _NOT_NP = frozenset("it this that there he she they we i you who what which something everything nothing anything "
@@ -969,7 +976,8 @@ _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
-_WE_USE_FOR = re.compile(r"^(?:we|i)\s+(?:(?:now|still|currently|also|mostly)\s+)?(?:use|are using|'re using)\s+"
+_WE_USE_FOR = re.compile(r"^(?:we|i)(?:\s+(?:now|still|currently|also|mostly))?(?:\s+use|\s+are using|'re using|'re on|"
+                         r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+"
                          r"(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:for|as)\s+(?:our\s+|the\s+|my\s+)?"
                          r"(?P<np>[a-z][\w -]{0,40})$", re.I)
 
@@ -983,7 +991,7 @@ def _plain_form(s: str) -> str:
     "X is called Y" → "X is Y"."""
     s = re.sub(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b",
                lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s, flags=re.I)
-    s = re.sub(r"^(?P<w>we|i)(?:'ve| have) had\b", lambda m: f"{m.group('w')} have", s, flags=re.I)
+    s = re.sub(r"^(?P<w>we|i)(?:'ve| have) (?:had|got)\b", lambda m: f"{m.group('w')} have", s, flags=re.I)
     s = re.sub(r"^(?P<w>we|i) do (?:my|our|the) (?P<v>[a-z]+ing)\b", lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s,
                flags=re.I)
     s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
@@ -1049,6 +1057,7 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
 _CHANGE_MARK = re.compile(
     r"^(?i:actually|correction|update|small fix|quick fix|fix|heads up|fyi|sorry|wait|hold on|oops|no|nope|"
     r"not quite|not anymore|not any more|scratch that|my mistake|my bad|i was wrong|i meant|i misspoke|"
+    r"i got (?:that|it) wrong|i was mistaken|that's wrong|that was wrong|that's not right|"
     r"to correct myself|change of plan|news)\b[\s,:;!.\u2014\u2013-]*")
 TIME_WORDS = frozenset("since recently lately nowadays currently anymore starting week month year sprint ago weve theyve "
                        "while".split())
@@ -1111,8 +1120,9 @@ def parse_change(clause: str) -> Change | None:
     if m and (marked or re.search(rf"\b(?:{_CHANGE_VERBS})\b", m.group("ctx"), re.I)):
         return Change(m.group("ctx"), trim_time(m.group("new")), old, marked, True)
     b = _BARE.match(s)
-    if marked and b:
-        return Change("", trim_time(b.group("val")), old, True)
+    if b and (marked or _CHANGE_ADVERB.search(s)) and not re.match(r"^(?i:it's|it is|that's|that is)\s+(?:a|an|the|my|our|"
+                                                                    r"not|no|so|very|too|really)\b", s):
+        return Change("", re.sub(r"^(?:at|on|in)\s+(?=[A-Z0-9])", "", trim_time(b.group("val"))), old, True)
     if marked or old or _CHANGE_ADVERB.search(s):  # a restatement: parse it, then bind it
         return Change(re.sub(r"^(?i:these days|nowadays|now|lately|recently|from now on|as of \w+|since \w+)[,\s]+", "",
                              s), "", old, marked or bool(old))
