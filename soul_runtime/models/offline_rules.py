@@ -95,8 +95,8 @@ def is_question(sentence: str) -> bool:
 
 _HEARSAY = re.compile(r"^(?:apparently|reportedly|supposedly|allegedly|rumou?r has it|word is|i(?:'ve)? heard|they say|"
                       r"people say)\b|^(?:my|our|his|her|their)\s+[\w-]+(?:\s+[\w-]+)?\s+(?:says?|said|thinks?|thought|claims?|"
-                      r"claimed|reckons?|believes?|insists?)\b|^[A-Z][a-z]+\s+(?:says|said|thinks|claims|reckons|believes|"
-                      r"insists)\b", re.I)
+                      r"claimed|reckons?|believes?|insists?|swears? by|recommends?)\b|^[A-Z][a-z]+\s+(?:says|said|thinks|claims|"
+                      r"reckons|believes|insists|swears by|recommends)\b", re.I)
 
 
 def is_hearsay(sentence: str) -> bool:
@@ -195,7 +195,7 @@ _X_IS = re.compile(r"^" + _ENT + _IS)
 _I_ADJ = re.compile(r"^(?i:i'm|i am)\s+(?:(?i:very|quite|really|severely|mildly|also|still|now)\s+)?"
                     r"(?P<adj>[a-z]+(?:ic|ed|ent|ant|ive))\s+(?P<prep>to|of|with|from|in|on)\s+(?P<val>.+)$")
 _I_AT = re.compile(r"^(?i:i've been|i have been|i'm|i am|i've worked|i have worked)\s+(?P<prep>at|with)\s+(?P<val>[A-Z].*)$")
-_I_VERB = re.compile(r"^(?i:i)\s+(?:(?i:also|still|now|currently|mostly|usually|always|normally)\s+)?(?P<verb>[a-z]{2,})\s+"
+_I_VERB = re.compile(r"^(?:(?i:i)|(?i:we)(?=\s+[a-z]+\s+(?:to|with|at|for|on|in|by)\s))\s+(?:(?i:also|still|now|currently|mostly|usually|always|normally)\s+)?(?P<verb>[a-z]{2,})\s+"
                      r"(?:(?P<prep>to|with|at|for|on|in|by)\s+)?(?:(?i:a|an|the)\s+)?(?P<val>(?:Dr\.\s+)?[A-Z0-9][\w.+-]*"
                      r"(?:\s+[\w.+-]+){0,4})$")
 _MY_AFTER = re.compile(r"^(?:(?P<val>[A-Z0-9][\w.+' -]{0,40}?),\s+(?i:that's|that is|it's|it is)\s+my\s+(?P<att>[a-z][\w' -]{0,30})"
@@ -218,6 +218,8 @@ def _named(raw: str) -> str:
 def _value(raw: str, generic: bool = False) -> str:
     """A clean value, or '' for junk: too long, a pronoun, negated, an opinion ("so cool"), a question."""
     v = clean_value(_CUT.split(raw, maxsplit=1)[0])
+    v = re.sub(r"^(?:an?\s+)(?=[A-Z0-9])", "", v)
+    v = re.sub(r"^(?:based|located|situated|hosted|kept|stored)\s+(?:in|on|at)\s+(?=[A-Z0-9])", "", v)
     words = v.lower().split()
     first = words[1] if len(words) > 1 and words[0] in ("a", "an", "the") else (words or [""])[0]
     bad = not words or len(words) > 8 or words[0] in PRONOUNS or words[0] in ("not", "no", "never") or "?" in v
@@ -303,7 +305,7 @@ def _statements(clause: str, subject: str) -> list[Statement]:
                               _value(trim_time(m.group("val") or m.group("val2"))))]
         m = _I_VERB.match(s)  # "I drive a Tesla", "I support Betis", "I bank with ING": a verb and a named object
         if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
-                trim_time(m.group("val"))):
+                trim_time(m.group("val"))) and not (s[:2].lower() == "we" and is_timeish(trim_time(m.group("val")))):
             att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
             return [Statement(subject, att, _value(trim_time(m.group("val"))))]
     rel = parse_relation(s, subject)
@@ -423,6 +425,7 @@ _RETRACT = (
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
     s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
+    s = re.sub(r"^(?i:sorry|oops|oh|ah|wait)[,!.\s]+", "", s)
     if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike|disregard) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
             r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
         return ""
@@ -442,7 +445,8 @@ _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is 
             re.compile(r"^(?P<obj>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:gone|dead|history|no more)$", re.I),
             re.compile(r"^(?:we|i)\s+stopped\s+\w+ing\s+(?:with|at|in|on|for|to)\s+(?P<obj>.+)$", re.I),
             re.compile(r"^(?P<obj>(?:[A-Z][\w.]*\s*)+|(?i:the|that|this|our|my)\s+[\w -]+?)\s+(?:just\s+)?(?:retired|died|"
-                       r"closed|shut down|broke down|went bust|folded|stopped|ended|came to an end)$"))
+                       r"closed|shut down|broke down|went bust|folded|stopped|ended|came to an end|left|quit|resigned|"
+                       r"passed away|moved away)$"))
 
 
 def parse_dropped(clause: str) -> str:
@@ -450,6 +454,7 @@ def parse_dropped(clause: str) -> str:
     s = re.sub(r"'s (?=gone|dead|history)", " is ", clean_value(clause.replace("\u2019", "'")))
     if _SWAP.match(s):  # "sold the Golf and bought a Civic": a replacement, not a loss
         return ""
+    s = trim_time(s)
     for rx in _DROPPED:
         m = rx.match(s)
         if m and not is_question(clause) and not is_hypothetical(s):
@@ -852,6 +857,8 @@ _TRAILING_TIME = re.compile(
     r"for (?!now\b)[a-z].*|instead|as well|yesterday|today|tonight|earlier|this (?:morning|afternoon|evening)|"
     r"the other day|this time|(?:in|over) the (?:spring|summer|autumn|fall|winter)|always has been|has always been|as always|"
     r"as usual))+$", re.I)
+_KIN = frozenset("mum mom mam mother dad father mother-in-law father-in-law sister brother wife husband partner son "
+                 "daughter grandma grandmother grandpa grandfather nan aunt uncle cousin niece nephew boss".split())
 _NP_OK = re.compile(r"^[\w.+-]+(?:\s+[\w.+-]+){0,4}$")
 _NOT_NP = frozenset("it this that there he she they we i you who what which something everything nothing anything "
                     "someone everyone life work weather today tomorrow here one".split())
@@ -905,6 +912,8 @@ def _noun_phrase(np: str, subject: str) -> tuple[str, str, bool] | None:
         return m.group("ent"), m.group("att"), True
     if not _NP_OK.match(s) or s.split()[0].lower() in _NOT_NP or s.split()[0].lower() in STOPWORDS:
         return None
+    if subject and s.lower() in _KIN:
+        return subject, s.lower(), True
     return s, "", owned
 
 
@@ -931,7 +940,7 @@ def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Stat
 
 
 _SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
-                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold)\s+)?|"
+                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold|done)\s+)?|"
                     rf"(?:(?:now|currently|still|also|actually)\s+)?"
                     rf"(?P<v>[a-z]+)\s+(?:(?:out|up|off|over|down|back)\s+(?=(?:{_PREP})\s))?)(?:(?P<prep>{_PREP})\s+)?"
                     rf"(?P<val>\S.*)$")
@@ -975,6 +984,8 @@ _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P
                      r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
+_HAVE_BRAND = re.compile(r"^(?i:we|i)\s+(?i:have|own|got|use)\s+(?i:a|an)\s+(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*)?)\s+"
+                         r"(?P<np>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,3})$")
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
 _WE_USE_FOR = re.compile(r"^(?:we|i)(?:\s+(?:now|still|currently|also|mostly))?(?:\s+use|\s+are using|'re using|'re on|"
                          r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+"
@@ -996,6 +1007,7 @@ def _plain_form(s: str) -> str:
                flags=re.I)
     s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
                lambda m: f"{m.group('e')} is ", s)
+    s = re.sub(r"\s(?P<be>is|are)\s+being\s+(?=[a-z]+(?:ed|en|ne|t)\s+by\b)", lambda m: f" {m.group('be')} ", s)
     return re.sub(r"\s(?P<be>is|are)\s+(?:called|named)\s+", lambda m: f" {m.group('be')} ", s)
 
 
@@ -1033,9 +1045,14 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF or re.match(r"^[A-Z0-9]", m.group("val"))):
                 st = _fact(m.group("np"), "", rel, m.group("val"))
                 return [st] if st else []
+    m = _HAVE_BRAND.match(s)
+    if m:
+        st = _fact(m.group("np"), "", "description", m.group("val"))
+        return [st] if st else []
     m = _WE_WHEN.match(s)
-    if m and is_timeish(trim_time(m.group("val"))) and m.group("verb").lower() not in STOPWORDS:
-        st = _fact(lemma(m.group("verb")), "", "schedule", m.group("val"))
+    when = ("every " if m and m.group("prep").lower() == "every" else "") + (m.group("val") if m else "")
+    if m and is_timeish(trim_time(when)) and m.group("verb").lower() not in STOPWORDS:
+        st = _fact(lemma(m.group("verb")), "", "schedule", when)
         return [st] if st else []
     for sp in _splits(s):
         verb, prep = sp.group("verb") or "", (sp.group("prep") or "").lower()
