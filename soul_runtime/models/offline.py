@@ -504,7 +504,8 @@ class OfflineModel(LanguageModel):
                           ("retracted", "Understood, I'll treat this as no longer true: {}."),
                           ("stated", "Noted: {} \u2014 is that right?")):
             facts = a.of_kind(kind)
-            if facts and not (kind == "stated" and all(f.attribute == "name" for f in facts)):
+            if facts and not (kind == "stated" and all(f.attribute == "name" and f.entity == rules.entity_key(f.value)
+                                                       for f in facts)):  # a self-introduction needs no check
                 parts.append(say.format(_render(facts)))
         if a.request and a.task:
             pid, steps = _procedure_steps(request.memory_lines, a.request)

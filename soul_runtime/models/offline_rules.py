@@ -984,6 +984,9 @@ _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P
                      r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
+_AGENT = re.compile(r"^(?P<val>[A-Z][\w&.+-]*(?:\s+(?:&\s+)?[A-Z][\w&.+-]*){0,3})\s+(?:is|are)\s+(?:now\s+)?(?:doing|handling|"
+                    r"running|managing|building|fixing|maintaining|cleaning|catering|organi[sz]ing)\s+(?:the|our|my)\s+"
+                    r"(?P<np>[a-z][\w -]{0,40}?)(?:\s+(?:now|these days|from now on))?$")
 _HAVE_BRAND = re.compile(r"^(?i:we|i)\s+(?i:have|own|got|use)\s+(?i:a|an)\s+(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*)?)\s+"
                          r"(?P<np>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,3})$")
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
@@ -1045,6 +1048,10 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF or re.match(r"^[A-Z0-9]", m.group("val"))):
                 st = _fact(m.group("np"), "", rel, m.group("val"))
                 return [st] if st else []
+    m = _AGENT.match(s)  # "Kowalski Build is doing the kitchen now": who does a thing
+    if m:
+        st = _fact(m.group("np"), "", "done by", m.group("val"))
+        return [st] if st else []
     m = _HAVE_BRAND.match(s)
     if m:
         st = _fact(m.group("np"), "", "description", m.group("val"))
