@@ -260,7 +260,7 @@ def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
     cases = phrasing.load(args.corpus)
     with out.status(f"{len(cases)} conversations on the offline model…", spinner="dots"):
         res = phrasing.run(cases, default_embedder())
-    table = Table(title=f"offline model: exactly the expected current facts ({args.corpus})")
+    table = Table(title=f"offline model: exactly the expected current facts and procedures ({args.corpus})")
     for col in ("", "passed", "cases", "accuracy"):
         table.add_column(col, justify="right" if col else "left")
     for axis in ("by_kind", "by_split"):
@@ -269,14 +269,37 @@ def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
     table.add_row("all", str(res["passed"]), str(res["cases"]), f"{res['accuracy']:.0%}")
     out.print(table)
     for f in res["failures"]:
-        out.print(f"[red]{f['id']}[/] {f['turns']} → {f['got']} (expected {f['expected']})", markup=True)
+        procs = (f" procedures {f['got_procedures']} (expected {f['expected_procedures']})"
+                 if "got_procedures" in f else "")
+        out.print(f"[red]{f['id']}[/] ({f['split']}, {f['kind']}) {f['turns']} → {f['got']} (expected {f['expected']})"
+                  f"{procs}", markup=True, highlight=False)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def cmd_acts(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import dialogue_act, phrasing
+    from soul_runtime.embedding.base import default_embedder
+    cases = phrasing.load(args.corpus)
+    with out.status("dialogue acts: rules vs classifiers over the embedder…", spinner="dots"):
+        res = dialogue_act.run(cases, default_embedder())
+    table = Table(title=f"dialogue act of a message, {res['turns']} corpus turns ({args.corpus})")
+    table.add_column("method")
+    for act in dialogue_act.ACTS:
+        table.add_column(act, justify="right")
+    table.add_column("all", justify="right")
+    for name, v in res["by_method"].items():
+        table.add_row(name, *[v["by_act"].get(a, "-") for a in dialogue_act.ACTS], f"{v['accuracy']:.1%}")
+    out.print(table)
+    out.print("cost: " + ", ".join(f"{k} {v}" for k, v in res["cost"].items()), highlight=False)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders|scale|claude|client|cli|phrasing`` to the CLI's subcommands."""
+    """Add ``soul bench locomo|latency|embedders|scale|claude|client|cli|phrasing|acts`` to the CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
                                          "ordinary phrasing",
@@ -307,6 +330,10 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     pp.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
     pp.add_argument("--json", metavar="FILE")
     pp.set_defaults(bench_fn=cmd_phrasing)
+    ap = bsub.add_parser("acts", help="dialogue act per message: the offline rules vs classifiers over the embedder")
+    ap.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
+    ap.add_argument("--json", metavar="FILE")
+    ap.set_defaults(bench_fn=cmd_acts)
     ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")
