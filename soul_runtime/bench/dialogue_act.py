@@ -145,7 +145,7 @@ def run(cases: list[dict[str, Any]], embedder: Embedder) -> dict[str, Any]:
         "rules_per_turn_ms": round(1000 * t_rules, 2)}}
     for name, p in pred.items():
         per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for (_, _, act), guess in zip(gold, p):
+        for (_, _, act), guess in zip(gold, p, strict=True):
             per[act][0] += act == guess
             per[act][1] += 1
         ok = sum(a for a, _ in per.values())
