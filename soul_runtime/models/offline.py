@@ -134,7 +134,7 @@ def _bind(words: set[str], old_hint: str, cands: list[FactCandidate]) -> FactCan
     hint = set(rules.content_words(old_hint)) or set(rules.normalise(old_hint).split())
     stems = {rules.task_stem(w) for w in words}
 
-    def score(c: FactCandidate) -> int:  # words of its entity and attribute, compared by stem ("swimming" / "swim")
+    def score(c: FactCandidate) -> int:  # words of its entity and attribute, compared by stem ("skating" / "skate")
         about = {rules.task_stem(w) for w in rules.content_words(
             f"{c.display_entity or c.entity} {c.display_attribute or c.attribute}".replace("_", " "))}
         named = hint and (hint & set(rules.content_words(c.value)) or rules.normalise(old_hint) == rules.normalise(c.value))
@@ -166,7 +166,7 @@ def _changed(chg: rules.Change, subject: str, cands: list[FactCandidate], recent
             out.append(dataclasses.replace(best, value=f.value, kind="corrected", sources=sources))
         elif best is None and chg.marked:
             out.append(f)
-    if not out and chg.context:  # "staging api is on railway now": a known thing restated, its value in any case
+    if not out and chg.context:  # "the wiki is on bookstack now": a known thing restated, its value in any case
         m = re.match(r"^(?:(?i:the|our|my)\s+)?(?P<np>[\w' -]+?)\s+(?:is|are)\s+(?:(?i:now)\s+)?(?:(?i:on|in|at|with|"
                      r"using)\s+)?(?P<val>[\w.+ -]+?)[.!]?$", rules.clean_value(chg.context))
         best = _bind(set(rules.content_words(m.group("np"))), chg.old_hint, cands) if m else None
@@ -191,10 +191,10 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
     if not out:  # "Tendril is no longer on Postgres": match a known fact by entity and value words
         out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands
                if set(rules.content_words(c.display_entity or c.entity)) <= words and set(rules.content_words(c.value)) & words]
-    if not out:  # "we don't use Trello anymore": the value named in full
+    if not out:  # "we don't use Asana anymore": the value named in full
         out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands
                if set(rules.content_words(c.value)) and set(rules.content_words(c.value)) <= words]
-    if not out and not rules.parse_statements(positive, subject):  # "forget about the dog": what the fact is about
+    if not out and not rules.parse_statements(positive, subject):  # "forget about the boat": what the fact is about
         about = {rules.task_stem(w) for w in rules.content_words(positive)}
         out = [dataclasses.replace(c, kind="retracted", sources=sources) for c in cands if about & {
             rules.task_stem(w) for w in rules.content_words(f"{c.display_entity} {c.display_attribute} {c.value}")}]
@@ -202,13 +202,13 @@ def _retract(positive: str, clause: str, subject: str, cands: list[FactCandidate
 
 
 def _names_attribute(words: set[str], c: FactCandidate) -> bool:
-    """"The piano lessons stopped": the clause names all of a fact's attribute (two words or more)."""
+    """"The chess lessons ended": the clause names all of a fact's attribute (two words or more)."""
     att = set(rules.content_words((c.display_attribute or c.attribute).replace("_", " ")))
     return len(att) >= 2 and att <= words
 
 
 def _successor(facts: list[FactCandidate], text: str, sources: tuple[str, ...]) -> list[FactCandidate]:
-    """"Dr. Moreau retired, my new GP is Dr. Lind" / "that printer died, the new one is an HP": what was withdrawn
+    """"Ms. Ode retired, my new tutor is Mr. Bain" / "the kettle broke, the new one is a Smeg": what was withdrawn
     is corrected to the value named next; a value both corrected and withdrawn in one message stays corrected."""
     corrected = {(f.entity, f.attribute) for f in facts if f.kind == "corrected"}
     facts = [f for f in facts if not (f.kind == "retracted" and (f.entity, f.attribute) in corrected)]
@@ -292,7 +292,7 @@ def _described(text: str, hist: list[ChatMessage], ex: Exchange, subject: str) -
         return (cls, found[1]) if cls else None
     if not rules.save_requested(text):
         return None
-    for msg in users[:3]:  # "save that as a procedure" after the steps were told
+    for msg in users[:3]:  # a save request after the steps were told
         if _request(msg.content):
             return None
         d = rules.parse_procedure(msg.content, subject)
@@ -382,7 +382,7 @@ def analyse(ex: Exchange) -> _Analysis:
     told = rules.parse_procedure(text, subject) if not a.task else None
     outcome = rules.detect_outcome(rest, reported=True) if told else outcome
     described = _described(text, hist, ex, subject) if not a.task and (outcome or save) else None
-    if described:  # a task told with its steps ("renewed the cert: made a CSR, …, reloaded nginx. All good.")
+    if described:  # a task told with its steps ("tuned the bike: oiled the chain, …, pumped the tyres. All good.")
         a.task, a.task_body, a.reported = TaskReport(described[0], described[1], outcome, save), f"'{described[0]}'", True
         a.facts = [f for f in a.facts if f.kind != "stated"]
     last = _last_request(hist, ex.speaker) if not a.task and (outcome or save) else None

@@ -100,7 +100,7 @@ _HEARSAY = re.compile(r"^(?:apparently|reportedly|supposedly|allegedly|rumou?r h
 
 
 def is_hearsay(sentence: str) -> bool:
-    """Someone else's claim or a rumour ("apparently …", "my friend says …"): not the speaker's own fact."""
+    """Someone else's claim or a rumour ("apparently …", "my cousin says …"): not the speaker's own fact."""
     return bool(_HEARSAY.match(sentence.strip()))
 
 
@@ -210,7 +210,7 @@ _CUT = re.compile(r",\s+(?:which|who|but|and|so|because|since|though|as|when|whi
 
 
 def _named(raw: str) -> str:
-    """"a guy named Henrik Dahl" → "Henrik Dahl"; anything else as it is."""
+    """"a woman called Ruth Obi" → "Ruth Obi"; anything else as it is."""
     m = re.match(r"^(?:an?|the|some)\s+(?:[a-z]+\s+){1,2}(?:named|called)\s+(?P<n>[A-Z].*)$", raw.strip())
     return m.group("n") if m else raw
 
@@ -284,10 +284,10 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             m = rx.match(s)
             if m and _value(m.group(1)):
                 return [Statement(subject, att, _value(m.group(1)))]
-        m = _I_ADJ.match(s)  # "I'm allergic to peanuts", "I'm married to Ana"
+        m = _I_ADJ.match(s)  # "I'm intolerant of lactose", "I'm engaged to Remi"
         if m and _value(m.group("val")):
             return [Statement(subject, f"{m.group('adj').lower()} {m.group('prep').lower()}", _value(trim_time(m.group("val"))))]
-        m = _I_AT.match(s)  # "I've been at Acme for five years"
+        m = _I_AT.match(s)  # "I've been at Initech since 2019"
         if m and _value(trim_time(m.group("val"))):
             return [Statement(subject, m.group("prep").lower(), _value(trim_time(m.group("val"))))]
         m = _PREF1.match(s)
@@ -299,11 +299,11 @@ def _statements(clause: str, subject: str) -> list[Statement]:
         if m and _value(m.group("val")):
             val = re.sub(r"^(?:on|at|in)\s+(?=[A-Z0-9]|(?:mon|tues|wednes|thurs|fri|satur|sun)day)", "", m.group("val"))
             return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(trim_time(_named(val))))]
-        m = _MY_AFTER.match(s)  # "Python developer, that's my job", "still my favourite film: Amélie"
+        m = _MY_AFTER.match(s)  # "Site manager, that's my role", "still my favourite book: Dune"
         if m and _value(m.group("val") or m.group("val2")):
             return [Statement(subject, (m.group("att") or m.group("att2")).strip(),
                               _value(trim_time(m.group("val") or m.group("val2"))))]
-        m = _I_VERB.match(s)  # "I drive a Tesla", "I support Betis", "I bank with ING": a verb and a named object
+        m = _I_VERB.match(s)  # "I ride a Cube", "I follow Celtic", "I shop at Aldi": a verb and a named object
         if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
                 trim_time(m.group("val"))) and not (s[:2].lower() == "we" and is_timeish(trim_time(m.group("val")))):
             att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
@@ -452,7 +452,7 @@ _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is 
 def parse_dropped(clause: str) -> str:
     """What a clause says is gone ("Tomcat was decommissioned", "we got rid of Jenkins"), else ''."""
     s = re.sub(r"'s (?=gone|dead|history)", " is ", clean_value(clause.replace("\u2019", "'")))
-    if _SWAP.match(s):  # "sold the Golf and bought a Civic": a replacement, not a loss
+    if _SWAP.match(s):  # "sold the Polo and bought a Yaris": a replacement, not a loss
         return ""
     s = trim_time(s)
     for rx in _DROPPED:
@@ -562,7 +562,7 @@ _SUCCESS = re.compile(r"\bshipped\b|\b(?:that|it|this|everything|all) (?:worked|
                       r"\bwent (?:\w+ )?(?:fine|well|smoothly|great|ok(?:ay)?|through)\b|\bturned out (?:\w+ )?"
                       r"(?:great|fine|well|perfect|nice|good)\b|\bno (?:issues|problems|errors|hiccups)\b|"
                       r"\bwithout (?:any )?(?:issues|problems|errors|a hitch)\b|\bsmooth(?:ly)?\b", re.I)
-# a report's closing word ("… reloaded nginx. Fine." / "Done! …"): an outcome only after steps were told
+# a report's closing word ("… pumped the tyres. Fine." / "Done! …"): an outcome only after steps were told
 _SUCCESS_SHORT = re.compile(r"(?:^|[.!;]\s+)(?:done|finished|completed|worked|perfect|excellent|fine|good|great|sorted)\b",
                             re.I)
 
@@ -584,8 +584,8 @@ _SAVE_WHAT = (r"(?:procedure|workflow|playbook|runbook|process|template|checklis
 
 
 def save_requested(text: str) -> bool:
-    """Does the user ask to keep what they just described as a procedure ("save that as a procedure", "remember
-    these steps for next time", "keep that as a checklist, would you?")? Not when negated or asked about."""
+    """Does the user ask to keep what they just described as a procedure ("store it as a playbook", "remember
+    the steps for later", "hold on to that as a runbook, could you?")? Not when negated or asked about."""
     for sentence in split_sentences(text.replace("\u2019", "'")):
         s = strip_fillers(sentence)
         m = re.search(rf"\b{_SAVE_VERB}\b(?:\s+(?:down|up|away))?\b(?P<rest>.*)$", s, re.I)
@@ -615,10 +615,10 @@ def save_requested(text: str) -> bool:
 
 
 # ---- procedures described in ordinary words ------------------------------------------
-# "To restart the workers I drain the queue, stop them and start them again." / "Renewed the cert today:
-# generated a CSR, got it signed, reloaded nginx. Worked fine." A description is a title (what the task
+# "To reset the router I unplug it, wait a minute and plug it back in." / "Tuned the bike today:
+# oiled the chain, trued the wheel, pumped the tyres. Worked fine." A description is a title (what the task
 # is) and two or more steps; its class is the title's content words, stemmed and in a fixed order, so the
-# same task named in other words ("renewed the cert" / "the cert renewal") gets the same class.
+# same task named in other words ("tuned the bike" / "the bike tune") gets the same class.
 _LIGHT = frozenset("do did does done doing make made makes making finish finished complete completed get got have had "
                    "another again once more one two three four five third second first last next same whole today "
                    "tonight yesterday morning afternoon evening week month year weekly daily monthly nightly time "
@@ -633,7 +633,7 @@ _NOT_VERB = frozenset("the a an my our your their his her its this that these th
 
 
 def task_stem(word: str) -> str:
-    """A crude stem shared by a verb and its nouns: renewed / renewal → renew; rotation / rotate → rotat."""
+    """A crude stem shared by a verb and its nouns: approved / approval → approv; migration / migrate → migrat."""
     w = word.lower().strip("'-")
     w = _COMPOUND.get(w, w)
     for suf, rep in (("ations", "at"), ("ation", "at"), ("ments", ""), ("ment", ""), ("als", ""), ("al", ""),
@@ -670,7 +670,7 @@ def similar_task(a: str, b: str) -> bool:
 def _split_items(body: str) -> list[str]:
     parts = re.split(r",\s*(?:and\s+|then\s+|and then\s+)?|;\s*|\s+(?:and then|then)\s+", body)
     out: list[str] = []
-    for p in parts:  # "ordered a laptop and booked a call": two steps when both halves start like a verb phrase
+    for p in parts:  # "printed the form and signed it": two steps when both halves start like a verb phrase
         halves = re.split(r"\s+and\s+(?=[a-z][a-z-]*\s+\S)", p)
         if len(halves) > 1 and all(_verbish(h) for h in halves):
             out += halves
@@ -685,7 +685,7 @@ def _verbish(item: str) -> bool:
 
 
 def _list_steps(body: str, speaker: str) -> tuple[str, ...]:
-    """Steps of a run-on list ("drain the queue, stop the workers and start them again"); () unless ≥ 2 look
+    """Steps of a run-on list ("unplug it, wait a minute and plug it back in"); () unless ≥ 2 look
     like verb phrases and none is a bare noun."""
     body = split_sentences(body)[0] if split_sentences(body) else body
     items = [i for i in (x.strip(" .") for x in _split_items(body.rstrip(". "))) if i]
@@ -747,7 +747,7 @@ def parse_procedure(text: str, speaker: str = "") -> tuple[str, tuple[str, ...]]
             head = strip_fillers(sentences[i - 1])
             return ("" if re.fullmatch(r"(?i:done|finished|all done|completed|ok|okay)?\W*", head) or is_question(head)
                     else _title(head)), tuple(_cut(_STEP_LEAD.sub("", s)) for s in steps)
-    # a list with no title at all: "Done! I created the account, added them to Slack and booked a call."
+    # a list with no title at all: "Done! I printed the form, signed it and posted it."
     body = re.sub(r"^(?i:done|finished|all done|completed)\W+(?:(?:i|we)\s+)?", "", first)
     if body != first:
         steps = _list_steps(body, speaker)
@@ -757,7 +757,7 @@ def parse_procedure(text: str, speaker: str = "") -> tuple[str, tuple[str, ...]]
 
 
 def _cut(step: str) -> str:
-    """A step without a following sentence ("submitted it to the store. Everything passed" → the first part)."""
+    """A step without a following sentence ("posted it. Everything went through" → the first part)."""
     return clean_value(re.split(r"(?<=[a-z0-9])\.\s+(?=[A-Z])", step)[0])
 
 
@@ -1001,7 +1001,7 @@ _WHAT = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:is
 
 
 def _plain_form(s: str) -> str:
-    """Aspect and idiom out of the way: "we've been running X on Y" → "we run X on Y", "X's on Y" → "X is on Y",
+    """Aspect and idiom out of the way: "we've been hosting X on Y" → "we host X on Y", "X's on Y" → "X is on Y",
     "X is called Y" → "X is Y"."""
     s = re.sub(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b",
                lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s, flags=re.I)
@@ -1021,7 +1021,7 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
     s = re.sub(r",?\s+(?:always has been|has always been|as always|as usual)$", "", _plain_form(clean_value(s)))
     if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
-    m = _WHAT.match(s)  # "Kubernetes is what Orca runs on", "Lidl is where I shop"
+    m = _WHAT.match(s)  # "Nomad is what Kite runs on", "Aldi is where I shop"
     if m and m.group("np").lower() in ("i", "we") and subject and m.group("np").lower() == "i":
         st = _fact(subject, f"{m.group('verb')} {m.group('prep') or 'at'}", "", m.group("val"), True)
         return [st] if st else []
@@ -1048,7 +1048,7 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             if rel and (rx is not _WE_VERB or lemma(verb) in _REL_OF or re.match(r"^[A-Z0-9]", m.group("val"))):
                 st = _fact(m.group("np"), "", rel, m.group("val"))
                 return [st] if st else []
-    m = _AGENT.match(s)  # "Kowalski Build is doing the kitchen now": who does a thing
+    m = _AGENT.match(s)  # "Apex Roofing is fixing the roof now": who does a thing
     if m:
         st = _fact(m.group("np"), "", "done by", m.group("val"))
         return [st] if st else []
