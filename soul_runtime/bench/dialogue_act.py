@@ -29,8 +29,9 @@ TRAIN: dict[str, tuple[str, ...]] = {
         "Our Friday demo starts at 4pm.", "I've been vegetarian for ten years.", "The reports are generated with dbt.",
         "Kappa uses Cassandra for storage.", "I'm a data engineer at a bank.", "The team calendar lives in Outlook."),
     "confirmation": (
-        "Yes.", "Yeah, that's right.", "Correct.", "Exactly.", "Yep, that's it.", "That's true.", "Right.",
-        "Absolutely.", "Yes, you've got it.", "Sure is.", "Mm-hm.", "Indeed.", "Yup, correct.", "That's accurate."),
+        "Aye.", "Yeah, that's right.", "Yes, that is so.", "Exactly so.", "Yep, that's the one I meant.", "That's true.",
+        "Righto.", "Absolutely.", "Yes, you've got it.", "It sure is.", "Mm-hm.", "Indeed.", "Yup, that's the case.",
+        "Accurate, yes."),
     "correction": (
         "Actually, it's Python 3.12, not 3.11.", "No, we moved the meeting to Thursday.", "Sorry, I meant Berlin.",
         "Correction: the API is on version 4 now.", "We switched from Jenkins to GitLab CI last month.",
