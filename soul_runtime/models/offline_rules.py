@@ -369,7 +369,7 @@ def confirmation(text: str) -> str | None:
     return rest.strip()
 
 
-_CORR_MARK = re.compile(r"^(?i:actually|correction|sorry|wait|oops|no|nope|not quite|i meant|my mistake|"
+_CORR_MARK = re.compile(r"^(?i:actually|correction|sorry|wait|oops|no|nope|not quite|i meant|my mistake|wrong|incorrect|"
                         r"scratch that)\b[\s,:;!.\u2014-]*(?P<rest>.*)$")
 _BARE = re.compile(r"^(?i:it's|it is|it was|that's|that is|it should be|should be|make that|make it|i meant|"
                    r"it's actually|it is actually)\s+(?P<val>.+)$")
@@ -425,6 +425,7 @@ _RETRACT = (
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
     s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
+    s = re.sub(r"^(?P<a>.+?)\s+(?P<v>is|are)(?:n't| not)\s+(?P<b>.+?)\s+any ?more$", r"\g<a> \g<v> no longer \g<b>", s, flags=re.I)
     s = re.sub(r"^(?i:sorry|oops|oh|ah|wait)[,!.\s]+", "", s)
     if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike|disregard) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
             r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
@@ -1081,7 +1082,7 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
 _CHANGE_MARK = re.compile(
     r"^(?i:actually|correction|update|small fix|quick fix|fix|heads up|fyi|sorry|wait|hold on|oops|no|nope|"
     r"not quite|not anymore|not any more|scratch that|my mistake|my bad|i was wrong|i meant|i misspoke|"
-    r"i got (?:that|it) wrong|i was mistaken|that's wrong|that was wrong|that's not right|"
+    r"i got (?:that|it) wrong|i was mistaken|that's wrong|that was wrong|that's not right|wrong|incorrect|"
     r"to correct myself|change of plan|news)\b[\s,:;!.\u2014\u2013-]*")
 TIME_WORDS = frozenset("since recently lately nowadays currently anymore starting week month year sprint ago weve theyve "
                        "while".split())
@@ -1130,6 +1131,10 @@ def parse_change(clause: str) -> Change | None:
     m = _SWAP.match(s)
     if m:
         return Change(m.group("ctx"), trim_time(m.group("new")), clean_value(m.group("old")), marked, True)
+    m = re.match(r"^(?P<ctx>(?i:i|we))(?:'ve| have)?\s+(?:just\s+)?(?i:started|joined|begun|began)\s+(?:(?i:at|with|in)\s+)?"
+                 r"(?P<new>[A-Z].*)$", s)
+    if m:  # "I've started at Northside this term": a new place of work or study
+        return Change(m.group("ctx"), trim_time(m.group("new")), old, marked, True)
     m = _CHANGE.match(s)
     if m and not re.search(r"\b(?:to|in)\b\s*$", m.group("obj")):
         verb, obj, new = m.group("verb").lower(), m.group("obj").strip(), trim_time(m.group("new"))
