@@ -198,12 +198,12 @@ def _phase(name: str, active: int, wall: float, lat: list[float], over: list[flo
 
 def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "fast", data_dir: str | None = None,
         host_capacity: int | None = None, store_capacity: int | None = None, seed: int = 7,
-        overhead_sample: int = 200, progress: Progress | None = None) -> dict[str, Any]:
+        overhead_sample: int = 200, reactivate: int = 0, progress: Progress | None = None) -> dict[str, Any]:
     """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready)."""
     import soul_runtime
 
-    if souls < 1 or not active or min(active) < 1 or turns < 0:
-        raise soul_runtime.InvalidInput("souls, active and turns must be positive")
+    if souls < 1 or not active or min(active) < 1 or turns < 0 or reactivate < 0:
+        raise soul_runtime.InvalidInput("souls and active must be positive, turns and reactivate >= 0")
     rng = random.Random(seed)
     embed_ms = embed_ms_per_text(embedder, rng)
     own_dir = data_dir is None
@@ -230,12 +230,22 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         first["activations_per_s"] = first["turns_per_s"]
         phases.append(first)
         # phase 2: turns in rotation at each level of concurrency
-        for level in sorted(set(active)):
+        for level in sorted(set(active)) if turns else ():
             jobs = [(ids[(k * 7919) % souls], utterance(rng)) for k in range(souls * turns)]
             lat, res = [], []
             wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, f"{level} in flight", at0 + 1e5 * level))
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
             phases.append(_phase("turns", level, wall, lat, over))
+        if reactivate:  # phase 3: the next turn of souls picked at random, one at a time (most are passivated)
+            before = _host_counters(rt)
+            picked = rng.sample(ids, min(reactivate, souls))
+            lat, res = [], []
+            wall = asyncio.run(_drive(rt, [(sid, utterance(rng)) for sid in picked], 1, lat, res, progress,
+                                      "reactivations", at0 + 1e7))
+            after = _host_counters(rt)
+            react = _phase("next turn of a random soul", 1, wall, lat, [])
+            react["activations"] = after.get("activations", 0) - before.get("activations", 0)
+            phases.append(react)
         counters = _host_counters(rt)
         procs = process_table()
         disk = dir_bytes(path)
@@ -243,14 +253,18 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     if own_dir:
         import shutil
         shutil.rmtree(path, ignore_errors=True)
-    steady = [p for p in phases if p["phase"] == "turns"] or phases
+    steady = [p for p in phases if p["phase"] == "turns"] or [first]
     best = max(steady, key=lambda p: p["active"])
+    react_phase = next((p for p in phases if p["phase"].startswith("next turn")), None)
     return {
         "souls": souls, "active": sorted(set(active)), "turns_per_soul": turns, "embedder": embedder,
         "embed_ms_per_text": round(embed_ms, 3), "runtime_start_s": round(start_s, 2),
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],
         "first_turns_per_s": first["turns_per_s"], "activations_per_s": first["activations_per_s"],
+        "reactivation_p50_ms": react_phase["turn_p50_ms"] if react_phase else None,
+        "reactivation_p99_ms": react_phase["turn_p99_ms"] if react_phase else None,
+        "reactivated": react_phase["activations"] if react_phase else None,
         "activations": counters.get("activations", 0), "passivations": counters.get("passivations", 0),
         "active_at_end": stats.get("active"),
         "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),

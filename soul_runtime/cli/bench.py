@@ -150,7 +150,7 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
             prog.update(task, description=what, completed=done, total=total)
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
-                              progress=progress)
+                              reactivate=args.reactivate, progress=progress)
     if args.json == "-":
         out.print_json(json.dumps(res))
     else:
@@ -165,6 +165,10 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
                   f"disk/soul {res['disk_bytes_per_soul'] / 1024:.1f} KiB, Ray RSS "
                   f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
                   f"max open fds {res['max_open_fds']}")
+        if res.get("reactivation_p50_ms") is not None:
+            out.print(f"next turn of a random soul (1 in flight, {res['reactivated']} reactivated of "
+                      f"{args.reactivate}): p50 {res['reactivation_p50_ms']:.0f} ms, "
+                      f"p99 {res['reactivation_p99_ms']:.0f} ms")
     if args.json and args.json != "-":
         write_file(args.json, json.dumps(res, indent=1), durable=False)
     if args.plot:
@@ -345,6 +349,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sp.add_argument("--embedder", choices=("default", "fast"), default="default")
     sp.add_argument("--host-capacity", type=int, default=None, help="active souls per host (LRU)")
     sp.add_argument("--store-capacity", type=int, default=None, help="open stores per shard (LRU)")
+    sp.add_argument("--reactivate", type=int, default=0, metavar="K",
+                    help="then the next turn of K souls picked at random, one at a time (reactivation latency)")
     sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
     sp.set_defaults(bench_fn=cmd_scale)
