@@ -34,7 +34,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import store_name, store_of
-from .schedule import Ticker, sweep_due
+from .schedule import Ticker, beyond_capacity, sweep_due
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
@@ -61,13 +61,15 @@ class LayerShard(ActorInfo):
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256,
                  embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
-                 storage: str = "local") -> None:
+                 storage: str = "local", capacity_bytes: int = 0) -> None:
         use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
         self.cfg = MemoryConfig(**memory_config)
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self.open: OrderedDict[str, LayerStore] = OrderedDict()
+        self.sizes: dict[str, int] = {}  # memory of each open store, as of its last use
         self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
         self.embedder = BatchingEmbedder(make_embedder(embedder)) if self.layer is Store.EPISODIC else None
@@ -143,7 +145,13 @@ class LayerShard(ActorInfo):
                 st = self._open_store(soul_id)
                 with self.guard:
                     self.open[soul_id] = st
-            yield st
+            try:
+                yield st
+            finally:
+                if self.capacity_bytes > 0 and soul_id in self.open:
+                    size = st.memory_bytes()
+                    with self.guard:
+                        self.sizes[soul_id] = size
         self._evict()
 
     def _open_store(self, soul_id: str) -> Any:
@@ -161,10 +169,11 @@ class LayerShard(ActorInfo):
         return not (soul_dir(self.data_dir, soul_id) / f"{self.layer.value}.sqlite").exists()
 
     def _evict(self) -> None:
-        """Close the least recently used stores beyond capacity, skipping any a thread holds or waits for."""
+        """Close the least recently used stores beyond capacity (a count and, if set, bytes of memory), skipping
+        any a thread holds or waits for."""
         while True:
             with self.guard:
-                if len(self.open) <= self.capacity:
+                if not beyond_capacity(list(self.open), self.sizes, self.capacity, self.capacity_bytes):
                     return
                 victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
             if victim is None:
@@ -175,6 +184,7 @@ class LayerShard(ActorInfo):
         with self._claimed(soul_id):
             with self.guard:
                 st = self.open.pop(soul_id, None)
+                self.sizes.pop(soul_id, None)
             if st is not None:
                 st.close()
 

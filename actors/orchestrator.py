@@ -33,7 +33,7 @@ from soul_runtime.text import check_id
 
 from . import raycalls
 from .placement import rendezvous
-from .settings import RuntimeConfig, claim_data_dir, layout, mismatch
+from .settings import SIZE_KEYS, RuntimeConfig, claim_data_dir, layout, mismatch, recorded_layout, resolve
 
 RETRIES = 40
 SEQ_CACHE = 100_000
@@ -68,8 +68,11 @@ class BoundedLRU(OrderedDict[K, V]):
 
 class TurnOrchestrator:
     def __init__(self, config: dict[str, Any], host_class: Any = None) -> None:
-        self.cfg = RuntimeConfig.from_dict(config)
-        self.config = config
+        # automatic host and shard counts are decided here, once, where the data dir is: its recorded layout,
+        # else the cluster's CPUs; every client and actor then takes them from this actor
+        cfg = RuntimeConfig.from_dict(config)
+        self.cfg = resolve(cfg, recorded_layout(cfg.data_dir), raycalls.cluster_cpus())
+        self.config = self.cfg.to_dict()
         self.host_class = host_class
         self.locks: dict[str, list[Any]] = {}  # soul -> [lock, users]; an entry lives while it is used
         self.next_seq: BoundedLRU[str, int] = BoundedLRU(SEQ_CACHE)  # a cache: the host knows the truth
@@ -225,16 +228,19 @@ class TurnOrchestrator:
 
     async def check_layout(self, client: dict[str, Any]) -> dict[str, Any]:
         """Refuse a client whose routing differs from this runtime's, or a data dir recorded with another
-        layout (ConfigError); record the layout on first use."""
+        layout (ConfigError); record the layout on first use. Returns this runtime's configuration (the
+        client takes its host and shard counts from it)."""
         mine = RuntimeConfig.from_dict(self.config)
-        theirs = RuntimeConfig.from_dict(client)
+        asked = RuntimeConfig.from_dict(client)
+        theirs = resolve(asked, {k: getattr(mine, k) for k in SIZE_KEYS}, 1)  # automatic counts: ours
         if theirs.data_dir != mine.data_dir:
             raise ConfigError(f"this Ray namespace {mine.namespace!r} already serves data_dir {mine.data_dir!r}; "
                               "connect with that data_dir or another namespace")
         err = mismatch(layout(mine), layout(theirs), f"namespace {mine.namespace!r}")
         if err is not None:
             raise err
-        return claim_data_dir(mine)
+        claim_data_dir(mine)
+        return self.config
 
 
 __all__ = ["TurnOrchestrator"]

@@ -348,6 +348,13 @@ def node_id() -> str:
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
 
 
+def cluster_cpus() -> int:
+    """The CPUs the cluster has (all nodes); this machine's outside Ray."""
+    if not ray.is_initialized():
+        return os.cpu_count() or 2
+    return max(1, int(ray.cluster_resources().get("CPU", 0) or os.cpu_count() or 2))
+
+
 def metrics_available() -> bool:
     return ray.is_initialized()
 

@@ -48,8 +48,8 @@ class Runtime:
         self.cfg = cfg
         self.started_ray = started_ray
         self.detached = detached
-        self.stores = StoreLocator(cfg)
-        self._start_actors()
+        self._start_actors()  # sets self.cfg to the runtime's resolved configuration
+        self.stores = StoreLocator(self.cfg)
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
@@ -60,17 +60,17 @@ class Runtime:
         return base
 
     def _start_actors(self) -> None:
-        cfg, ns, conf = self.cfg, self.cfg.namespace, self.cfg.to_dict()
-        make_dir(cfg.data_dir)  # owner-only (0700) when created here
-        names = [store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
-                 for i in range(cfg.shards(layer))] + [host_name(i) for i in range(cfg.hosts)]
-        if self.detached and set(names + [ORCHESTRATOR]) <= raycalls.named_actors(ns):
+        ns, conf = self.cfg.namespace, self.cfg.to_dict()
+        make_dir(self.cfg.data_dir)  # owner-only (0700) when created here
+        if self.detached and ORCHESTRATOR in raycalls.named_actors(ns):
             found = raycalls.get_actor(ORCHESTRATOR, ns)
-            if found is not None:  # detached actors already up: attach (no class export, no engine imports, no
-                self.orchestrator = found  # pings; store handles are looked up when first used)
-                raycalls.get(raycalls.call(self.orchestrator, "check_layout", conf), timeout=120)
-                self._keep = [self.orchestrator]
-                return
+            if found is not None:  # a runtime is up: the same routing, or ConfigError
+                self.cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(found, "check_layout", conf),
+                                                                timeout=120))
+                if set(self._names()) <= raycalls.named_actors(ns):  # all its actors too: attach (no class
+                    self.orchestrator = found  # export, no engine imports, no pings; store handles are looked
+                    self._keep = [self.orchestrator]  # up when first used)
+                    return
         from .layer_shard import LayerShard
         from .orchestrator import TurnOrchestrator
         from .soul_host import SoulHost
@@ -79,8 +79,11 @@ class Runtime:
         # concurrent first connects: everyone gets the winner's actor
         self.orchestrator = raycalls.settle({ORCHESTRATOR: orchestrator}, ns, timeout=300)[ORCHESTRATOR]
         # before any other actor exists: the same routing as the running actors and as the data dir was
-        # created with, or ConfigError (two processes must never open one soul's files)
-        raycalls.get(raycalls.call(self.orchestrator, "check_layout", conf), timeout=120)
+        # created with, or ConfigError (two processes must never open one soul's files); automatic host and
+        # shard counts come back resolved (the data dir's recorded layout, else the cluster's CPUs)
+        self.cfg = cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(self.orchestrator, "check_layout",
+                                                                            conf), timeout=120))
+        conf = cfg.to_dict()
         named: dict[str, Any] = {}
         for layer in ("episodic", "semantic", "procedural"):
             for i in range(cfg.shards(layer)):
@@ -88,7 +91,7 @@ class Runtime:
                 named[name] = raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
                                                                      cfg.store_capacity, cfg.embedder, i,
                                                                      cfg.shards(layer), cfg.retention_every_s,
-                                                                     cfg.storage),
+                                                                     cfg.storage, cfg.store_capacity_mb * 2**20),
                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
@@ -96,6 +99,11 @@ class Runtime:
         named = raycalls.settle(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = list(named.values()) + [self.orchestrator]
+
+    def _names(self) -> list[str]:
+        cfg = self.cfg
+        return [store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
+                for i in range(cfg.shards(layer))] + [host_name(i) for i in range(cfg.hosts)] + [ORCHESTRATOR]
 
     def store(self, layer: str, soul_id: str) -> Any:
         return self.stores.handle(layer, soul_id)
@@ -130,9 +138,7 @@ class Runtime:
 
     def shutdown_actors(self) -> None:
         """Stop this runtime's actors (for detached actors on a cluster)."""
-        names = [ORCHESTRATOR] + [host_name(i) for i in range(self.cfg.hosts)] + [
-            store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
-            for i in range(self.cfg.shards(layer))]
+        names = self._names()
         refs = []
         for name in names:
             h = raycalls.get_actor(name, self.cfg.namespace)

@@ -7,15 +7,30 @@ clock); :class:`Ticker` is only the thread that calls them every so often.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 
-def to_passivate(last_used: Mapping[str, float], now: float, idle_s: float, capacity: int) -> list[str]:
+def beyond_capacity(lru: Sequence[str], sizes: Mapping[str, int], capacity: int, max_bytes: int) -> list[str]:
+    """The least recently used entries of ``lru`` (oldest first) to drop so that at most ``capacity`` stay and,
+    when ``max_bytes`` > 0, their ``sizes`` add up to at most ``max_bytes``. The most recent entry always
+    stays (one entry larger than the budget is not evicted from under its user)."""
+    drop = max(0, len(lru) - capacity)
+    if max_bytes > 0:
+        used = sum(sizes.get(k, 0) for k in lru[drop:])
+        while used > max_bytes and drop < len(lru) - 1:
+            used -= sizes.get(lru[drop], 0)
+            drop += 1
+    return list(lru[:drop])
+
+
+def to_passivate(last_used: Mapping[str, float], now: float, idle_s: float, capacity: int,
+                 sizes: Mapping[str, int] | None = None, max_bytes: int = 0) -> list[str]:
     """Souls to passivate, oldest use first: those idle longer than ``idle_s``, then the least recently used
-    until no more than ``capacity`` stay active. ``last_used`` is in LRU order (oldest first)."""
+    until no more than ``capacity`` stay active and (``max_bytes`` > 0) their ``sizes`` fit in ``max_bytes``.
+    ``last_used`` is in LRU order (oldest first)."""
     idle = [sid for sid, t in last_used.items() if now - t > idle_s]
     stay = [sid for sid in last_used if sid not in idle]
-    return idle + stay[: max(0, len(stay) - capacity)]
+    return idle + beyond_capacity(stay, sizes or {}, capacity, max_bytes)
 
 
 def sweep_due(last_swept: float | None, now: float, every_s: float) -> bool:

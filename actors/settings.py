@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from soul_runtime.config import SoulConfig
@@ -18,13 +18,17 @@ from soul_runtime.owner_only import make_dir, write_file
 class RuntimeConfig:
     data_dir: str
     namespace: str = "souls"
-    hosts: int = 2
-    """Soul-host actors; souls are placed on them by rendezvous hashing of the soul id."""
-    episodic_shards: int = 2
-    semantic_shards: int = 1
-    procedural_shards: int = 1
+    hosts: int = 0
+    """Soul-host actors; souls are placed on them by rendezvous hashing of the soul id. 0 (the default, for
+    this and the three shard counts): what the data dir was first served with, else sized to the cluster's
+    CPUs (:func:`sizes_for`); resolved once, by the orchestrator, and recorded in ``runtime.json``."""
+    episodic_shards: int = 0
+    semantic_shards: int = 0
+    procedural_shards: int = 0
     host_capacity: int = 256
     """Active souls per host (LRU); the rest are passivated to disk."""
+    host_capacity_mb: int = 1024
+    """And the memory the active souls of a host may hold (session buffers, SQLite caches), in MiB; 0: no limit."""
     idle_passivate_s: float = 600.0
     idle_check_s: float = 30.0
     """How often a host passivates its idle souls by itself (0: only when another soul is activated)."""
@@ -32,7 +36,9 @@ class RuntimeConfig:
     """How often each store shard runs the TTL sweep and archived-fact purge on its souls; it runs only when
     ``episodic_ttl_days`` or ``archived_fact_ttl_days`` is set (both off by default). 0: never."""
     store_capacity: int = 256
-    """Open per-soul stores per shard (LRU)."""
+    """Open per-soul stores per shard (LRU): each holds up to 3 file descriptors while open."""
+    store_capacity_mb: int = 1024
+    """And the memory the open stores of a shard may hold (vector indices, SQLite caches), in MiB; 0: no limit."""
     host_threads: int = 16
     max_dedicated: int = 16
     """Dedicated actors for hot souls (custom resource ``soul_slot``)."""
@@ -51,11 +57,17 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
-        for name in ("hosts", "episodic_shards", "semantic_shards", "procedural_shards", "host_capacity",
-                     "store_capacity", "host_threads", "shard_threads", "max_dedicated"):
+        for name in SIZE_KEYS + ("host_capacity", "store_capacity", "host_threads", "shard_threads",
+                                 "max_dedicated"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 10_000:
-                raise ConfigError(f"{name} must be an int in 1..10000, got {v!r}")
+            low = 0 if name in SIZE_KEYS else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < low or v > 10_000:
+                auto = " (0: sized to the cluster)" if low == 0 else ""
+                raise ConfigError(f"{name} must be an int in {low}..10000{auto}, got {v!r}")
+        for name in ("host_capacity_mb", "store_capacity_mb"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 10_000_000:
+                raise ConfigError(f"{name} must be an int in 0..10000000 (0: no limit), got {v!r}")
         v = self.idle_passivate_s
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"idle_passivate_s must be a finite number > 0, got {v!r}")
@@ -94,8 +106,42 @@ class RuntimeConfig:
         return int(getattr(self, f"{layer}_shards"))
 
 
+def sizes_for(cpus: int) -> dict[str, int]:
+    """Host and shard counts for a cluster of ``cpus`` CPUs: a host and an episodic shard per CPU (at least
+    two each, so one busy process never holds every soul), half as many semantic shards and a quarter as
+    many procedural ones (their calls are lighter); capped so a large cluster is not flooded with actors."""
+    c = max(1, int(cpus))
+    return {"hosts": max(2, min(64, c)), "episodic_shards": max(2, min(64, c)),
+            "semantic_shards": max(1, min(32, c // 2)), "procedural_shards": max(1, min(16, c // 4))}
+
+
+def resolve(cfg: RuntimeConfig, recorded: dict[str, Any] | None, cpus: int) -> RuntimeConfig:
+    """``cfg`` with its automatic (0) host and shard counts filled in: from the layout the data dir was first
+    served with when there is one (so a data dir keeps its routing), else :func:`sizes_for` ``cpus``."""
+    auto = [k for k in SIZE_KEYS if getattr(cfg, k) == 0]
+    if not auto:
+        return cfg
+    src = recorded if recorded is not None and all(isinstance(recorded.get(k), int) for k in SIZE_KEYS) \
+        else sizes_for(cpus)
+    sizes: dict[str, Any] = {k: int(src[k]) for k in auto}
+    return replace(cfg, **sizes)
+
+
+def recorded_layout(data_dir: str) -> dict[str, Any] | None:
+    """The layout ``DATA_DIR/runtime.json`` records, or None before the data dir was first served."""
+    path = os.path.join(data_dir, LAYOUT_FILE)
+    try:
+        with open(path) as f:
+            return dict(json.load(f))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to accept this layout") from None
+
+
 DATA_FORMAT = "soul-runtime/data@1"
 LAYOUT_FILE = "runtime.json"
+SIZE_KEYS = ("hosts", "episodic_shards", "semantic_shards", "procedural_shards")
 LAYOUT_KEYS = ("format", "namespace", "hosts", "episodic_shards", "semantic_shards", "procedural_shards", "embedder",
                "storage")
 
@@ -122,7 +168,9 @@ def mismatch(recorded: dict[str, Any], wanted: dict[str, Any], where: str) -> Co
 
 
 def claim_data_dir(cfg: RuntimeConfig) -> dict[str, Any]:
-    """Record the layout in ``DATA_DIR/runtime.json`` on first use, or refuse one that differs (ConfigError)."""
+    """Record the layout in ``DATA_DIR/runtime.json`` on first use, or refuse one that differs (ConfigError).
+    Automatic host and shard counts take the recorded ones (or this machine's CPUs on first use)."""
+    cfg = resolve(cfg, recorded_layout(cfg.data_dir), os.cpu_count() or 2)
     root = make_dir(cfg.data_dir)
     path = root / LAYOUT_FILE
     want = layout(cfg)

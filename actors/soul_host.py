@@ -8,6 +8,7 @@ A dedicated actor for a hot soul is the same class hosting a single soul.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -37,7 +38,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
-from .schedule import Ticker, to_passivate
+from .schedule import Ticker, beyond_capacity, to_passivate
 from .settings import RuntimeConfig
 
 
@@ -115,6 +116,7 @@ class SoulHost(ActorInfo):
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores)
         self.active: OrderedDict[str, _Activation] = OrderedDict()
+        self.sizes: dict[str, int] = {}  # memory of each active soul, as of its last turn
         self.guard = threading.Lock()
         self.metrics = Metrics.create()
         self.clock = clock
@@ -145,6 +147,7 @@ class SoulHost(ActorInfo):
             with self.guard:
                 if self.active.get(soul_id) is act:
                     del self.active[soul_id]
+                    self.sizes.pop(soul_id, None)
             raise
         finally:
             act.ready.set()
@@ -167,12 +170,25 @@ class SoulHost(ActorInfo):
             try:
                 yield act
             finally:
+                size = self._size(act)
                 act.lock.release()
             with self.guard:
-                over = len(self.active) > self.cfg.host_capacity
+                if soul_id in self.active:
+                    self.sizes[soul_id] = size
+                over = bool(beyond_capacity(list(self.active), self.sizes, self.cfg.host_capacity,
+                                            self.cfg.host_capacity_mb * 2**20))
             if over:  # a soul an eviction skipped because it was in a turn goes now
                 self._evict()
             return
+
+    def _size(self, act: _Activation) -> int:
+        """The soul's memory for eviction by bytes (0 when not limited, or when its files were closed)."""
+        if not self.cfg.host_capacity_mb or act.soul is None:
+            return 0
+        try:
+            return act.soul.memory_bytes()
+        except sqlite3.Error:  # closed by forget or a failed turn: it is about to go anyway
+            return 0
 
     def _evict(self) -> int:
         """Passivate idle souls and souls beyond capacity (least recently used first; the policy is
@@ -181,10 +197,12 @@ class SoulHost(ActorInfo):
         victims: list[tuple[_Activation, str]] = []
         with self.guard:
             last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
-            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.cfg.host_capacity):
+            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.cfg.host_capacity, self.sizes,
+                                    self.cfg.host_capacity_mb * 2**20):
                 act = self.active[sid]
                 if not act.live.busy and act.lock.acquire(blocking=False):  # memory work still running: later
                     del self.active[sid]
+                    self.sizes.pop(sid, None)
                     victims.append((act, "idle" if now - last[sid] > self.cfg.idle_passivate_s else "capacity"))
         for act, reason in victims:
             try:
@@ -205,6 +223,7 @@ class SoulHost(ActorInfo):
                 if self.active.get(soul_id) is not act or act.soul is None:
                     return False
                 del self.active[soul_id]
+                self.sizes.pop(soul_id, None)
             act.live.close()
             self.metrics.passivation("asked")
             return True
@@ -246,6 +265,7 @@ class SoulHost(ActorInfo):
             with self.guard:
                 if self.active.get(soul_id) is act:
                     del self.active[soul_id]
+                    self.sizes.pop(soul_id, None)
             act.live.close()
             raise
 

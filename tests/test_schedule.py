@@ -14,7 +14,7 @@ import pytest
 from actors import soul_host
 from actors.layer_shard import LayerShard
 from actors.placement import store_of
-from actors.schedule import Ticker, sweep_due, to_passivate
+from actors.schedule import Ticker, beyond_capacity, sweep_due, to_passivate
 from actors.soul_host import SoulHost
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, SoulConfig
@@ -34,6 +34,20 @@ def test_passivation_policy_takes_idle_then_least_recently_used() -> None:
     assert to_passivate(last, 100.0, idle_s=600, capacity=10) == []
     assert sweep_due(None, 5.0, 10.0) and not sweep_due(0.0, 5.0, 10.0) and sweep_due(0.0, 10.0, 10.0)
     assert not sweep_due(None, 5.0, 0.0)  # 0: off
+
+
+def test_capacity_counts_bytes_as_well_as_entries() -> None:
+    lru = ["a", "b", "c", "d"]  # oldest first
+    sizes = {"a": 10, "b": 500, "c": 20, "d": 30}
+    assert beyond_capacity(lru, sizes, capacity=10, max_bytes=0) == []
+    assert beyond_capacity(lru, sizes, capacity=3, max_bytes=0) == ["a"]
+    assert beyond_capacity(lru, sizes, capacity=10, max_bytes=555) == ["a"]  # 560 is over, 550 fits
+    assert beyond_capacity(lru, sizes, capacity=10, max_bytes=100) == ["a", "b"]  # drop until 50 fits
+    assert beyond_capacity(lru, sizes, capacity=10, max_bytes=25) == ["a", "b", "c"]  # d alone is over: it stays
+    assert beyond_capacity(lru, {}, capacity=10, max_bytes=1) == []  # unknown sizes count 0
+    last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}
+    assert to_passivate(last, 100.0, idle_s=600, capacity=10, sizes=sizes, max_bytes=100) == ["a", "b"]
+    assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]
 
 
 class Clock:
@@ -150,3 +164,31 @@ def test_shards_without_a_ttl_never_sweep(tmp_path: Path) -> None:
                       3600.0)
     assert sem.retention_every_s == 0 and proc.retention_every_s == 0
     assert sem.sweep_due(T0 + 1000 * DAY) == {} and sem.read("s1", "stats")["archived_facts"] == 1
+
+
+def test_a_shard_closes_stores_beyond_its_memory_budget(tmp_path: Path) -> None:
+    """Eviction by bytes: the open stores' memory (vector index + SQLite cache) stays within the budget; the
+    most recently used store stays open; an evicted store reopens with its data."""
+    emb = default_embedder()
+    souls = ["m1", "m2", "m3", "m4"]
+    for sid in souls:
+        _soul_with_history(tmp_path / "souls" / sid, emb)
+    probe = LayerShard("episodic", str(tmp_path), asdict(MemoryConfig()), 256, "default", 0, 1, 0.0,
+                       capacity_bytes=1 << 40)
+    counts = {sid: probe.read(sid, "stats")["episodes"] for sid in souls}
+    assert sorted(probe.open) == souls and all(v > 0 for v in probe.sizes.values())
+    biggest = max(probe.sizes.values())
+    budget = int(2.5 * biggest)
+    for sid in souls:
+        probe._close(sid)
+    shard = LayerShard("episodic", str(tmp_path), asdict(MemoryConfig()), 256, "default", 0, 1, 0.0,
+                       capacity_bytes=budget)
+    for sid in souls:
+        assert shard.read(sid, "stats")["episodes"] == counts[sid]
+        assert sum(shard.sizes.values()) <= budget and list(shard.open)[-1] == sid
+    assert 1 <= len(shard.open) <= 2 and "m1" not in shard.open
+    assert shard.read("m1", "stats")["episodes"] == counts["m1"]  # reopened from disk, nothing lost
+    unlimited = LayerShard("episodic", str(tmp_path), asdict(MemoryConfig()), 256, "default", 0, 1, 0.0)
+    for sid in souls:
+        unlimited.read(sid, "stats")
+    assert len(unlimited.open) == 4  # no byte budget: the count alone decides

@@ -152,6 +152,10 @@ class Soul:
         if fence is not None:
             fence(epoch)
 
+    def memory_bytes(self) -> int:
+        """What this open soul holds in memory (its host evicts by bytes as well as by count)."""
+        return self.state.memory_bytes()
+
     def close(self) -> None:
         p = self._pending
         if p is not None and p.thread is not None:

@@ -12,7 +12,7 @@ from soul_runtime.errors import NotFound, StaleOwner
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.trace import TurnTrace, add_usage
 from soul_runtime.memory.erasure import ForgetQuery, compact, unlink_files
-from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 
 MIGRATIONS = [
     ("0001_state", """
@@ -64,6 +64,10 @@ class SoulState:
 
     def close(self) -> None:
         self.db.close()
+
+    def memory_bytes(self) -> int:
+        """What this open soul state holds in memory: the session buffer and the SQLite page cache."""
+        return len(self.buffer.to_bytes()) + memory_bytes(self.db)
 
     def save_intent(self, intent: dict[str, Any]) -> None:
         """Record a turn's writes before they go to the stores (redo log of one entry)."""

@@ -40,7 +40,7 @@ from soul_runtime.memory.policy_episodic import (
     recency_weight,
 )
 from soul_runtime.memory.policy_semantic import merge_sources
-from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 from soul_runtime.memory.vector_index import IndexParams, VectorIndex
 from soul_runtime.records import Episode, MemoryWrite, Op, RecalledItem, Store, WriteRequest
 from soul_runtime.text import check_write_request, terms
@@ -153,6 +153,10 @@ class EpisodicStore:
         with transaction(self.db):
             self.db.execute("DELETE FROM index_log WHERE seq <= ?", (self.index.applied_seq,))
         self._unsaved = 0
+
+    def memory_bytes(self) -> int:
+        """What this open store holds in memory: its vector index and its SQLite page cache."""
+        return self.index.memory_bytes() + memory_bytes(self.db)
 
     def close(self) -> None:
         """Close. A large index that was saved before is not rewritten: the change log since its last save

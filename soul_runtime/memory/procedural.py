@@ -20,7 +20,7 @@ from soul_runtime.memory.layer_db import (
     unpack,
 )
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
-from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 from soul_runtime.records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from soul_runtime.text import terms
 
@@ -65,6 +65,10 @@ class ProceduralStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def memory_bytes(self) -> int:
+        """What this open store holds in memory: its SQLite page cache."""
+        return memory_bytes(self.db)
 
     @staticmethod
     def _proc(r: tuple[Any, ...]) -> Procedure:

@@ -25,7 +25,7 @@ from soul_runtime.memory.layer_db import (
     unpack,
 )
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
-from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 from soul_runtime.records import (
     Fact,
     FactCandidate,
@@ -74,6 +74,10 @@ class SemanticStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def memory_bytes(self) -> int:
+        """What this open store holds in memory: its SQLite page cache."""
+        return memory_bytes(self.db)
 
     def _fact(self, r: tuple[Any, ...]) -> Fact:
         return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],

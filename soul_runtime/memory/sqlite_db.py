@@ -80,6 +80,15 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
         raise StorageError(f"{path}: {e}") from e
 
 
+def memory_bytes(con: sqlite3.Connection) -> int:
+    """What an open database can hold in memory: its page cache, at most the whole file (for eviction by bytes)."""
+    pages = int(con.execute("PRAGMA page_count").fetchone()[0])
+    size = int(con.execute("PRAGMA page_size").fetchone()[0])
+    cache = int(con.execute("PRAGMA cache_size").fetchone()[0])  # < 0: KiB; > 0: pages
+    ceiling = -cache * 1024 if cache < 0 else cache * size
+    return min(pages * size, ceiling)
+
+
 @contextmanager
 def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One atomic, durable transaction: all of it is on disk when this returns, or none of it."""

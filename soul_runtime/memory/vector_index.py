@@ -125,6 +125,10 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.index)
 
+    def memory_bytes(self) -> int:
+        """The index's memory (usearch reserves ahead of its vectors)."""
+        return int(self.index.memory_usage)
+
     def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(key, cosine similarity) pairs, best first."""
         n = len(self.index)
