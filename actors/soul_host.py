@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soul_runtime.errors import InvalidInput, StaleOwner
@@ -44,16 +45,25 @@ from .settings import RuntimeConfig
 
 class RemoteMemory:
     """The loop's MemoryPort over store actors: the three layers in parallel, cross-layer marks on write,
-    each call batched with other souls' calls to the same shard (:class:`ShardCalls`)."""
+    each call batched with other souls' calls to the same shard (:class:`ShardCalls`).
 
-    def __init__(self, soul_id: str, calls: ShardCalls) -> None:
+    ``directory``: the soul's directory as this process sees it, given when the stores' files are on this
+    machine (``storage="local"``): a layer with no file there has nothing to recall and is not called (a
+    stat instead of a call; its writes go through this host, so the file appears before it is read)."""
+
+    def __init__(self, soul_id: str, calls: ShardCalls, directory: Path | None = None) -> None:
         self.soul_id = soul_id
         self.calls = calls
+        self.dir = directory
+
+    def _stored(self, layer: Store) -> bool:
+        return self.dir is None or (self.dir / f"{layer.value}.sqlite").exists()
 
     def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
                task_class: str | None = None) -> list[RecalledItem]:
         tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
-                                    (self.soul_id, query, k, float(now), task_class)) for s in parse_stores(stores)]
+                                    (self.soul_id, query, k, float(now), task_class))
+                   for s in parse_stores(stores) if self._stored(s)]
         return merge_recalls([t.result()[0] for t in tickets], k)
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
@@ -141,7 +151,9 @@ class SoulHost(ActorInfo):
                 return self._activate(soul_id)
             return act
         try:
-            act.soul = Soul(soul_id, soul_dir(self.cfg.data_dir, soul_id), memory=RemoteMemory(soul_id, self.calls),
+            d = soul_dir(self.cfg.data_dir, soul_id)
+            act.soul = Soul(soul_id, d, memory=RemoteMemory(soul_id, self.calls,
+                                                            d if self.cfg.storage == "local" else None),
                             model=self.model, config=self.cfg.soul, on_commit=self.metrics.model_usage)
         except BaseException:
             with self.guard:
