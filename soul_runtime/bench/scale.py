@@ -96,6 +96,17 @@ def process_table(root: int | None = None) -> list[dict[str, Any]]:
     return out
 
 
+def closed_soul_bytes(path: Path) -> list[int]:
+    """Bytes on disk of each passivated soul (no store of it open: no ``-wal``/``-shm`` file in its directory)."""
+    out = []
+    root = path / "souls"
+    for d in root.iterdir() if root.exists() else ():
+        files = [f for f in d.iterdir() if f.is_file()]
+        if files and not any(f.name.endswith(("-wal", "-shm")) for f in files):
+            out.append(sum(f.stat().st_size for f in files))
+    return out
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -249,6 +260,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         counters = _host_counters(rt)
         procs = process_table()
         disk = dir_bytes(path)
+        closed = closed_soul_bytes(path)
         stats = rt.stats()
     if own_dir:
         import shutil
@@ -271,6 +283,8 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                                                                                     default=0),
         "in_process_turns_per_s": baseline["turns_per_s"], "in_process_timings_p50_ms": baseline["timings_p50_ms"],
         "processes": procs, "disk_bytes_per_soul": disk // souls, "disk_bytes": disk, "phases": phases,
+        "closed_souls": len(closed), "disk_bytes_per_closed_soul_p50": int(percentile(closed, 50)) if closed else None,
+        "disk_bytes_per_closed_soul_max": max(closed) if closed else None,
         "overhead_method": "client latency - trace model time (inference + persist_decision + extract) "
                            "- 2 x embed_ms_per_text",
         "machine": {"cpus": os.cpu_count()},

@@ -162,7 +162,8 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
             table.add_row(*row)
         out.print(table)
         out.print(f"activations {res['activations']}, passivations {res['passivations']}, "
-                  f"disk/soul {res['disk_bytes_per_soul'] / 1024:.1f} KiB, Ray RSS "
+                  f"disk/soul {res['disk_bytes_per_soul'] / 1024:.1f} KiB (a passivated one: p50 "
+                  f"{(res['disk_bytes_per_closed_soul_p50'] or 0) / 1024:.1f} KiB), Ray RSS "
                   f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
                   f"max open fds {res['max_open_fds']}")
         if res.get("reactivation_p50_ms") is not None:

@@ -12,8 +12,15 @@ from soul_runtime.errors import ConfigError, StorageError
 from soul_runtime.owner_only import create_file, private_umask
 
 Migration = tuple[str, str]  # (name, SQL script)
-PAGE_SIZE = 1024
-"""Bytes a page for new databases: a near-empty soul's schema takes a quarter of the space of 4 KiB pages."""
+PAGE_SIZE = 512
+"""Bytes a page for new databases: SQLite's smallest, so a near-empty soul's schema (a page a table or
+index) takes an eighth of the space of 4 KiB pages."""
+GROWN_PAGE_SIZE = 4096
+GROW_AT = 256 * 1024
+"""A database of small pages that has grown past this many bytes is rewritten with ``GROWN_PAGE_SIZE`` pages
+when next opened (large tables and full-text segments read faster from larger pages)..."""
+GROW_UNTIL = 2**30
+"""...unless it is already larger than this (the one-off rewrite would stall its opening for long)."""
 WAL_LIMIT = 64 * 1024
 """The WAL is truncated to this after a checkpoint instead of keeping its high-water size on disk."""
 
@@ -31,7 +38,28 @@ def use_storage(kind: str) -> None:
     _storage[0] = kind
 
 
-def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
+def grow_pages(con: sqlite3.Connection, journal: str) -> bool:
+    """Rewrite a database of small pages that has grown (see ``GROW_AT``) with larger pages; the page size can
+    only change outside WAL mode, so the journal goes to DELETE for the rewrite and back. Skipped (False) when
+    another connection holds the file: the next opening tries again."""
+    size = int(con.execute("PRAGMA page_size").fetchone()[0])
+    pages = int(con.execute("PRAGMA page_count").fetchone()[0])
+    if size >= GROWN_PAGE_SIZE or not GROW_AT <= size * pages <= GROW_UNTIL:
+        return False
+    try:
+        if journal == "wal" and str(con.execute("PRAGMA journal_mode=DELETE").fetchone()[0]).lower() != "delete":
+            return False
+        con.execute(f"PRAGMA page_size={GROWN_PAGE_SIZE}")
+        con.execute("VACUUM")
+    except sqlite3.OperationalError:  # busy: another connection has it open
+        return False
+    finally:
+        if journal == "wal":
+            con.execute("PRAGMA journal_mode=WAL")
+    return int(con.execute("PRAGMA page_size").fetchone()[0]) == GROWN_PAGE_SIZE
+
+
+def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAGE_SIZE) -> sqlite3.Connection:
     """Open (creating) a database and apply the migrations it has not seen, in order.
 
     Migration names are recorded in ``schema_migrations``; an applied migration is
@@ -39,13 +67,14 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
     refused (it was written by a newer version).
 
     The file (and its directory) is created owner-only; SQLite gives the ``-wal`` and
-    ``-shm`` files the database file's mode.
+    ``-shm`` files the database file's mode. ``page_size`` applies to a new file only (a power of two,
+    512..65536): small pages keep a near-empty database small, larger ones suit large tables.
     """
     try:
         create_file(path)
         with private_umask():
             con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
-            con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new (empty) file only
+            con.execute(f"PRAGMA page_size={int(page_size)}")  # takes effect on a new (empty) file only
             want = JOURNAL[_storage[0]]
             got = con.execute(f"PRAGMA journal_mode={want}").fetchone()[0]
         if str(got).lower() != want:
@@ -75,6 +104,7 @@ def open_db(path: Path, migrations: Sequence[Migration]) -> sqlite3.Connection:
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+        grow_pages(con, want)
         return con
     except sqlite3.DatabaseError as e:
         raise StorageError(f"{path}: {e}") from e
