@@ -37,7 +37,7 @@ from .settings import SIZE_KEYS, RuntimeConfig, claim_data_dir, layout, mismatch
 
 RETRIES = 40
 SEQ_CACHE = 100_000
-"""Souls whose next sequence number the orchestrator remembers; a forgotten one costs one `last_seq` call."""
+"""Souls whose next sequence number the orchestrator remembers; a forgotten one is numbered by its host."""
 
 
 def host_name(i: int) -> str:
@@ -140,9 +140,9 @@ class TurnOrchestrator:
         async with self._lock(soul_id):
             name = self.host_of(soul_id)
             for _ in range(RETRIES):
-                if soul_id not in self.next_seq:
-                    self.next_seq[soul_id] = int(await self._call(name, "last_seq", soul_id)) + 1
-                seq = self.next_seq[soul_id]
+                # None when not cached (a soul's first turn here, or forgotten by the LRU): the host, the soul's
+                # one owner, gives it the next number itself; no extra call to ask it first
+                seq = self.next_seq.get(soul_id)
                 try:
                     result = await self._call(name, "run", soul_id, op, seq, request_id, payload)
                 except OutOfOrder as e:  # another orchestrator incarnation got there first
@@ -155,7 +155,7 @@ class TurnOrchestrator:
                     raise
                 except Exception as e:
                     raise TurnFailed(f"turn of {soul_id} failed: {e.__class__.__name__}: {e}") from None
-                self.next_seq[soul_id] = max(seq, int(result.seq) + 1)
+                self.next_seq[soul_id] = max(seq or 0, int(result.seq) + 1)
                 return result
             raise TurnFailed(f"turn of {soul_id} could not be ordered after {RETRIES} attempts")
 

@@ -249,7 +249,9 @@ class SoulHost(ActorInfo):
             return list(self.active)
 
     # ---- turns -------------------------------------------------------------------------
-    def run(self, soul_id: str, op: str, seq: int, request_id: str, payload: dict[str, Any]) -> TurnResult:
+    def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
+        """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number; the
+        orchestrator holds the soul's order, so only one call of a soul runs at a time)."""
         t0 = time.perf_counter()
         with self._hold(soul_id) as act, self._superseded(soul_id, act):
             act.last_used = self.clock()
