@@ -331,6 +331,15 @@ class ShardCalls:
         self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
         self._lock = threading.Lock()
 
+    def counts(self) -> dict[str, int]:
+        """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``)."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for (_, method), b in self._batchers.items():
+                out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
+                out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
+        return out
+
     def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
         """Send ``item`` to the shard holding the soul's layer (``method`` is ``recall_batch`` or
         ``apply_batch``); ``.result()`` on the ticket waits for its answer."""

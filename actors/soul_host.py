@@ -249,6 +249,10 @@ class SoulHost(ActorInfo):
             return list(self.active)
 
     # ---- turns -------------------------------------------------------------------------
+    def metrics_snapshot(self) -> dict[str, int]:
+        """What this host counted, and its calls to the store shards with the items they carried."""
+        return {**self.metrics.local, **self.calls.counts()}
+
     def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
         """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number; the
         orchestrator holds the soul's order, so only one call of a soul runs at a time)."""

@@ -278,6 +278,9 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "reactivation_p99_ms": react_phase["turn_p99_ms"] if react_phase else None,
         "reactivated": react_phase["activations"] if react_phase else None,
         "activations": counters.get("activations", 0), "passivations": counters.get("passivations", 0),
+        "shard_calls": {m: counters.get(f"shard_calls:{m}", 0) for m in ("recall_batch", "apply_batch")},
+        "shard_items_per_call": {m: round(counters.get(f"shard_items:{m}", 0) / counters[f"shard_calls:{m}"], 2)
+                                 for m in ("recall_batch", "apply_batch") if counters.get(f"shard_calls:{m}")},
         "active_at_end": stats.get("active"),
         "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),
                                                                                     default=0),

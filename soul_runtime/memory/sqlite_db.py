@@ -3,13 +3,16 @@ ordered named migrations."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from soul_runtime.errors import ConfigError, StorageError
-from soul_runtime.owner_only import create_file, private_umask
+from soul_runtime.owner_only import FILE_MODE, create_file, make_dir, private_umask
 
 Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 512
@@ -59,17 +62,75 @@ def grow_pages(con: sqlite3.Connection, journal: str) -> bool:
     return int(con.execute("PRAGMA page_size").fetchone()[0]) == GROWN_PAGE_SIZE
 
 
+_templates: dict[tuple[object, ...], bytes] = {}
+_templates_lock = threading.Lock()
+
+
+def _template(migrations: Sequence[Migration], page_size: int) -> bytes:
+    """The bytes of a new database with every migration applied, built once per process (per schema, page
+    size and journal mode) by the same code that migrates any database."""
+    key = (tuple(migrations), int(page_size), _storage[0])
+    with _templates_lock:
+        blob = _templates.get(key)
+        if blob is None:
+            with tempfile.TemporaryDirectory(prefix="soul-db-template-") as d:
+                path = Path(d) / "new.sqlite"
+                _open(path, migrations, page_size).close()  # the last close checkpoints the WAL into the file
+                blob = _templates[key] = path.read_bytes()
+    return blob
+
+
+def _create(path: Path, migrations: Sequence[Migration], page_size: int) -> None:
+    """Create a new database as a durable copy of the template (a file write and an fsync, instead of running
+    every migration and the fsyncs of its journal-mode change and commit). Atomic: the copy is linked into
+    place, so of two processes creating one database at once, one wins and the other opens its file."""
+    blob = _template(migrations, page_size)
+    make_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    with private_umask():
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    try:
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)  # the new directory entry is durable too
+    finally:
+        os.close(dfd)
+
+
 def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAGE_SIZE) -> sqlite3.Connection:
     """Open (creating) a database and apply the migrations it has not seen, in order.
 
     Migration names are recorded in ``schema_migrations``; an applied migration is
     never run again, and a database that has migrations this code does not know is
-    refused (it was written by a newer version).
+    refused (it was written by a newer version). A new database starts as a copy of
+    a template migrated once per process.
 
     The file (and its directory) is created owner-only; SQLite gives the ``-wal`` and
     ``-shm`` files the database file's mode. ``page_size`` applies to a new file only (a power of two,
     512..65536): small pages keep a near-empty database small, larger ones suit large tables.
     """
+    path = Path(path)
+    try:
+        if not path.exists():
+            _create(path, migrations, page_size)
+        return _open(path, migrations, page_size)
+    except sqlite3.DatabaseError as e:
+        raise StorageError(f"{path}: {e}") from e
+
+
+def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite3.Connection:
     try:
         create_file(path)
         with private_umask():
