@@ -303,13 +303,16 @@ class Soul:
                           request_id=request_id, recalled=ctx.used, persist_reason="memory work in progress",
                           tokens=ctx.tokens, timings_ms=timings, model=self.model.label, usage=usage,
                           reply=answer.text, pending=True)
-        t0 = clock()
         intent = {"trace": trace.to_dict(), "exchange": exchange_to_plain(exchange), "requests": None,
                   "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns], "session": session}
-        self.state.save_intent(intent)  # a crash from here on is completed by recover()
-        timings["intent"] = (clock() - t0) * 1000
         if wait_writes:
+            # nothing is returned before the commit, so a crash before the writes' own intent (saved before
+            # any store is touched) leaves nothing acknowledged and nothing written: the turn can simply run
+            # again; no intent (and no fsync) is needed at the reply
             return self._result(self._memory_work(trace, exchange, intent))
+        t0 = clock()
+        self.state.save_intent(intent)  # the reply is returned now: a crash from here on is completed by recover()
+        timings["intent"] = (clock() - t0) * 1000
         pending = _Pending(trace)
 
         def run() -> None:
