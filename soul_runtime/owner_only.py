@@ -85,10 +85,12 @@ def create_file(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def write_file(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> Path:
+def write_file(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True,
+               replace: bool = True) -> Path:
     """Write ``data`` to ``path`` atomically (temp file + rename), mode 0600, parents 0700.
 
-    ``durable``: fsync the file before the rename."""
+    ``durable``: fsync the file before the rename, and the directory after it. ``replace=False``: only create
+    ``path`` (a hard link instead of the rename); if it exists already, it is left as it is."""
     p = Path(path)
     make_dir(p.parent)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
@@ -105,10 +107,23 @@ def write_file(path: str | os.PathLike[str], data: bytes | str, *, durable: bool
         finally:
             os.close(fd)
     try:
-        os.replace(tmp, p)
+        if replace:
+            os.replace(tmp, p)
+        else:
+            try:
+                os.link(tmp, p)  # atomic, and fails if another writer created it first
+            except FileExistsError:
+                pass
+            tmp.unlink()
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if durable:
+        dfd = os.open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)  # the new directory entry is durable too
+        finally:
+            os.close(dfd)
     return p
 
 

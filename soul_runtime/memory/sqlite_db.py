@@ -3,7 +3,6 @@ ordered named migrations."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import tempfile
 import threading
@@ -12,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from soul_runtime.errors import ConfigError, StorageError
-from soul_runtime.owner_only import FILE_MODE, create_file, make_dir, private_umask
+from soul_runtime.owner_only import create_file, private_umask, write_file
 
 Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 512
@@ -82,31 +81,9 @@ def _template(migrations: Sequence[Migration], page_size: int) -> bytes:
 
 def _create(path: Path, migrations: Sequence[Migration], page_size: int) -> None:
     """Create a new database as a durable copy of the template (a file write and an fsync, instead of running
-    every migration and the fsyncs of its journal-mode change and commit). Atomic: the copy is linked into
-    place, so of two processes creating one database at once, one wins and the other opens its file."""
-    blob = _template(migrations, page_size)
-    make_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
-    with private_umask():
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        view = memoryview(blob)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)  # the new directory entry is durable too
-    finally:
-        os.close(dfd)
+    every migration and the fsyncs of its journal-mode change and commit). Atomic: of two processes creating
+    one database at once, one wins and the other opens its file."""
+    write_file(path, _template(migrations, page_size), replace=False)
 
 
 def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAGE_SIZE) -> sqlite3.Connection:
