@@ -61,7 +61,7 @@ class Clock:
 class NoMemory:
     """The host's memory port without store actors (these tests only activate and passivate souls)."""
 
-    def __init__(self, soul_id: str, stores: object) -> None:
+    def __init__(self, soul_id: str, stores: object, directory: object = None) -> None:
         self.fenced: list[int] = []
 
     def fence(self, epoch: int) -> None:
