@@ -8,6 +8,7 @@ The text rules live in :mod:`soul_runtime.models.offline_rules`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import threading
 from dataclasses import dataclass, field
@@ -72,9 +73,16 @@ def _prior(ex: Exchange) -> list[ChatMessage]:
 
 def _message_facts(msg: ChatMessage, speaker: str) -> list[FactCandidate]:
     """The facts a message states (an assistant's restatement: "Noted: Tendril's production database is …")."""
+    return list(_parsed_facts(msg, speaker))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_facts(msg: ChatMessage, speaker: str) -> tuple[FactCandidate, ...]:
+    """:func:`_message_facts`, remembered: a turn's analysis reads the recent history several times, and the
+    reply and the memory decision each analyse the turn (a pure function of its arguments)."""
     text = msg.content.removeprefix(PREFIX).strip()
     if rules.is_instruction(text):
-        return []
+        return ()
     subject = "" if msg.role == "assistant" else _subject(msg.speaker or speaker, text)
     out: list[FactCandidate] = []
     for sentence in rules.split_sentences(text):
@@ -83,7 +91,7 @@ def _message_facts(msg: ChatMessage, speaker: str) -> list[FactCandidate]:
             corr = rules.parse_correction(clause)
             clause = corr.statement if corr and corr.statement else clause
             out += [_candidate(st, "", ()) for st in rules.parse_statements(clause, subject)]
-    return out
+    return tuple(out)
 
 
 @dataclass
