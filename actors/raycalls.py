@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
@@ -27,13 +27,17 @@ T = TypeVar("T")
 ACTOR_DIED = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 CLIENT_ATTEMPTS = 3
-"""Ray Client session attempts per connect (see :func:`_client_init`)."""
+"""Ray Client session attempts per connect (see :func:`start`)."""
 CLIENT_RETRY_WINDOW_S = 10.0
-"""No new session attempt starts this long after the first: a failed connect reports within ~15 s."""
+"""No new attempt after a dead session server once the connect is this old: it reports within ~15 s."""
 SESSION_START_FAILURES = ("Starting Ray client server failed",)
 """The server-side cause worth another attempt (Ray 2.60 proxier.py): the session server died at once.
 Not "Proxy failed to Connect to backend": that server is alive but did not answer within the head's
 RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (a busy head); another server would only add to the load."""
+
+CHANNEL_LOST = ("disconnected", "data channel")
+"""Ray Client's words (dataclient.py) for a session whose data channel broke: while ``ray.init`` opens it, a
+lost session (retried), not an unreachable head ("ray client connection timeout": not retried)."""
 
 log = logging.getLogger("soul_runtime.connect")
 
@@ -83,9 +87,69 @@ def _joins_loopback(address: str) -> bool:
     return _host(address) in LOOPBACK_HOSTS
 
 
+def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
+          env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None,
+          client_attempts: int = CLIENT_ATTEMPTS) -> T:
+    """Start or join Ray (:func:`init`), then ``attach(started)``: find or create what the caller needs on it.
+
+    Over Ray Client (``ray://``) the two are one unit that is tried again, up to ``client_attempts`` times
+    in all, when the session is lost before ``attach`` returned: the head's session server died at start
+    (``Starting Ray client server failed``, while the connect is younger than CLIENT_RETRY_WINDOW_S), or the
+    session's channel dropped while attaching (a Ray Client ``ConnectionError`` or gRPC error). ``attach``
+    must therefore be idempotent (finding or creating named actors is; it must submit no turn). Each retry
+    is logged at warning with its cause. Never retried: AuthError, a session server slower than the head's
+    RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (another one would only add to the load), errors of
+    ``attach`` itself (SoulErrors, timeouts)."""
+    if address is None or not address.startswith("ray://") or ray.is_initialized():
+        started = init(address, namespace=namespace, env_vars=env_vars, resources=resources)
+        return attach(started)
+    check_client_access(address)  # fails fast: missing token (AuthError) vs. dead address, never retried
+    kwargs = _init_kwargs(namespace, env_vars)
+    t0 = time.monotonic()
+    for attempt in range(1, client_attempts + 1):
+        elapsed = 0.0
+        try:
+            with _fail_fast_client_close():
+                _ray_init(address, kwargs)
+            log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
+                      attempt, extra={"session_s": time.monotonic() - t0})
+            try:
+                return attach(False)
+            except Exception as e:
+                lost = _session_lost(e)
+                if lost is None:
+                    raise
+                _drop_session()
+                raise _SessionLost(f"the Ray Client session to {address} was lost while connecting: {lost}",
+                                   lost) from None
+        except _SessionStartFailed as e:
+            elapsed = time.monotonic() - t0
+            retry = (e.transient or isinstance(e, _SessionLost)) and attempt < client_attempts and (
+                isinstance(e, _SessionLost) or elapsed < CLIENT_RETRY_WINDOW_S)
+            if not retry:
+                hint = (f"; {attempt} attempts in {elapsed:.1f} s" if attempt > 1 else "") + (
+                    "; see ray_client_server*.err in the head's session logs, and start the head with "
+                    "GRPC_ENABLE_FORK_SUPPORT=0 (cluster/README.md)" if e.transient else
+                    "; the head may be too busy to start a session server in time (its "
+                    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S)" if "Proxy failed" in str(e) else
+                    "; see ray_client_server.err (the proxy) and ray_client_server_*.err in the head's session "
+                    "logs" if isinstance(e, _SessionLost) else "")
+                raise RuntimeUnavailable(f"{e}{hint}") from None
+            log.warning("Ray Client session at %s failed (attempt %d of %d, %.1f s): %s; retrying",
+                        address, attempt, client_attempts, elapsed, e.cause)
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _init_kwargs(namespace: str, env_vars: dict[str, str] | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"namespace": namespace, "ignore_reinit_error": True, "log_to_driver": False}
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
+    return kwargs
+
+
 def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
-         env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None,
-         client_attempts: int = CLIENT_ATTEMPTS) -> bool:
+         env_vars: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> bool:
     """Start or join Ray. Returns True when this call started a local Ray instance.
 
     The local Ray (``address=None``, the embedded default) keeps to the machine and its owner:
@@ -93,14 +157,10 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
     and it is started under umask 077, so Ray's processes (the actors included) create
     owner-only files and the auth token Ray writes is 0600.
 
-    ``ray://`` addresses: the token is checked first (AuthError in milliseconds, never retried), then
-    a session is opened; a session server that fails to start on the head is retried (see
-    :func:`_client_init`) up to ``client_attempts`` times in all."""
+    ``ray://`` addresses: one attempt (the token checked first); :func:`start` retries a lost session."""
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"namespace": namespace, "ignore_reinit_error": True, "log_to_driver": False}
-    if env_vars:
-        kwargs["runtime_env"] = {"env_vars": env_vars}
+    kwargs = _init_kwargs(namespace, env_vars)
     if address is None:
         kwargs.update(include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 2, _node_ip_address=LOOPBACK)
         if resources:
@@ -113,7 +173,8 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
         return True
     if address.startswith("ray://"):
         check_client_access(address)  # fails fast: missing token vs. dead address
-        _client_init(address, kwargs, attempts=client_attempts)
+        with _fail_fast_client_close():
+            _ray_init(address, kwargs)
         return False
     _ray_init(address, kwargs)
     return False
@@ -121,6 +182,10 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
 
 class _SessionStartFailed(RuntimeUnavailable):
     """The head's Ray Client proxy failed to start (or reach) the per-client server of this session."""
+
+    def __init__(self, message: str, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause if cause is not None else message.rsplit(": ", 1)[-1]
 
     @property
     def transient(self) -> bool:
@@ -136,9 +201,12 @@ def _ray_init(address: str, kwargs: dict[str, Any]) -> None:
         if "authentication" in _server_cause(e).lower():
             raise AuthError(f"Ray at {address} refused the session: {_server_cause(e)}") from None
         raise _SessionStartFailed(f"the Ray Client server at {address} could not open a session for this client: "
-                                 f"{_server_cause(e)}") from None
+                                 f"{_server_cause(e)}", _server_cause(e)) from None
     except ConnectionError as e:
         msg = str(e)
+        if address.startswith("ray://") and any(m in msg for m in CHANNEL_LOST):
+            lost = _session_lost(e) or msg
+            raise _SessionLost(f"the Ray Client session to {address} was lost while connecting: {lost}", lost) from None
         raise RuntimeUnavailable(f"cannot reach Ray at {address}: {msg.splitlines()[0] if msg else e}"
                                  f"{_grpc_status(msg)}") from None
     except Exception as e:
@@ -161,37 +229,31 @@ def _server_cause(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-def _client_init(address: str, kwargs: dict[str, Any], *, attempts: int) -> None:
-    """Open a Ray Client session, retrying a session server that failed to start.
+class _SessionLost(_SessionStartFailed):
+    """The Ray Client session opened, then its channel dropped before the connect had attached."""
 
-    For every client the head's proxy forks a "specific server" (a ~60 MB Python process). In Ray 2.60
-    the fork races with the proxy's gRPC threads and the child can die at once (ray-project/ray#63202:
-    "Starting Ray client server failed"); on a busy head the child may also not answer within the
-    proxy's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S ("Proxy failed to Connect to backend"). Heads
-    started with GRPC_ENABLE_FORK_SUPPORT=0 (local_cluster.HEAD_ENV) avoid the first; for heads that
-    were not, that failure - and only that one - is retried here, each retry logged at warning with
-    its cause; no new attempt starts after CLIENT_RETRY_WINDOW_S. Anything else (AuthError, a busy
-    head's slow server) is raised at once, with the server's own words."""
-    t0 = time.monotonic()
-    for attempt in range(1, attempts + 1):
-        try:
-            with _fail_fast_client_close():
-                _ray_init(address, kwargs)
-            log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
-                      attempt, extra={"session_s": time.monotonic() - t0})
-            return
-        except _SessionStartFailed as e:
-            elapsed = time.monotonic() - t0
-            if not e.transient or attempt >= attempts or elapsed >= CLIENT_RETRY_WINDOW_S:
-                hint = (f"; {attempt} attempts in {elapsed:.1f} s" if attempt > 1 else "") + (
-                    "; see ray_client_server*.err in the head's session logs, and start the head with "
-                    "GRPC_ENABLE_FORK_SUPPORT=0 (cluster/README.md)" if e.transient else
-                    "; the head may be too busy to start a session server in time (its "
-                    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S)" if "Proxy failed" in str(e) else "")
-                raise RuntimeUnavailable(f"{e}{hint}") from None
-            log.warning("Ray Client session at %s failed to start (attempt %d of %d, %.1f s): %s; retrying",
-                        address, attempt, attempts, elapsed, str(e).rsplit(": ", 1)[-1])
-            time.sleep(0.5 * attempt)
+
+def _session_lost(e: BaseException) -> str | None:
+    """The cause, when ``e`` is Ray Client's account of a lost session (the data channel dropped, the server
+    went away), else None. SoulErrors (AuthError included) and timeouts are never a lost session."""
+    import grpc
+    if isinstance(e, SoulError):
+        return None
+    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
+        return f"gRPC {e.code().name}: {e.details()}"
+    if isinstance(e, ConnectionError):
+        msg = str(e)
+        return (msg.splitlines()[0] if msg else type(e).__name__) + _grpc_status(msg)
+    return None
+
+
+def _drop_session() -> None:
+    """Disconnect a lost session at once (without waiting for Ray's reconnect grace period)."""
+    try:
+        with _fail_fast_client_close():
+            ray.shutdown()
+    except Exception as e:  # the session is gone already; what matters is that a new one can start
+        log.debug("closing the lost Ray Client session: %s", e)
 
 
 @contextmanager

@@ -412,9 +412,10 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     embedded default; ``"auto"`` joins a running cluster from one of its nodes;
     ``"ray://host:port"`` connects over Ray Client. ``options`` are
     :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …).
-    ``connect_attempts``: Ray Client sessions tried when the head fails to start this client's
-    session server (a known Ray 2.60 failure, logged at warning with its cause; never an
-    AuthError); 1 disables the retry.
+    ``connect_attempts``: Ray Client sessions tried when the session is lost before the connect
+    finished - the head's session server died at start (a known Ray 2.60 failure) or the session's
+    channel dropped while the actors were being found - each retry logged at warning with its cause;
+    never an AuthError, never after a turn was submitted; 1 disables the retry.
     """
     if not isinstance(connect_attempts, int) or isinstance(connect_attempts, bool) or not 1 <= connect_attempts <= 10:
         raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
@@ -433,12 +434,14 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         warn_if_loose(config.data_dir)
     env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                                                        "SOUL_ANTHROPIC_MODEL", "SOUL_ANTHROPIC_MEMORY_MODEL")}
-    started = raycalls.init(address, namespace=config.namespace, env_vars=env or None,
-                            resources={"soul_slot": config.max_dedicated} if address is None else None,
-                            client_attempts=connect_attempts)
-    try:
-        return Runtime(config, started_ray=started, detached=address is not None)
-    except BaseException:
-        if started:
-            raycalls.shutdown()
-        raise
+
+    def attach(started: bool) -> Runtime:  # finds or creates the actors: idempotent, submits no turn
+        try:
+            return Runtime(config, started_ray=started, detached=address is not None)
+        except BaseException:
+            if started:
+                raycalls.shutdown()
+            raise
+    return raycalls.start(address, attach, namespace=config.namespace, env_vars=env or None,
+                          resources={"soul_slot": config.max_dedicated} if address is None else None,
+                          client_attempts=connect_attempts)

@@ -274,7 +274,7 @@ def test_fresh_head_clients_connect_and_a_dead_session_server_is_retried(
     assert _crashes(crash) == 1  # one session server died ...
     assert sum(o["retries"] for o in outs) == 1  # ... and exactly its client retried, with a warning naming why
     warned = "".join(o["stderr"] for o in outs)
-    assert "failed to start (attempt 1 of 3" in warned and "Starting Ray client server failed" in warned
+    assert "failed (attempt 1 of 3" in warned and "Starting Ray client server failed" in warned
 
     (crash / "limit").write_text("1000")  # from now on every session server dies
     before = _crashes(crash)

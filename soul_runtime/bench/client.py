@@ -33,6 +33,8 @@ Progress = Callable[[str, int, int], None]
 VARIANTS = {"fixed": {"grpc_fork_handlers": False, "attempts": 3, "session_start_timeout": 30},
             "baseline": {"grpc_fork_handlers": True, "attempts": 1, "session_start_timeout": 10}}
 CLIENT_TIMEOUT_S = 300.0
+HEAD_TRIES = 3
+"""`ray start` attempts per head: a head that does not start is tried again (and counted apart, not as a connect)."""
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -48,7 +50,8 @@ def _client_env(info: lc.HeadInfo, home: str) -> dict[str, str]:
     return env
 
 
-def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts: int) -> dict[str, Any]:
+def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts: int,
+                keep_logs: str | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         r = subprocess.run([sys.executable, "-m", "soul_runtime.bench.client", "one", info.client_address, data_dir,
@@ -60,7 +63,20 @@ def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts
     out["load1"] = round(os.getloadavg()[0], 1)
     if "error" in out:
         out["head_log"] = _head_log(info)
+        if keep_logs:
+            out["logs"] = _keep_logs(info, keep_logs)
     return out
+
+
+def _keep_logs(info: lc.HeadInfo, dest_root: str) -> str | None:
+    """Copy the head's session logs (the proxy's and every per-client server's) before the head goes."""
+    src = os.path.join(info.temp_dir, "session_latest", "logs")
+    dest = tempfile.mkdtemp(prefix="head-", dir=os.path.abspath(dest_root))
+    try:
+        shutil.copytree(src, os.path.join(dest, "logs"), ignore=shutil.ignore_patterns("*.sock"), dirs_exist_ok=True)
+    except (OSError, shutil.Error):
+        return None
+    return dest
 
 
 def _head_log(info: lc.HeadInfo) -> list[str]:
@@ -83,10 +99,27 @@ def _head(state_root: str, variant: str) -> tuple[lc.HeadInfo, str]:
     return info, sdir
 
 
+def _start_head(root: str, variant: str, rows: list[dict[str, Any]], i: int) -> tuple[lc.HeadInfo, str] | None:
+    """A started head, or None after HEAD_TRIES failed `ray start`s. A failed start (the machine too busy for
+    Ray's own start-up) is no connect: it is recorded as a "head-failed" row, counted apart in the summary."""
+    for _ in range(HEAD_TRIES):
+        t0 = time.monotonic()
+        try:
+            return _head(root, variant)
+        except RuntimeError as e:
+            rows.append({"scenario": "head-failed", "variant": variant, "i": i, "head_error": str(e)[-600:],
+                         "fail_s": round(time.monotonic() - t0, 1), "load1": round(os.getloadavg()[0], 1)})
+    return None
+
+
 def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed", "baseline"), inflight: int = 32,
-        progress: Progress | None = None, checkpoint: str | None = None) -> dict[str, Any]:
+        progress: Progress | None = None, checkpoint: str | None = None,
+        keep_logs: str | None = None) -> dict[str, Any]:
     """Connect ``fresh`` clients to fresh heads and ``busy`` clients to a busy head, per variant
-    (interleaved on fresh heads). ``checkpoint``: a JSON file rewritten after every connect."""
+    (interleaved on fresh heads). ``checkpoint``: a JSON file rewritten after every connect.
+    ``keep_logs``: a directory that receives a copy of the head's logs after each failed connect."""
+    if keep_logs:
+        os.makedirs(keep_logs, exist_ok=True)
     unknown = set(variants) - set(VARIANTS)
     if unknown or not variants:
         raise ValueError(f"variants must be among {sorted(VARIANTS)}, got {list(variants)}")
@@ -102,13 +135,13 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed"
     try:
         for i in range(fresh):
             for v in variants:
-                try:
-                    info, sdir = _head(root, v)
-                except RuntimeError as e:  # `ray start` itself failed (a busy machine): not a connect
-                    rows.append({"scenario": "head-failed", "variant": v, "i": i, "head_error": str(e)[:300]})
+                got = _start_head(root, v, rows, i)
+                if got is None:
                     continue
+                info, sdir = got
                 try:
-                    out = _one_client(info, home, tempfile.mkdtemp(dir=root), "s0", int(VARIANTS[v]["attempts"]))
+                    out = _one_client(info, home, tempfile.mkdtemp(dir=root), "s0", int(VARIANTS[v]["attempts"]),
+                                      keep_logs)
                 finally:
                     lc.stop_head(sdir)
                 rows.append(out | {"scenario": "fresh", "variant": v, "i": i})
@@ -116,7 +149,11 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed"
                 if progress:
                     progress(f"fresh heads ({v})", len(rows), total)
         for v in variants if busy else []:
-            info, sdir = _head(root, v)
+            got = _start_head(root, v, rows, -1)
+            if got is None:
+                raise RuntimeError(f"no head for the busy scenario ({v}) started in {HEAD_TRIES} tries: "
+                                   f"{rows[-1]['head_error']}")
+            info, sdir = got
             data = tempfile.mkdtemp(dir=root)
             errlog = open(os.path.join(root, f"busy-{v}.err"), "w+")
             load = subprocess.Popen([sys.executable, "-m", "soul_runtime.bench.client", "busy", info.client_address,
@@ -129,7 +166,7 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("fixed"
                     raise RuntimeError(f"the busy client did not start: {ready!r} {errlog.read()[-2000:]} "
                                        f"(exit {load.wait(timeout=60)}; head: {_head_log(info)})")
                 for i in range(busy):
-                    out = _one_client(info, home, data, f"c{i}", int(VARIANTS[v]["attempts"]))
+                    out = _one_client(info, home, data, f"c{i}", int(VARIANTS[v]["attempts"]), keep_logs)
                     rows.append(out | {"scenario": "busy", "variant": v, "i": i})
                     _checkpoint(checkpoint, rows)
                     if progress:
@@ -161,13 +198,23 @@ def _checkpoint(path: str | None, rows: list[dict[str, Any]]) -> None:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per scenario/variant. A head whose ``ray start`` failed is no connect: it is counted apart, as
+    ``heads_not_started`` (with its error), beside the connects that were tried on heads that did start."""
     out: dict[str, dict[str, Any]] = {}
+
+    def entry(key: str) -> dict[str, Any]:
+        return out.setdefault(key, {"connects": 0, "failed": 0, "retried": 0, "heads_not_started": 0,
+                                    "head_errors": [], "connect": [], "session": [], "turn": [], "fail_s": [],
+                                    "errors": [], "load1": []})
     for r in rows:
-        if r["scenario"] in ("busy-load", "head-failed"):
+        if r["scenario"] == "busy-load":
             continue
-        key = f"{r['scenario']}/{r['variant']}"
-        s = out.setdefault(key, {"connects": 0, "failed": 0, "retried": 0, "connect": [], "session": [], "turn": [], "fail_s": [],
-                                 "errors": [], "load1": []})
+        if r["scenario"] == "head-failed":
+            h = entry(f"{'busy' if r.get('i', 0) < 0 else 'fresh'}/{r['variant']}")
+            h["heads_not_started"] += 1
+            h["head_errors"].append(str(r.get("head_error", ""))[:300])
+            continue
+        s = entry(f"{r['scenario']}/{r['variant']}")
         s["connects"] += 1
         s["load1"].append(r.get("load1", 0.0))
         if "error" in r:
@@ -184,7 +231,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         c, t, ss = s.pop("connect"), s.pop("turn"), s.pop("session")
         s.update(connect_p50_s=_pct(c, 50), connect_p99_s=_pct(c, 99), connect_max_s=max(c) if c else None,
                  session_p50_s=_pct(ss, 50), session_p99_s=_pct(ss, 99),
-                 turn_p50_s=_pct(t, 50), load1_median=round(statistics.median(s.pop("load1")), 1))
+                 turn_p50_s=_pct(t, 50), load1_median=round(statistics.median(ld), 1) if (ld := s.pop("load1")) else None)
     return out
 
 
@@ -192,12 +239,12 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title="Ray Client connects (each client its own process): session = the Ray Client session; "
                     "connect = soul_runtime.connect() (session + finding or creating the actors)")
-    for c in ("scenario", "variant", "connects", "failed", "retried", "session p50 s", "session p99 s",
+    for c in ("scenario", "variant", "heads not started", "connects", "failed", "retried", "session p50 s", "session p99 s",
               "connect p50 s", "connect p99 s", "turn p50 s", "failures took s", "load (1 min)"):
         t.add_column(c, justify="left" if c in ("scenario", "variant") else "right")
     for key, s in sorted(res["summary"].items()):
         scen, var = key.split("/")
-        t.add_row(scen, var, str(s["connects"]), str(s["failed"]), str(s["retried"]), str(s["session_p50_s"]),
+        t.add_row(scen, var, str(s["heads_not_started"]), str(s["connects"]), str(s["failed"]), str(s["retried"]), str(s["session_p50_s"]),
                   str(s["session_p99_s"]), str(s["connect_p50_s"]),
                   str(s["connect_p99_s"]), str(s["turn_p50_s"]), ", ".join(map(str, s["fail_s"])) or "-",
                   str(s["load1_median"]))

@@ -214,7 +214,8 @@ def cmd_client(args: argparse.Namespace, out: Console) -> int:
         def progress(what: str, done: int, total: int) -> None:
             prog.update(task, description=what, completed=done, total=total)
         res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
-                               inflight=args.inflight, progress=progress, checkpoint=args.json)
+                               inflight=args.inflight, progress=progress, checkpoint=args.json,
+                               keep_logs=args.keep_logs)
     out.print(bench_client.table(res))
     for key, s in sorted(res["summary"].items()):
         for err in s["errors"]:
@@ -371,5 +372,6 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="fixed (this project's head settings + retry) and/or baseline (Ray's default head, "
                          "10 s session timeout, no retry: the behaviour before issue 17)")
     clp.add_argument("--json", metavar="FILE")
+    clp.add_argument("--keep-logs", metavar="DIR", help="copy the head's logs here after each failed connect")
     clp.set_defaults(bench_fn=cmd_client)
     bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))
