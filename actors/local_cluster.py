@@ -249,7 +249,9 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         if own_temp and not os.path.exists(os.path.join(tdir, "session_latest")):
             shutil.rmtree(tdir, ignore_errors=True)  # nothing logged: do not leave an empty dir
         tail = "\n".join(out.strip().splitlines()[-15:])
-        raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}); logs in {tdir}/session_latest/logs:\n{tail}")
+        cause = _raylet_cause(os.path.join(tdir, "session_latest", "logs", "raylet.err"))
+        raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}){cause}; logs in "
+                           f"{tdir}/session_latest/logs:\n{tail}")
 
     found = re.search(r"Local node IP: (\S+)", out)
     node_address = found.group(1) if found else (node_ip or "127.0.0.1")
@@ -260,6 +262,21 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
                             "start_seconds": round(time.monotonic() - t0, 2), "fingerprint": fingerprint}
     write_file(sdir / STATE_FILE, json.dumps(state, indent=2), durable=False)
     return info
+
+
+def _raylet_cause(path: str) -> str:
+    """The raylet's own reason for dying, which `ray start` does not print. On a busy machine it is mostly
+    ``Timed out waiting for file .../metrics_agent_port_...``: in Ray 2.60 the raylet gives the dashboard
+    agent a fixed 15 s to write each port file and aborts otherwise (ray-project/ray#65983)."""
+    try:
+        with open(path, errors="replace") as f:
+            found = [ln for ln in f if "Check failed" in ln or "Timed out waiting for file" in ln]
+    except OSError:
+        return ""
+    if not found:
+        return ""
+    line = found[-1].strip()
+    return ": the raylet died: " + line[max(0, line.find("Check failed")):][:300]
 
 
 def stop_head(state_dir: str | os.PathLike[str], grace: float = 10.0) -> bool:

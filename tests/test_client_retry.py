@@ -155,3 +155,16 @@ def test_what_a_session_open_that_breaks_is_called(monkeypatch: pytest.MonkeyPat
         assert "lost while connecting" in str(e.value)
     else:
         assert str(e.value) == f"cannot reach Ray at {ADDR}: ray client connection timeout"
+
+
+def test_a_head_that_did_not_start_names_the_raylets_reason(tmp_path: Any) -> None:
+    from actors.local_cluster import _raylet_cause
+    err = tmp_path / "raylet.err"
+    assert _raylet_cause(str(err)) == ""  # no log at all
+    err.write_text("[2026-11-30 21:41:26,385 C 16400 16400] (raylet) node_manager.cc:3576:  An unexpected system "
+                   "state has occurred. ... Check failed: statussetor3576.has_value() Timed out waiting for file "
+                   "/tmp/rtx/session_x/metrics_agent_port_ed15\n*** StackTrace Information ***\n")
+    assert _raylet_cause(str(err)) == (": the raylet died: Check failed: statussetor3576.has_value() Timed out "
+                                       "waiting for file /tmp/rtx/session_x/metrics_agent_port_ed15")
+    err.write_text("I1130 nothing wrong here\n")
+    assert _raylet_cause(str(err)) == ""

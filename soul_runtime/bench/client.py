@@ -58,8 +58,10 @@ def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts
                             soul, str(attempts)], env=_client_env(info, home), capture_output=True, text=True,
                            timeout=CLIENT_TIMEOUT_S, cwd=tempfile.gettempdir())
         out = json.loads(r.stdout.strip().splitlines()[-1])
+        if "error" in out or out.get("retries"):
+            out["client_stderr"] = r.stderr[-1500:]
     except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
-        out = {"error": f"client process: {type(e).__name__}", "fail_s": time.monotonic() - t0}
+        out = {"error": f"client process: {type(e).__name__}", "fail_s": time.monotonic() - t0, "stage": "process"}
     out["load1"] = round(os.getloadavg()[0], 1)
     if "error" in out:
         out["head_log"] = _head_log(info)
@@ -203,7 +205,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
 
     def entry(key: str) -> dict[str, Any]:
-        return out.setdefault(key, {"connects": 0, "failed": 0, "retried": 0, "heads_not_started": 0,
+        return out.setdefault(key, {"connects": 0, "failed": 0, "failed_after_connect": 0, "retried": 0,
+                                    "heads_not_started": 0,
                                     "head_errors": [], "connect": [], "session": [], "turn": [], "fail_s": [],
                                     "errors": [], "load1": []})
     for r in rows:
@@ -217,7 +220,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         s = entry(f"{r['scenario']}/{r['variant']}")
         s["connects"] += 1
         s["load1"].append(r.get("load1", 0.0))
-        if "error" in r:
+        if "error" in r and r.get("stage") in ("turn", "close"):  # connected; then the turn or the close failed
+            s["failed_after_connect"] += 1
+            s["errors"].append(f"[{r['stage']}] {str(r['error'])[:300]}")
+            s["connect"].append(r["connect_s"])
+        elif "error" in r:
             s["failed"] += 1
             s["fail_s"].append(round(r.get("fail_s", 0.0), 1))
             s["errors"].append(str(r["error"])[:300])
@@ -239,12 +246,12 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title="Ray Client connects (each client its own process): session = the Ray Client session; "
                     "connect = soul_runtime.connect() (session + finding or creating the actors)")
-    for c in ("scenario", "variant", "heads not started", "connects", "failed", "retried", "session p50 s", "session p99 s",
+    for c in ("scenario", "variant", "heads not started", "connects", "failed", "failed after connect", "retried", "session p50 s", "session p99 s",
               "connect p50 s", "connect p99 s", "turn p50 s", "failures took s", "load (1 min)"):
         t.add_column(c, justify="left" if c in ("scenario", "variant") else "right")
     for key, s in sorted(res["summary"].items()):
         scen, var = key.split("/")
-        t.add_row(scen, var, str(s["heads_not_started"]), str(s["connects"]), str(s["failed"]), str(s["retried"]), str(s["session_p50_s"]),
+        t.add_row(scen, var, str(s["heads_not_started"]), str(s["connects"]), str(s["failed"]), str(s["failed_after_connect"]), str(s["retried"]), str(s["session_p50_s"]),
                   str(s["session_p99_s"]), str(s["connect_p50_s"]),
                   str(s["connect_p99_s"]), str(s["turn_p50_s"]), ", ".join(map(str, s["fail_s"])) or "-",
                   str(s["load1_median"]))
@@ -278,16 +285,18 @@ def _one(address: str, data_dir: str, soul: str, attempts: int) -> dict[str, Any
     shown.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logger.addHandler(shown)
     logger.setLevel(logging.DEBUG)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"stage": "connect"}
     t0 = time.monotonic()
     try:
         rt = soul_runtime.connect(address, data_dir=data_dir, connect_attempts=attempts)
         out["connect_s"] = round(time.monotonic() - t0, 3)
-        t1 = time.monotonic()
+        t0, out["stage"] = time.monotonic(), "turn"
         rt.soul(soul).turn("The production database for Tendril is Postgres 15.", user="maya")
-        out["turn_s"] = round(time.monotonic() - t1, 3)
+        out["turn_s"] = round(time.monotonic() - t0, 3)
+        t0, out["stage"] = time.monotonic(), "close"
         rt.close()
-    except Exception as e:
+        out["stage"] = "done"
+    except Exception as e:  # fail_s: from the start of the stage that failed
         out.update(error=f"{type(e).__name__}: {e}", fail_s=round(time.monotonic() - t0, 2))
     out.update(retries=watch.retries, session_s=watch.session_s)
     return out
