@@ -311,6 +311,67 @@ def test_clients_connect_to_a_head_busy_with_many_turns(head: lc.HeadInfo, home:
     assert load["busy_errors"] == 0 and load["busy_turns"] > 0, load
 
 
+LOSE_SESSION = r"""
+import json, logging, os, signal, sys, time
+from actors import runtime
+address, data_dir, soul, gcs = sys.argv[1:5]
+
+
+def servers():  # this head's per-client session servers (the GCS address names the head)
+    found = set()
+    for e in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{e}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"--mode=specific-server" in cmd and f"--address={gcs}".encode() in cmd:
+            found.add(int(e))
+    return found
+
+
+before, seen = servers(), {}
+attach = runtime.Runtime._start_actors
+
+
+def lose_session(self):  # the session is open, nothing attached yet: its server dies (SIGKILL)
+    runtime.Runtime._start_actors = attach  # once
+    mine = servers() - before
+    for pid in mine:
+        os.kill(pid, signal.SIGKILL)
+    seen.update(killed=len(mine), t_kill=time.monotonic())
+    return attach(self)
+
+
+class Warned(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING and "t_warn" not in seen:
+            seen["t_warn"] = time.monotonic()
+
+
+runtime.Runtime._start_actors = lose_session
+logging.getLogger("soul_runtime.connect").addHandler(Warned())
+from soul_runtime.bench.client import _one
+out = _one(address, data_dir, soul, 3)
+out.update(killed=seen.get("killed"), warned_after_s=seen["t_warn"] - seen["t_kill"] if "t_warn" in seen else None)
+print(json.dumps(out))
+"""
+
+
+def test_a_session_lost_while_connecting_is_retried(head: lc.HeadInfo, home: str, tmp_path: Path) -> None:
+    """The session server of a client dies after its session opened, before connect() found the actors:
+    connect() notices, says why at warning within 15 s, and connects again; the turn then runs."""
+    r = subprocess.run([sys.executable, "-c", LOSE_SESSION, head.client_address, str(tmp_path / "data"), "l0",
+                        head.gcs_address], env=_env(lc.client_env(head), home), cwd=ROOT, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    print(out)
+    assert out["killed"] == 1  # exactly this client's session server died
+    assert "error" not in out and out["stage"] == "done" and out["turn_s"] > 0, (out, r.stderr[-3000:])
+    assert out["retries"] == 1 and out["warned_after_s"] < 15, out
+    assert "failed (attempt 1 of 3" in r.stderr and "retrying" in r.stderr
+
+
 def test_stop_head_leaves_no_process(head: lc.HeadInfo) -> None:  # keep last: stops the module's head
     state = json.loads(Path(head.pid_file).read_text())
     sid, temp_dir = state["session_id"], head.temp_dir
