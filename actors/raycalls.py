@@ -107,7 +107,6 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
     kwargs = _init_kwargs(namespace, env_vars)
     t0 = time.monotonic()
     for attempt in range(1, client_attempts + 1):
-        elapsed = 0.0
         try:
             with _fail_fast_client_close():
                 _ray_init(address, kwargs)
@@ -157,7 +156,8 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
     and it is started under umask 077, so Ray's processes (the actors included) create
     owner-only files and the auth token Ray writes is 0600.
 
-    ``ray://`` addresses: one attempt (the token checked first); :func:`start` retries a lost session."""
+    ``ray://`` addresses: a session as :func:`start` opens it (the token checked first, a lost session
+    retried)."""
     if ray.is_initialized():
         return False
     kwargs = _init_kwargs(namespace, env_vars)
@@ -172,10 +172,7 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
         auth_token.secure_after_start(token, existed)
         return True
     if address.startswith("ray://"):
-        check_client_access(address)  # fails fast: missing token vs. dead address
-        with _fail_fast_client_close():
-            _ray_init(address, kwargs)
-        return False
+        return start(address, lambda started: started, namespace=namespace, env_vars=env_vars)
     _ray_init(address, kwargs)
     return False
 
