@@ -28,7 +28,8 @@ mode, address, ns = sys.argv[1:4]
 out = {}
 t0 = time.monotonic()
 if mode == "probe":
-    from actors.raycalls import check_client_access
+    from actors.raycalls import check_client_access  # imports ray: not part of the probe's time
+    t0 = time.monotonic()
     try:
         check_client_access(address, timeout=5)
         out["probe"] = "ok"
@@ -344,15 +345,25 @@ def lose_session(self):  # the session is open, nothing attached yet: its server
 
 class Warned(logging.Handler):
     def emit(self, record):
-        if record.levelno >= logging.WARNING and "t_warn" not in seen:
-            seen["t_warn"] = time.monotonic()
+        if record.levelno >= logging.WARNING:
+            seen["retries"] = seen.get("retries", 0) + 1
+            seen.setdefault("t_warn", time.monotonic())
 
 
 runtime.Runtime._start_actors = lose_session
-logging.getLogger("soul_runtime.connect").addHandler(Warned())
-from soul_runtime.bench.client import _one
-out = _one(address, data_dir, soul, 3)
-out.update(killed=seen.get("killed"), warned_after_s=seen["t_warn"] - seen["t_kill"] if "t_warn" in seen else None)
+log = logging.getLogger("soul_runtime.connect")
+log.addHandler(Warned())
+log.addHandler(logging.StreamHandler())
+import soul_runtime
+out = {}
+try:  # a namespace of its own: the module's head also serves the other tests' runtimes (other data dirs)
+    rt = soul_runtime.connect(address, data_dir=data_dir, namespace="lost-session")
+    out["turn_seq"] = rt.soul(soul).turn("The production database is Postgres 15.", user="maya").seq
+    rt.close()
+except Exception as e:
+    out["error"] = f"{type(e).__name__}: {e}"
+out.update(killed=seen.get("killed"), retries=seen.get("retries", 0),
+           warned_after_s=seen["t_warn"] - seen["t_kill"] if "t_warn" in seen else None)
 print(json.dumps(out))
 """
 
@@ -367,7 +378,7 @@ def test_a_session_lost_while_connecting_is_retried(head: lc.HeadInfo, home: str
     out = json.loads(r.stdout.strip().splitlines()[-1])
     print(out)
     assert out["killed"] == 1  # exactly this client's session server died
-    assert "error" not in out and out["stage"] == "done" and out["turn_s"] > 0, (out, r.stderr[-3000:])
+    assert "error" not in out and out["turn_seq"] == 1, (out, r.stderr[-3000:])  # the turn ran, once
     assert out["retries"] == 1 and out["warned_after_s"] < 15, out
     assert "failed (attempt 1 of 3" in r.stderr and "retrying" in r.stderr
 
