@@ -168,3 +168,22 @@ def test_a_head_that_did_not_start_names_the_raylets_reason(tmp_path: Any) -> No
                                        "waiting for file /tmp/rtx/session_x/metrics_agent_port_ed15")
     err.write_text("I1130 nothing wrong here\n")
     assert _raylet_cause(str(err)) == ""
+
+
+def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -> None:
+    from soul_runtime.bench.client import summarize
+    ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
+    rows = [{"scenario": "head-failed", "variant": "fixed", "i": 0, "head_error": "raylet died"},
+            {"scenario": "fresh", "variant": "fixed", "i": 0, **ok},
+            {"scenario": "fresh", "variant": "fixed", "i": 1, **ok, "connect_s": 30.0, "retries": 1},
+            {"scenario": "fresh", "variant": "fixed", "i": 2, "stage": "connect", "error": "RuntimeUnavailable: x",
+             "fail_s": 3.2, "load1": 60.0},
+            {"scenario": "busy", "variant": "fixed", "i": 0, **ok, "stage": "turn", "error": "TurnFailed: y"},
+            {"scenario": "head-failed", "variant": "fixed", "i": -1, "head_error": "raylet died"},
+            {"scenario": "busy-load", "variant": "fixed", "busy_turns": 10}]
+    s = summarize(rows)
+    fresh, busy = s["fresh/fixed"], s["busy/fixed"]
+    assert (fresh["heads_not_started"], fresh["connects"], fresh["failed"], fresh["failed_after_connect"]) == (1, 3, 1, 0)
+    assert fresh["retried"] == 1 and fresh["fail_s"] == [3.2] and fresh["connect_p50_s"] == 10.0
+    assert fresh["connect_max_s"] == 30.0 and fresh["head_errors"] == ["raylet died"]
+    assert (busy["heads_not_started"], busy["connects"], busy["failed"], busy["failed_after_connect"]) == (1, 1, 0, 1)

@@ -8,6 +8,13 @@ client keeps ``inflight`` turns in flight the whole time, with clients connectin
 Today's behaviour runs in the same session as the baseline, interleaved with the fix so both see the
 same machine load: heads started with gRPC's fork handlers on (Ray's default) and a 10 s session-start
 timeout (what ``start_head`` set before), and ``connect_attempts=1`` (no retry in the library).
+
+What is counted: a connect that raised is a failed connect (with how long it took to report); a client
+that connected and then failed its turn or its close is counted apart ("failed after connect"); a head
+whose ``ray start`` itself failed (the raylet gives up on a slow dashboard agent on a busy machine,
+ray-project/ray#65983) is no connect at all: it is counted as "heads not started", with its reason, and
+another head is started in its place (up to HEAD_TRIES). ``keep_logs`` copies a failed connect's head
+logs (the proxy's ray_client_server.err and each session server's ray_client_server_*.err/out).
 """
 
 from __future__ import annotations
