@@ -108,6 +108,12 @@ def _head(state_root: str, variant: str) -> tuple[lc.HeadInfo, str]:
     return info, sdir
 
 
+def _clip(text: str, keep: int = 300) -> str:
+    """The first line (what failed, and why if known) and the end (where `ray start` stopped)."""
+    first, _, rest = text.partition("\n")
+    return first[:keep] + (" … " + rest[-keep:] if rest else "")
+
+
 def _start_head(root: str, variant: str, rows: list[dict[str, Any]], i: int) -> tuple[lc.HeadInfo, str] | None:
     """A started head, or None after HEAD_TRIES failed `ray start`s. A failed start (the machine too busy for
     Ray's own start-up) is no connect: it is recorded as a "head-failed" row, counted apart in the summary."""
@@ -116,7 +122,7 @@ def _start_head(root: str, variant: str, rows: list[dict[str, Any]], i: int) -> 
         try:
             return _head(root, variant)
         except RuntimeError as e:
-            rows.append({"scenario": "head-failed", "variant": variant, "i": i, "head_error": str(e)[-600:],
+            rows.append({"scenario": "head-failed", "variant": variant, "i": i, "head_error": _clip(str(e)),
                          "fail_s": round(time.monotonic() - t0, 1), "load1": round(os.getloadavg()[0], 1)})
     return None
 
