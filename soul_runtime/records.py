@@ -7,7 +7,7 @@ for converting what callers pass in.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -139,10 +139,9 @@ class RecalledItem:
     sources: tuple[str, ...]
     at: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["sources"] = list(self.sources)
-        return d
+    def to_dict(self) -> dict[str, Any]:  # by hand: dataclasses.asdict recurses and copies (a turn has ~60)
+        return {"store": self.store, "id": self.id, "text": self.text, "score": self.score,
+                "sources": list(self.sources), "at": self.at}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecalledItem:

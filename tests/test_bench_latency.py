@@ -13,18 +13,20 @@ from tests.fakes import HashEmbedder
 
 KEYS = {"search_p50_ms", "exact_p50_ms", "search_p99_ms", "exact_p99_ms", "index_recall_at_10",
         "write_ms_per_episode", "query_embed_p50_ms", "query_embed_p99_ms", "turn_overhead_p50_ms",
-        "turn_overhead_p99_ms", "turn_stages_ms", "build_s", "notes", "ratios"}
+        "turn_overhead_p99_ms", "turn_stages_ms", "build_s", "notes", "ratios", "recall_p50_ms", "recall_p99_ms",
+        "recall_stage_p50_ms", "turn_p50_ms", "turn_embed_p50_ms"}
 
 
 def test_run_small(tmp_path: Path) -> None:
     calls: list[tuple[str, int, int]] = []
     res = bench_latency.run(sizes=(200, 1000), queries=20, embedder=HashEmbedder(), cache_dir=tmp_path / "cache",
-                            workdir=tmp_path / "work", turns=20, writes=20,
+                            workdir=tmp_path / "work", turns=40, writes=20,
                             progress=lambda what, done, total: calls.append((what, done, total)))
     assert KEYS <= set(res)
     json.dumps(res)  # JSON-ready
     for key in ("search_p50_ms", "exact_p50_ms", "search_p99_ms", "exact_p99_ms", "index_recall_at_10",
-                "write_ms_per_episode", "build_s", "ratios"):
+                "write_ms_per_episode", "build_s", "ratios", "recall_p50_ms", "turn_p50_ms", "turn_overhead_p50_ms",
+                "turn_stages_ms", "recall_stage_p50_ms"):
         assert set(res[key]) == {"200", "1000"}, key
     for s in ("200", "1000"):
         assert 0.0 <= res["index_recall_at_10"][s] <= 1.0
@@ -35,9 +37,15 @@ def test_run_small(tmp_path: Path) -> None:
         assert math.isclose(res["ratios"][s], res["search_p50_ms"][s] / res["exact_p50_ms"][s], rel_tol=1e-2)
         assert set(res["expansion_sweep"][s]) == {"160", "256", "384", "512"}
     assert 0 < res["query_embed_p50_ms"] <= res["query_embed_p99_ms"]
-    assert 0 < res["turn_overhead_p50_ms"] <= res["turn_overhead_p99_ms"]
-    assert {"recall", "write", "inference"} <= set(res["turn_stages_ms"])
-    assert res["store_episodes"] >= 1000
+    for s in ("200", "1000"):  # whole recall and instant-model turns at every size, by stage
+        assert 0 < res["recall_p50_ms"][s] <= res["recall_p99_ms"][s]
+        assert {"embed", "dense", "lexical", "score", "semantic", "procedural", "merge"} == \
+            set(res["recall_stage_p50_ms"][s])
+        assert sum(res["recall_stage_p50_ms"][s].values()) <= 3 * res["recall_p99_ms"][s]
+        assert 0 < res["turn_overhead_p50_ms"][s] <= res["turn_overhead_p99_ms"][s]
+        assert 0 <= res["turn_embed_p50_ms"][s] < res["turn_p50_ms"][s]
+        assert {"recall", "write", "inference"} <= set(res["turn_stages_ms"][s])
+    assert res["store_episodes"] >= 1000 + 20 + 15  # bulk, timed writes, and the last size's turns
     assert any(n.startswith("1M skipped") for n in res["notes"])
     assert any(what.startswith("store 1000") for what, _, _ in calls)
     # the vectors were cached: a second corpus embedding reads them back

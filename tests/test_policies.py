@@ -178,10 +178,18 @@ def test_near_duplicates_need_the_same_content_words() -> None:
     assert not is_near_duplicate(0.90, "Maya moved the standup to 10am.", "Maya moved the standup to 10am.", CFG)
 
 
-def test_lexical_terms_keep_the_rare_ones_within_a_cap() -> None:
-    from soul_runtime.memory.policy_episodic import MAX_LEXICAL_TERMS, lexical_terms
-    df = {"maya": 9000, "budget": 2500, "zeppelin": 3, "hangar": 40}
-    assert lexical_terms(["maya", "budget", "zeppelin", "hangar"], df, 10_000) == ["zeppelin", "hangar"]
-    assert lexical_terms(["maya", "budget"], df, 10_000) == ["budget"]  # all common: the rarest stays
-    many = [f"t{i}" for i in range(20)]
-    assert len(lexical_terms(many, {t: i for i, t in enumerate(many)}, 10_000)) == MAX_LEXICAL_TERMS
+def test_lexical_terms_keep_the_rare_ones_within_a_postings_budget() -> None:
+    from soul_runtime.memory.policy_episodic import LexicalLimits, lexical_terms
+    lim = LexicalLimits(prune_at=5_000, postings_budget=1_000, max_terms=8)
+    df = {"maya": 9000, "budget": 2500, "zeppelin": 3, "hangar": 40, "hangars": 900, "absent": 0}
+    q = ["maya", "budget", "zeppelin", "hangar", "absent"]
+    assert lexical_terms(q, df, 10_000, lim) == ["zeppelin", "hangar"]  # rarest first; a term none holds is left out
+    assert lexical_terms(q, df, 4_999, lim) == q  # a small store searches every term
+    # within the budget: 3 + 40 + 900 = 943 <= 1000; adding "budget" (2500) would pass it
+    assert lexical_terms(["budget", "hangars", "hangar", "zeppelin"], df, 10_000, lim) == ["zeppelin", "hangar",
+                                                                                          "hangars"]
+    assert lexical_terms(["maya", "budget"], df, 10_000, lim) == []  # all common: no lexical search at all
+    many = [f"t{i}" for i in range(1, 21)]
+    assert lexical_terms(many, {t: 1 for t in many}, 10_000, lim) == many[:8]  # at most max_terms
+    ties = ["b", "a"]
+    assert lexical_terms(ties, {"a": 5, "b": 5}, 10_000, lim) == ["b", "a"]  # equal counts keep the query's order

@@ -214,7 +214,7 @@ def test_migrations_are_ordered_and_named(tmp_path: Path) -> None:
     names = [r[0] for r in sqlite3.connect(tmp_path / "episodic.sqlite").execute(
         "SELECT name FROM schema_migrations ORDER BY seq")]
     assert names == ["0001_episodes", "0002_superseded", "0003_key_text", "0004_session_index", "0005_term_counts",
-                     "0006_fence"]
+                     "0006_fence", "0007_recall_cover"]
     with pytest.raises(StorageError):
         open_db(tmp_path / "episodic.sqlite", [("0001_other", "SELECT 1")])
 
@@ -274,12 +274,12 @@ def _holds_content(db) -> bool:
 
 
 def test_a_large_store_searches_the_rare_terms_of_a_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past LEXICAL_PRUNE_AT episodes, terms most episodes share leave the lexical query; the rare ones find
-    their episode still."""
-    from soul_runtime.memory import episodic
-    monkeypatch.setattr(episodic, "LEXICAL_PRUNE_AT", 10)
+    """Past ``prune_at`` episodes, terms most episodes share leave the lexical query (their postings would pass
+    the budget); the rare ones find their episode still."""
+    from soul_runtime.memory.policy_episodic import LexicalLimits
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     store = m.episodic
+    store.lexical = LexicalLimits(prune_at=10, postings_budget=5)
     for i in range(40):
         extra = " about the zeppelin hangar" if i == 17 else ""
         m.write(req(f"t{i}", Extraction(episode=f"Maya reviewed the weekly budget numbers {i}{extra}.", event=True),
@@ -320,3 +320,37 @@ def test_closing_a_large_index_leaves_it_and_replays_the_log(tmp_path: Path, mon
     assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 5
     assert m2.recall("after the save", 1, now=NOW + 60)[0].text == "an episode after the save"
     m2.close()
+
+
+def test_a_query_term_is_counted_under_its_fts_token(tmp_path: Path) -> None:
+    """Document counts are read under the FTS5 tokenizer's form of a term ("happy" is stored as "happi"): a
+    common word is not mistaken for an absent, rare one and searched at full cost."""
+    from soul_runtime.memory.episodic import fts_tokens
+    from soul_runtime.memory.policy_episodic import LexicalLimits
+    assert fts_tokens(["happy", "hangar", "can't", ""]) == {"happy": ("happi",), "hangar": ("hangar",),
+                                                            "can't": ("can", "t"), "": ()}
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    store = m.episodic
+    store.lexical = LexicalLimits(prune_at=10, postings_budget=5)
+    for i in range(30):
+        extra = " near the zeppelin" if i == 11 else ""
+        m.write(req(f"t{i}", Extraction(episode=f"Ana was happy with run {i}{extra}.", event=True), at=NOW + i * 60))
+    seen: list = []
+    store.db = _Spy(store.db, seen)  # type: ignore[assignment]
+    items = store.recall("happy zeppelin", 3, NOW + 3000)
+    assert items and "zeppelin" in items[0].text
+    match = next(p[0] for q, p in seen if "MATCH" in q and p)
+    assert match == '"zeppelin"'
+
+
+def test_recall_scores_candidates_from_the_covering_index(tmp_path: Path) -> None:
+    """Migration 0007 adds the index recall reads dates and flags from; the candidate query uses it alone."""
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.write(req("t1", Extraction(episode="Ana booked the flight to Osaka.", event=True), at=NOW))
+    db = m.episodic.db
+    assert "0007_recall_cover" in [r[0] for r in db.execute("SELECT name FROM schema_migrations")]
+    plan = " ".join(str(r) for r in db.execute(
+        "EXPLAIN QUERY PLAN SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
+        "WHERE rowid IN (1, 2)"))
+    assert "COVERING INDEX episodes_recall" in plan
+    assert [it.text for it in m.recall("flight to Osaka", 3, now=NOW + 60)] == ["Ana booked the flight to Osaka."]

@@ -28,8 +28,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from soul_runtime.config import MemoryConfig
+from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.fast import FastEmbedder
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.soul_memory import SoulMemory
@@ -173,8 +174,17 @@ class LookupEmbedder(Embedder):
         self._base, self._vectors = base, vectors
         self._row = {t: i for i, t in enumerate(texts)}
         self.misses = 0
+        self.ms = 0.0
+        """Milliseconds spent embedding (lookups and real model calls), summed."""
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        t0 = time.perf_counter()
+        try:
+            return self._lookup(texts)
+        finally:
+            self.ms += (time.perf_counter() - t0) * 1000
+
+    def _lookup(self, texts: list[str]) -> np.ndarray:
         rows = [self._row.get(t, -1) for t in texts]
         out = self._vectors[np.maximum(rows, 0)].copy()
         unknown = [i for i, r in enumerate(rows) if r < 0]
@@ -201,9 +211,9 @@ class InstantModel(LanguageModel):
         return TaskClassification(None)
 
 
-def _req(key: str, text: str, at: float, session: str) -> WriteRequest:
+def _req(key: str, text: str, at: float, session: str, epoch: int = 0) -> WriteRequest:
     return WriteRequest(turn_key=key, now=at, actor="user", sources=(f"m-{key}",), session=session,
-                        extraction=Extraction(episode=text, event=True))
+                        extraction=Extraction(episode=text, event=True), epoch=epoch)
 
 
 def _index_part(n: int, vecs: np.ndarray, qv: np.ndarray, embedder_id: str, tmp: Path, res: dict[str, Any]) -> None:
@@ -242,12 +252,64 @@ def _index_part(n: int, vecs: np.ndarray, qv: np.ndarray, embedder_id: str, tmp:
     res["expansion_search_needed"][s] = min((int(e) for e, v in sweep.items() if v["recall_at_10"] >= 0.95), default=None)
 
 
+def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], turn_texts: Sequence[str],
+               at: float, k: int, res: dict[str, Any], say: Progress) -> int:
+    """Whole three-layer recall (by stage) and instant-model turns (by stage, embedder time apart) on the store
+    in ``sdir`` (``n`` episodes). Returns how many episodes the turns added."""
+    s = str(n)
+    mem = SoulMemory(sdir, embedder=emb)
+    before = mem.episodic.stats()["episodes"]
+    whole: list[float] = []
+    stages: dict[str, list[float]] = {}
+    for i, q in enumerate(queries):
+        tm: dict[str, float] = {}
+        t0 = time.perf_counter()
+        mem.recall(q, k, now=at, timings=tm)
+        whole.append((time.perf_counter() - t0) * 1000)
+        for name, v in tm.items():
+            stages.setdefault(name, []).append(v)
+        if i % 20 == 0 or i + 1 == len(queries):
+            say(f"store {n}: recall", i + 1, len(queries))
+    res["recall_p50_ms"][s], res["recall_p99_ms"][s] = _pct(whole, 50), _pct(whole, 99)
+    res["recall_stage_p50_ms"][s] = {name: _pct(v, 50) for name, v in stages.items()}
+    res["recall_stage_p99_ms"][s] = {name: _pct(v, 99) for name, v in stages.items()}
+    soul = Soul("bench", sdir, memory=mem, model=InstantModel())
+    per_turn: list[float] = []
+    overhead: list[float] = []
+    embed_ms: list[float] = []
+    tstages: dict[str, list[float]] = {}
+    for j, t in enumerate(turn_texts):
+        e0 = emb.ms
+        t0 = time.perf_counter()
+        r = soul.turn(t, user="bench", at=at + 30 * (j + 1))
+        dt = (time.perf_counter() - t0) * 1000
+        if j >= 3:  # the first turns warm caches and are not timed
+            per_turn.append(dt)
+            embed_ms.append(emb.ms - e0)
+            overhead.append(dt - (emb.ms - e0))
+            tm = soul.trace(r.turn_id).timings_ms
+            for name, v in tm.items():
+                tstages.setdefault(name, []).append(v)
+            tstages.setdefault("checkpoint_and_other", []).append(dt - sum(tm.values()))
+        if j % 20 == 0 or j + 1 == len(turn_texts):
+            say(f"store {n}: turns", j + 1, len(turn_texts))
+    soul.close()
+    added = mem.episodic.stats()["episodes"] - before
+    mem.close()
+    res["turn_p50_ms"][s], res["turn_p99_ms"][s] = _pct(per_turn, 50), _pct(per_turn, 99)
+    res["turn_embed_p50_ms"][s] = _pct(embed_ms, 50)
+    res["turn_overhead_p50_ms"][s], res["turn_overhead_p99_ms"][s] = _pct(overhead, 50), _pct(overhead, 99)
+    res["turn_stages_ms"][s] = {name: _pct(v, 50) for name, v in tstages.items()}
+    return int(added)
+
+
 def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = False, queries: int = 200,
         progress: Progress | None = None, embedder: Embedder | None = None, locomo_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, workdir: str | Path | None = None, writes: int = 100,
-        turns: int = 200, million_budget_s: float = 1800.0) -> dict[str, Any]:
+        turns: int = 200, million_budget_s: float = 1800.0, recall_k: int | None = None) -> dict[str, Any]:
     """Measure one soul's latencies at each store size; see the module docstring. Returns a JSON-ready dict."""
     sizes = sorted({int(n) for n in sizes})
+    recall_k = recall_k or SoulConfig().turn.recall_k
     if not sizes or sizes[0] < 20 or queries < 1:
         raise ValueError("sizes must be >= 20 and queries >= 1")
     emb = embedder or default_embedder()
@@ -257,11 +319,14 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     say: Progress = progress or (lambda what, done, total: None)
     res: dict[str, Any] = {k: {} for k in (
         "search_p50_ms search_p99_ms exact_p50_ms exact_p99_ms index_recall_at_10 write_ms_per_episode write_p99_ms "
-        "build_s ratios expansion_sweep expansion_search_needed index_save_ms bulk_load_per_s").split()}
+        "build_s ratios expansion_sweep expansion_search_needed index_save_ms bulk_load_per_s recall_p50_ms "
+        "recall_p99_ms recall_stage_p50_ms recall_stage_p99_ms turn_p50_ms turn_p99_ms turn_embed_p50_ms "
+        "turn_overhead_p50_ms turn_overhead_p99_ms turn_stages_ms").split()}
     res["load_avg_1min"] = loads = {"start": round(os.getloadavg()[0], 2)}  # the box may be shared: load per phase
     emb.embed(["warm up the model"])
     n_max, slack = sizes[-1], max(50, sizes[-1] // 50)
     texts, held, source = build_corpus(n_max + slack + writes * len(sizes), queries + turns, locomo_dir)
+    per_size = turns // len(sizes)  # each size gets its own turn texts (a repeated text is not written again)
     qtexts, turn_texts = held[:queries], held[queries:]
     vecs, einfo = embed_cached(emb, texts + qtexts, cache, progress)
     cvecs, qv = vecs[:len(texts)], vecs[len(texts):]
@@ -291,7 +356,8 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
         t0, loaded = time.perf_counter(), 0
         while count < n and nxt < tail:
             batch = list(range(nxt, min(tail, nxt + min(1000, n - count))))
-            done = store.apply_many([_req(f"b{i}", texts[i], T0 + 600 * i, f"s{i // 25}") for i in batch])
+            done = store.apply_many([_req(f"b{i}", texts[i], T0 + 600 * i, f"s{i // 25}", store.epoch)
+                                     for i in batch])
             adds = sum(1 for ws in done for w in ws if w.op is Op.ADD)
             count, nxt, loaded, merged = count + adds, nxt + len(batch), loaded + adds, merged + len(batch) - adds
             say(f"store {n}: bulk load", count, n)
@@ -301,7 +367,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
         ms = []
         for j in range(writes):
             i = tail + si * writes + j
-            req = _req(f"w{i}", texts[i], T0 + 600 * nxt + j, f"live-{n}")
+            req = _req(f"w{i}", texts[i], T0 + 600 * nxt + j, f"live-{n}", store.epoch)
             t0 = time.perf_counter()
             got = store.apply(req)
             ms.append((time.perf_counter() - t0) * 1000)
@@ -310,37 +376,25 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
         t0 = time.perf_counter()
         store.flush()
         res["index_save_ms"][str(n)] = round((time.perf_counter() - t0) * 1000, 1)
+        store.close()  # 3. recall and turns of an in-process Soul at this size
+        loads[f"recall {n}"] = round(os.getloadavg()[0], 2)
+        at = T0 + 600 * (nxt + writes) + 86400.0 * (si + 1)
+        count += _soul_part(n, sdir, LookupEmbedder(emb, texts, cvecs), qtexts, turn_texts[si * per_size:(si + 1) * per_size], at,
+                            recall_k,
+                            res, say)
+        if si + 1 < len(sizes):
+            store = EpisodicStore(sdir, lookup, MemoryConfig())
     res["store_episodes"] = count
     notes.append(f"bulk load: {merged} near-duplicate texts merged into stored episodes (not counted); "
                  f"{lookup.misses} texts missed the vector lookup table and were embedded")
     notes.append("write p50/p99 exclude the index save that runs every 2000 writes (index_save_ms, amortised "
                  "index_save_ms/2000 per write)")
-    store.close()
-    # 3. turns of an in-process Soul on the largest store, instant model, real query/episode embedding
-    say("soul turns", 0, len(turn_texts))
-    loads["turns"] = round(os.getloadavg()[0], 2)
-    mem = SoulMemory(sdir, embedder=LookupEmbedder(emb, texts, cvecs))
-    soul = Soul("bench", sdir, memory=mem, model=InstantModel())
-    per_turn: list[float] = []
-    stages: dict[str, list[float]] = {}
-    at = T0 + 600 * (nxt + writes + 10)
-    for k, t in enumerate(turn_texts):
-        t0 = time.perf_counter()
-        r = soul.turn(t, user="bench", at=at + 30 * k)
-        dt = (time.perf_counter() - t0) * 1000
-        if k >= 3:  # the first turns warm caches and are not timed
-            per_turn.append(dt)
-            tm = soul.trace(r.turn_id).timings_ms
-            for name, v in tm.items():
-                stages.setdefault(name, []).append(v)
-            stages.setdefault("checkpoint_and_other", []).append(dt - sum(tm.values()))
-    soul.close()
-    mem.close()
-    res["turn_overhead_p50_ms"], res["turn_overhead_p99_ms"] = _pct(per_turn, 50), _pct(per_turn, 99)
-    res["turn_stages_ms"] = {k: _pct(v, 50) for k, v in stages.items()}
-    notes.append(f"turns: {len(per_turn)} timed on a store of ~{count} episodes; recall and write include real "
-                 "embedding of the user text and the episode (see query_embed_p50_ms); checkpoint_and_other = "
-                 "turn time minus the trace's stages (the trace is stored before its 'checkpoint' stage is timed)")
+    notes.append(f"recall: {len(qtexts)} held-out queries per size through SoulMemory.recall (k={recall_k}, the "
+                 "turn's), query embedded by the real embedder; stages: embed, dense (HNSW), lexical (FTS5 BM25), "
+                 "score (candidate rows, scoring, reading the kept), semantic, procedural, merge")
+    notes.append(f"turns: {per_size} per size (new texts at each size; the first 3 untimed) through an in-process Soul with an "
+                 "instant model; overhead = turn time minus the embedder's time in that turn (query + episode key, "
+                 "real model); checkpoint_and_other = turn time minus the trace's stages")
     # 4. 1M, only if it fits the time budget
     res["million_estimate_s"] = est = round(_million_estimate(res, sizes, einfo), 1)
     if not try_million:
@@ -357,7 +411,7 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     res["floors"] = _floors(res, sizes)
     res["notes"] = notes
     res["params"] = {**IndexParams().__dict__, "embedder": emb.embedder_id, "dim": emb.dim, "queries": len(qtexts),
-                     "writes": writes, "turns": len(per_turn), "cpus": os.cpu_count()}
+                     "writes": writes, "turns_per_size": per_size, "recall_k": recall_k, "cpus": os.cpu_count()}
     return res
 
 
@@ -378,36 +432,45 @@ def _floors(res: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
                                                             and res["index_recall_at_10"]["100000"] >= 0.95)
     if 10000 in sizes:
         out["search_10k_le_2x_exact"] = bool(res["ratios"]["10000"] <= 2)
+    if 100000 in sizes:
+        out["recall_100k_p50_le_10ms"] = bool(res["recall_p50_ms"]["100000"] <= 10)
+        out["turn_overhead_100k_p50_le_10ms"] = bool(res["turn_overhead_p50_ms"]["100000"] <= 10)
     if 1000 in sizes and 100000 in sizes:
         out["write_100k_le_2x_1k"] = bool(res["write_ms_per_episode"]["100000"] <= 2 * res["write_ms_per_episode"]["1000"])
     return out
 
 
 def table(result: dict[str, Any]) -> Table:
-    """A rich Table: one row per store size, the rest in the caption."""
+    """A rich Table: one row per store size, the stage breakdowns and notes in the caption."""
     t = Table(title="soul bench latency (one soul; ms unless noted)")
-    for c in ("episodes", "build s", "search p50", "search p99", "exact p50", "exact p99", "search/exact",
-              "recall@10", "ef for 0.95", "write p50", "write p99", "index save"):
+    cols = (("episodes", None), ("search p50", "search_p50_ms"), ("search p99", "search_p99_ms"),
+            ("exact p50", "exact_p50_ms"), ("recall@10", "index_recall_at_10"), ("write p50", "write_ms_per_episode"),
+            ("write p99", "write_p99_ms"), ("index save", "index_save_ms"), ("recall p50", "recall_p50_ms"),
+            ("recall p99", "recall_p99_ms"), ("turn p50", "turn_p50_ms"), ("turn embed p50", "turn_embed_p50_ms"),
+            ("overhead p50", "turn_overhead_p50_ms"), ("overhead p99", "turn_overhead_p99_ms"))
+    for c, _ in cols:
         t.add_column(c, justify="right")
     for s in sorted(result["search_p50_ms"], key=int):
         def g(key: str, s: str = s) -> str:
             v = result.get(key, {}).get(s)
             return "—" if v is None else (f"{v:,}" if isinstance(v, int) else f"{v:.3g}")
-        t.add_row(f"{int(s):,}", g("build_s"), g("search_p50_ms"), g("search_p99_ms"), g("exact_p50_ms"),
-                  g("exact_p99_ms"), g("ratios"), g("index_recall_at_10"), g("expansion_search_needed"),
-                  g("write_ms_per_episode"), g("write_p99_ms"), g("index_save_ms"))
-    stages = ", ".join(f"{k} {v:.2f}" for k, v in result.get("turn_stages_ms", {}).items())
+        t.add_row(f"{int(s):,}", *(g(key) for _, key in cols[1:] if key))
+
+    def stages(key: str) -> str:
+        return "; ".join(f"{int(s):,}: " + ", ".join(f"{k} {v:.2f}" for k, v in d.items())
+                         for s, d in sorted(result.get(key, {}).items(), key=lambda kv: int(kv[0])))
     t.caption = "\n".join([
         f"query embedding p50 {result['query_embed_p50_ms']:.2f} / p99 {result['query_embed_p99_ms']:.2f} ms; "
         f"corpus embedding {result.get('embeds_per_s', 0):.0f}/s",
-        f"turn overhead (instant model) p50 {result['turn_overhead_p50_ms']:.2f} / p99 "
-        f"{result['turn_overhead_p99_ms']:.2f} ms; stages p50: {stages}",
+        f"recall stages p50: {stages('recall_stage_p50_ms')}",
+        f"turn stages p50 (instant model): {stages('turn_stages_ms')}",
+        f"load (1-min average) by phase: {result.get('load_avg_1min', {})}",
         f"floors: {result.get('floors', {})}", *result.get("notes", [])])
     return t
 
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
-    """Search p50, exact-scan p50 and write p50 vs store size, log-log, as a PNG."""
+    """Search, exact-scan, write, whole-recall and turn-overhead p50 vs store size, log-log, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -415,14 +478,16 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, label in (("search_p50_ms", "HNSW search p50"), ("exact_p50_ms", "exact numpy scan p50"),
-                       ("write_ms_per_episode", "write one episode p50")):
+                       ("write_ms_per_episode", "write one episode p50"),
+                       ("recall_p50_ms", "whole 3-layer recall p50"),
+                       ("turn_overhead_p50_ms", "turn overhead p50 (instant model, embedder excluded)")):
         pts = sorted((int(s), v) for s, v in result.get(key, {}).items())
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax.set(xscale="log", yscale="log", xlabel="episodes in the soul's store", ylabel="latency (ms)",
            title=f"one soul; query embedding p50 {result.get('query_embed_p50_ms', 0):.1f} ms")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(Path(path), dpi=120)
     plt.close(fig)
@@ -438,13 +503,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--locomo", help="LoCoMo directory to draw sentences from (else templates)")
     ap.add_argument("--cache-dir", help="embedding cache (default ~/.cache/soul-runtime/bench)")
     ap.add_argument("--million", action="store_true", help="try 1M if the estimated time allows")
+    ap.add_argument("--turns", type=int, default=200, help="instant-model turns per store size")
+    ap.add_argument("--embedder", choices=("default", "fast"), default="default",
+                    help="default: MiniLM (real text embeddings); fast: the deterministic hashing embedder")
     a = ap.parse_args(argv)
 
     def prog(what: str, done: int, total: int) -> None:
         print(f"\r{what}: {done:,}/{total:,}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
 
     res = run([int(x) for x in a.sizes.split(",") if x.strip()], try_million=a.million, queries=a.queries,
-              progress=prog, locomo_dir=a.locomo, cache_dir=a.cache_dir)
+              progress=prog, locomo_dir=a.locomo, cache_dir=a.cache_dir, turns=a.turns,
+              embedder=FastEmbedder() if a.embedder == "fast" else None)
     if a.json:
         write_file(a.json, json.dumps(res, indent=2), durable=False)
     if a.plot:

@@ -112,8 +112,10 @@ def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_latency(args: argparse.Namespace, out: Console) -> int:
     from soul_runtime.bench import latency as bench_latency
-    argv = ["--sizes", args.sizes, "--queries", str(args.queries)]
-    for flag, value in (("--json", args.json), ("--plot", args.plot), ("--locomo", args.locomo)):
+    argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
+            "--embedder", args.embedder]
+    for flag, value in (("--json", args.json), ("--plot", args.plot), ("--locomo", args.locomo),
+                        ("--cache-dir", args.cache_dir)):
         if value:
             argv += [flag, value]
     if args.million:
@@ -326,6 +328,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     tp.add_argument("--plot", metavar="PNG")
     tp.add_argument("--locomo", metavar="DIR", help="LoCoMo dir to draw real sentences from")
     tp.add_argument("--million", action="store_true", help="also try 1M episodes when the build fits")
+    tp.add_argument("--turns", type=int, default=200, help="instant-model turns per store size")
+    tp.add_argument("--embedder", choices=("default", "fast"), default="default")
+    tp.add_argument("--cache-dir", metavar="DIR", help="embedding cache (default ~/.cache/soul-runtime/bench)")
     tp.set_defaults(bench_fn=cmd_latency)
     cp = bsub.add_parser("cli", help="wall time of `soul` commands on the local runtime vs a Ray per command")
     cp.add_argument("--rounds", type=int, default=3, help="rounds of turn/facts/recall/stats/trace (default 3)")

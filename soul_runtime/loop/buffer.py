@@ -37,6 +37,10 @@ class ShortTermBuffer:
         self.turns.append(turn)
         self.trim(self.max_tokens)
 
+    def copy(self) -> ShortTermBuffer:
+        """An independent copy (the turns themselves are immutable and shared)."""
+        return ShortTermBuffer(self.session, list(self.turns), self.max_tokens)
+
     def start_session(self, name: str) -> None:
         self.session = name
         self.turns.clear()

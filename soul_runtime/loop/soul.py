@@ -18,7 +18,6 @@ the reply: the trace says nothing was written and why.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -273,7 +272,7 @@ class Soul:
 
         t0 = clock()
         session = self._session_for(now, None, seq)
-        buffer = copy.deepcopy(self.state.buffer)
+        buffer = self.state.buffer.copy()
         if buffer.session != session:
             buffer.start_session(session)
         timings["buffer_read"] = (clock() - t0) * 1000
@@ -384,7 +383,7 @@ class Soul:
         turn_id = f"{self.soul_id}/{seq}"
         now = max((m.at for m in msgs), default=default_at or self.clock())
         sess = self._session_for(msgs[0].at if msgs else now, session, seq)
-        buffer = copy.deepcopy(self.state.buffer)
+        buffer = self.state.buffer.copy()
         if buffer.session != sess:
             buffer.start_session(sess)
         timings: dict[str, float] = {}

@@ -7,6 +7,8 @@ for the lexical side, a change log for the index). Cache: ``episodic.usearch``.
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ from soul_runtime.memory.layer_db import (
     unpack,
 )
 from soul_runtime.memory.policy_episodic import (
-    LEXICAL_PRUNE_AT,
+    LEXICAL,
+    LexicalLimits,
     decide_episode,
     hybrid_score,
     in_recall,
@@ -75,7 +78,13 @@ MIGRATIONS = [
         CREATE VIRTUAL TABLE episodes_vocab USING fts5vocab(episodes_fts, 'row')
     """),
     ("0006_fence", fence.MIGRATION[1]),
+    ("0007_recall_cover", """
+        CREATE INDEX episodes_recall ON episodes(rowid, at, promoted, superseded)
+    """),
 ]
+"""0007: recall scores its candidates on date and flags read from this covering index. An episode's row holds
+its vector and text, and its later columns sit on overflow pages; reading them per candidate dominated recall
+in a large store."""
 
 CANDIDATES = 60
 SAVE_EVERY = 2000
@@ -96,11 +105,12 @@ class EpisodicStore:
     store = Store.EPISODIC
 
     def __init__(self, directory: Path, embedder: Embedder, cfg: MemoryConfig,
-                 index_params: IndexParams | None = None) -> None:
+                 index_params: IndexParams | None = None, lexical: LexicalLimits = LEXICAL) -> None:
         self.dir = Path(directory)
         self.embedder = embedder
         self.cfg = cfg
         self.index_params = index_params
+        self.lexical = lexical
         self._open()
 
     def _open(self) -> None:
@@ -362,41 +372,62 @@ class EpisodicStore:
         return {"episodes_deleted": self._delete(doomed), "episodes_out_of_recall": decayed - len(doomed)}
 
     # ---- reads -----------------------------------------------------------------------
-    def recall(self, query: str, k: int, now: float, query_vector: np.ndarray | None = None) -> list[RecalledItem]:
+    def recall(self, query: str, k: int, now: float, query_vector: np.ndarray | None = None,
+               timings: dict[str, float] | None = None) -> list[RecalledItem]:
         """Hybrid dense + lexical candidates, scored, weighted by recency, decayed ones left out. A question
-        that names a time ("three sessions ago", "yesterday", "last week") recalls what happened then first."""
+        that names a time ("three sessions ago", "yesterday", "last week") recalls what happened then first.
+        ``timings``: if given, milliseconds of each stage are added to it (embed, dense, lexical, score)."""
         if k <= 0:
             raise InvalidInput("k must be >= 1")
+        clock = time.perf_counter
+        t0 = clock()
         if query_vector is None:
             query_vector = self.embedder.embed([query])[0]
+        t1 = clock()
         dense = dict(self.index.search(query_vector, max(CANDIDATES, 3 * k)))
+        t2 = clock()
         lexical = self._lexical(query, max(CANDIDATES, 3 * k))
+        t3 = clock()
+        items = self._score(query, k, now, query_vector, dense, lexical)
+        if timings is not None:
+            for name, a, b in (("embed", t0, t1), ("dense", t1, t2), ("lexical", t2, t3), ("score", t3, clock())):
+                timings[name] = timings.get(name, 0.0) + (b - a) * 1000
+        return items
+
+    def _score(self, query: str, k: int, now: float, query_vector: np.ndarray, dense: dict[int, float],
+               lexical: dict[int, float]) -> list[RecalledItem]:
+        """Score the candidates on their date, flags and similarities alone; only the ``k`` kept are read
+        whole (a candidate's sources, entities and tags are decoded only if it is shown)."""
         scoped = self._in_scope(query_scope(query, now))
         keys = set(dense) | set(lexical) | scoped
         if not keys:
             return []
         top_lex = max(lexical.values(), default=0.0) or 1.0
-        rows = {int(e.id[3:]): e for e in self._rows(f"rowid IN ({','.join('?' * len(keys))})", tuple(keys))}
-        missing = [key for key in keys if key in rows and key not in dense]
+        marks = ",".join("?" * len(keys))
+        cands = self.db.execute(f"SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
+                                f"WHERE rowid IN ({marks})", tuple(keys)).fetchall()
+        missing = [r[0] for r in cands if r[0] not in dense]
         if missing:  # lexical-only hits still get their true dense similarity
             for key, blob in self.db.execute(
                     f"SELECT rowid, vector FROM episodes WHERE rowid IN ({','.join('?' * len(missing))})", missing):
                 dense[key] = float(np.dot(np.frombuffer(blob, np.float32), query_vector))
-        items = []
-        superseded = {r[0] for r in self.db.execute(
-            f"SELECT rowid FROM episodes WHERE superseded = 1 AND rowid IN ({','.join('?' * len(keys))})",
-            tuple(keys))}
-        for key, ep in rows.items():
-            if key in superseded or not in_recall(ep.at, ep.promoted, now, self.cfg):
+        scored: list[tuple[float, str, int]] = []
+        for key, at, promoted, superseded in cands:
+            if superseded or not in_recall(at, bool(promoted), now, self.cfg):
                 continue
             base = hybrid_score(dense.get(key, 0.0), lexical.get(key, 0.0) / top_lex, self.cfg)
-            score = base * recency_weight(ep.at, now, self.cfg)
+            score = base * recency_weight(at, now, self.cfg)
             if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
                 score = 0.5 + 0.5 * score if key in scoped else 0.5 * score
             if score >= self.cfg.min_score:
-                items.append(RecalledItem("episodic", ep.id, ep.summary, round(score, 6), ep.sources, ep.at))
-        items.sort(key=lambda it: (-it.score, it.id))
-        return items[:k]
+                scored.append((-round(score, 6), f"ep-{key}", key))
+        scored.sort()
+        kept = scored[:k]
+        if not kept:
+            return []
+        eps = {e.id: e for e in self._rows(f"rowid IN ({','.join('?' * len(kept))})", tuple(r[2] for r in kept))}
+        return [RecalledItem("episodic", eid, eps[eid].summary, -neg, eps[eid].sources, eps[eid].at)
+                for neg, eid, _ in kept]
 
     def _in_scope(self, scope: TimeScope | None, limit: int = 200) -> set[int]:
         """Row keys of the episodes a time-scoped question points at (at most ``limit``, the latest)."""
@@ -410,24 +441,31 @@ class EpisodicStore:
         if not qt:
             return {}
         size = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
-        if size >= LEXICAL_PRUNE_AT:  # a large store: the terms most episodes share cost much and weigh little
-            qt = lexical_terms(qt, {t: self._term_docs(t, size) for t in qt}, size)
+        if size >= self.lexical.prune_at:  # a large store: search the rare terms only (see LexicalLimits)
+            tokens = fts_tokens(qt)
+            qt = lexical_terms(qt, {t: self._term_docs(tokens[t], size) for t in qt}, size, self.lexical)
+            if not qt:
+                return {}
         match = " OR ".join('"' + t.replace('"', "") + '"' for t in qt)
         rows = self.db.execute("SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? "
                                "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
         return {int(r[0]): -float(r[1]) for r in rows if -float(r[1]) > 0}
 
-    def _term_docs(self, term: str, size: int) -> int:
-        """How many episodes hold ``term`` (FTS5's own count, remembered until the store grows by a quarter)."""
-        hit = self._doc_freq.get(term)
-        if hit is not None and size <= hit[1] * 1.25:
-            return hit[0]
-        row = self.db.execute("SELECT doc FROM episodes_vocab WHERE term = ?", (term,)).fetchone()
-        n = int(row[0]) if row else 0
-        if len(self._doc_freq) > 4096:
-            self._doc_freq.clear()
-        self._doc_freq[term] = (n, size)
-        return n
+    def _term_docs(self, tokens: tuple[str, ...], size: int) -> int:
+        """How many episodes hold a query term whose FTS5 tokens are ``tokens`` (FTS5's own count of its rarest
+        token, remembered until the store grows by a quarter); 0 for a term without tokens."""
+        if not tokens:
+            return 0
+        out = size
+        for tok in tokens:
+            hit = self._doc_freq.get(tok)
+            if hit is None or size > hit[1] * 1.25:
+                row = self.db.execute("SELECT doc FROM episodes_vocab WHERE term = ?", (tok,)).fetchone()
+                if len(self._doc_freq) > 4096:
+                    self._doc_freq.clear()
+                hit = self._doc_freq[tok] = (int(row[0]) if row else 0, size)
+            out = min(out, hit[0])
+        return out
 
     def episodes(self, *, since: float | None = None, until: float | None = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
@@ -518,3 +556,35 @@ def _key(episode_id: str) -> int:
     if not isinstance(episode_id, str) or not episode_id.startswith("ep-") or not episode_id[3:].isdigit():
         raise NotFound(f"no episode {episode_id!r}")
     return int(episode_id[3:])
+
+
+FTS_TOKENIZE = "porter unicode61"
+"""The tokenizer of ``episodes_fts`` (migration 0001): its vocabulary holds these tokens, not ``text.terms``."""
+_tokens_lock = threading.Lock()
+_tokens_db: list[sqlite3.Connection] = []
+_tokens: dict[str, tuple[str, ...]] = {}
+
+
+def fts_tokens(words: list[str]) -> dict[str, tuple[str, ...]]:
+    """What the FTS5 tokenizer makes of each word (``"happy"`` -> ``("happi",)``): the keys of its vocabulary,
+    so that a query term's document count can be read from ``episodes_vocab``. An in-memory FTS5 table with the
+    same tokenizer does the work; results are cached (bounded)."""
+    missing = [w for w in dict.fromkeys(words) if w not in _tokens]
+    if missing:
+        with _tokens_lock:
+            if not _tokens_db:
+                con = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                con.execute(f"CREATE VIRTUAL TABLE q USING fts5(x, tokenize='{FTS_TOKENIZE}')")
+                con.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
+                _tokens_db.append(con)
+            con = _tokens_db[0]
+            con.execute("DELETE FROM q")
+            con.executemany("INSERT INTO q (rowid, x) VALUES (?, ?)", list(enumerate(missing)))
+            got: dict[int, list[str]] = {}
+            for term, doc in con.execute("SELECT term, doc FROM qv ORDER BY doc, offset"):
+                got.setdefault(int(doc), []).append(str(term))
+            if len(_tokens) > 50_000:
+                _tokens.clear()
+            for i, w in enumerate(missing):
+                _tokens[w] = tuple(got.get(i, ()))
+    return {w: _tokens.get(w, ()) for w in words}

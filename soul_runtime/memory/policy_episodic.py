@@ -71,16 +71,39 @@ def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:
     return cfg.dense_weight * max(0.0, dense) + (1.0 - cfg.dense_weight) * lexical
 
 
-LEXICAL_PRUNE_AT = 5_000
-"""Episodes in a store from which lexical recall drops the terms most of them share (below, all terms are cheap)."""
-COMMON_TERM_SHARE = 0.2
-MAX_LEXICAL_TERMS = 8
+@dataclass(frozen=True)
+class LexicalLimits:
+    """How much lexical (FTS5 BM25) search a recall may cost in a large store.
+
+    BM25 is computed for every episode that holds a query term, so a query's cost is the number of
+    episodes its terms hold together (their postings). From ``prune_at`` episodes on, only the rarest terms
+    are searched, within ``postings_budget`` postings and at most ``max_terms`` terms. Smaller stores search
+    every term (cheap there, and what the LoCoMo benchmark measures)."""
+
+    prune_at: int = 5_000
+    postings_budget: int = 1_000
+    max_terms: int = 8
 
 
-def lexical_terms(query_terms: list[str], doc_freq: dict[str, int], size: int) -> list[str]:
-    """The query terms worth a lexical search in a store of ``size`` episodes: the rarest first, at most
-    ``MAX_LEXICAL_TERMS``, without terms held by more than ``COMMON_TERM_SHARE`` of the episodes (BM25 gives
-    them little weight, and each costs a scan of its postings) unless nothing else is left."""
-    ranked = sorted(query_terms, key=lambda t: (doc_freq.get(t, 0), query_terms.index(t)))
-    kept = [t for t in ranked if doc_freq.get(t, 0) <= COMMON_TERM_SHARE * size]
-    return (kept or ranked[:1])[:MAX_LEXICAL_TERMS]
+LEXICAL = LexicalLimits()
+
+
+def lexical_terms(query_terms: list[str], doc_freq: dict[str, int], size: int,
+                  limits: LexicalLimits = LEXICAL) -> list[str]:
+    """The query terms worth a lexical search in a store of ``size`` episodes (``doc_freq``: episodes holding
+    each term). Below ``limits.prune_at``: all of them. Above: the rarest first, as long as the episodes they
+    hold together stay within ``limits.postings_budget`` (at most ``limits.max_terms`` terms); terms no episode
+    holds match nothing and are left out. A query whose rarest term alone is over the budget gets no lexical
+    search: a term that common ranks thousands of episodes nearly alike and costs a BM25 call for each."""
+    if size < limits.prune_at:
+        return list(query_terms)
+    ranked = sorted((t for t in query_terms if doc_freq.get(t, 0) > 0),
+                    key=lambda t: (doc_freq[t], query_terms.index(t)))
+    kept: list[str] = []
+    postings = 0
+    for t in ranked[:limits.max_terms]:
+        if postings + doc_freq[t] > limits.postings_budget:
+            break
+        kept.append(t)
+        postings += doc_freq[t]
+    return kept

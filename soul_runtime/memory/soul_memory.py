@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,19 +127,30 @@ class SoulMemory:
 
     # ---- reads -----------------------------------------------------------------------
     def recall(self, query: str, k: int = 10, *, now: Any, stores: Iterable[str] | None = None,
-               task_class: str | None = None) -> list[RecalledItem]:
+               task_class: str | None = None, timings: dict[str, float] | None = None) -> list[RecalledItem]:
+        """The three layers' best ``k`` for ``query``. ``timings``: if given, milliseconds per stage are added
+        to it (the episodic layer's embed, dense, lexical and score; semantic; procedural; merge)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1 or k > 1000:
             raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
         t = to_timestamp(now)
         lists = []
+        clock = time.perf_counter
         for s in parse_stores(stores):
+            t0 = clock()
             if s is Store.EPISODIC:
-                lists.append(self.episodic.recall(query, k, t))
-            elif s is Store.SEMANTIC:
+                lists.append(self.episodic.recall(query, k, t, timings=timings))
+                continue
+            if s is Store.SEMANTIC:
                 lists.append(self.semantic.recall(query, k))
             else:
                 lists.append(self.procedural.recall(query, k, task_class))
-        return merge_recalls(lists, k)
+            if timings is not None:
+                timings[s.value] = timings.get(s.value, 0.0) + (clock() - t0) * 1000
+        t0 = clock()
+        out = merge_recalls(lists, k)
+        if timings is not None:
+            timings["merge"] = timings.get("merge", 0.0) + (clock() - t0) * 1000
+        return out
 
     def facts(self, entity: str | None = None) -> list[Fact]:
         return self.semantic.facts(_opt_text(entity, "entity"))
