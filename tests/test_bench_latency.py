@@ -72,3 +72,17 @@ def test_embed_cache_round_trip(tmp_path: Path) -> None:
     v1, info1 = bench_latency.embed_cached(emb, texts, tmp_path)
     v2, info2 = bench_latency.embed_cached(emb, texts, tmp_path)
     assert not info1["cached"] and info2["cached"] and (v1 == v2).all() and v1.shape == (500, emb.dim)
+
+
+def test_a_bulk_loaded_store_is_reused_by_the_next_run(tmp_path: Path) -> None:
+    """--reuse-stores: the second run starts each size from the first run's bulk-loaded store (same contents,
+    same counts) instead of loading it again; a different corpus or parameters would not match its key."""
+    kw = dict(sizes=(100, 300), queries=5, embedder=HashEmbedder(), cache_dir=tmp_path / "cache", turns=8, writes=5,
+              reuse_stores=True)
+    first = bench_latency.run(workdir=tmp_path / "w1", **kw)
+    second = bench_latency.run(workdir=tmp_path / "w2", **kw)
+    assert "stores_reused" not in first and second["stores_reused"] == [100, 300]
+    assert second["store_episodes"] == first["store_episodes"] >= 300
+    assert second["bulk_load_per_s"] == first["bulk_load_per_s"]
+    other = bench_latency.run(workdir=tmp_path / "w3", **{**kw, "writes": 6})
+    assert "stores_reused" not in other

@@ -252,6 +252,29 @@ def _index_part(n: int, vecs: np.ndarray, qv: np.ndarray, embedder_id: str, tmp:
     res["expansion_search_needed"][s] = min((int(e) for e, v in sweep.items() if v["recall_at_10"] >= 0.95), default=None)
 
 
+SNAPSHOT_VERSION = 1
+"""Part of a stored store's key: raise it when what the bench writes before a snapshot changes."""
+
+
+def _snapshot_key(corpus_file: str, sizes: Sequence[int], writes: int, turns_per_size: int) -> str:
+    from soul_runtime.memory.episodic import MIGRATIONS
+
+    parts = [str(SNAPSHOT_VERSION), Path(corpus_file).name, ",".join(map(str, sizes)), str(writes),
+             str(turns_per_size), MIGRATIONS[-1][0]]
+    return f"{sizes[-1]}-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _save_snapshot(sdir: Path, snap: Path, meta: dict[str, Any]) -> None:
+    """Copy the closed store in ``sdir`` to ``snap`` (whole, or not at all)."""
+    tmp = snap.with_name(snap.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    make_dir(tmp)
+    shutil.copytree(sdir, tmp / "soul")
+    write_file(tmp / "bench.json", json.dumps(meta), durable=False)
+    shutil.rmtree(snap, ignore_errors=True)
+    os.replace(tmp, snap)
+
+
 def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], turn_texts: Sequence[str],
                at: float, k: int, res: dict[str, Any], say: Progress) -> int:
     """Whole three-layer recall (by stage) and instant-model turns (by stage, embedder time apart) on the store
@@ -306,8 +329,13 @@ def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], 
 def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = False, queries: int = 200,
         progress: Progress | None = None, embedder: Embedder | None = None, locomo_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, workdir: str | Path | None = None, writes: int = 100,
-        turns: int = 200, million_budget_s: float = 1800.0, recall_k: int | None = None) -> dict[str, Any]:
-    """Measure one soul's latencies at each store size; see the module docstring. Returns a JSON-ready dict."""
+        turns: int = 200, million_budget_s: float = 1800.0, recall_k: int | None = None,
+        reuse_stores: bool = False) -> dict[str, Any]:
+    """Measure one soul's latencies at each store size; see the module docstring. Returns a JSON-ready dict.
+
+    ``reuse_stores``: keep each size's bulk-loaded store in ``cache_dir/stores`` (keyed by the corpus, the
+    embedder, the sizes so far, ``writes`` and the turns per size) and start from a copy of it next time; the
+    bulk-load rate is then the one measured when it was built (listed in ``stores_reused``)."""
     sizes = sorted({int(n) for n in sizes})
     recall_k = recall_k or SoulConfig().turn.recall_k
     if not sizes or sizes[0] < 20 or queries < 1:
@@ -353,15 +381,31 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     store = EpisodicStore(sdir, lookup := LookupEmbedder(emb, texts, cvecs), MemoryConfig())
     count, nxt, tail, merged = 0, 0, len(texts) - writes * len(sizes), 0
     for si, n in enumerate(sizes):
-        t0, loaded = time.perf_counter(), 0
-        while count < n and nxt < tail:
-            batch = list(range(nxt, min(tail, nxt + min(1000, n - count))))
-            done = store.apply_many([_req(f"b{i}", texts[i], T0 + 600 * i, f"s{i // 25}", store.epoch)
-                                     for i in batch])
-            adds = sum(1 for ws in done for w in ws if w.op is Op.ADD)
-            count, nxt, loaded, merged = count + adds, nxt + len(batch), loaded + adds, merged + len(batch) - adds
-            say(f"store {n}: bulk load", count, n)
-        res["bulk_load_per_s"][str(n)] = round(loaded / max(time.perf_counter() - t0, 1e-9), 1)
+        snap = cache / "stores" / _snapshot_key(einfo["cache_file"], sizes[:si + 1], writes, per_size)
+        if reuse_stores and (snap / "bench.json").exists():  # this size's bulk-loaded store, built by an earlier run
+            store.close()
+            shutil.rmtree(sdir)
+            shutil.copytree(snap / "soul", sdir)
+            meta = json.loads((snap / "bench.json").read_text())
+            count, nxt, merged = meta["count"], meta["nxt"], meta["merged"]
+            res["bulk_load_per_s"][str(n)] = meta["bulk_load_per_s"]
+            res.setdefault("stores_reused", []).append(n)
+            store = EpisodicStore(sdir, lookup, MemoryConfig())
+        else:
+            t0, loaded = time.perf_counter(), 0
+            while count < n and nxt < tail:
+                batch = list(range(nxt, min(tail, nxt + min(1000, n - count))))
+                done = store.apply_many([_req(f"b{i}", texts[i], T0 + 600 * i, f"s{i // 25}", store.epoch)
+                                         for i in batch])
+                adds = sum(1 for ws in done for w in ws if w.op is Op.ADD)
+                count, nxt, loaded, merged = count + adds, nxt + len(batch), loaded + adds, merged + len(batch) - adds
+                say(f"store {n}: bulk load", count, n)
+            res["bulk_load_per_s"][str(n)] = round(loaded / max(time.perf_counter() - t0, 1e-9), 1)
+            if reuse_stores:
+                store.close()
+                _save_snapshot(sdir, snap, {"count": count, "nxt": nxt, "merged": merged,
+                                            "bulk_load_per_s": res["bulk_load_per_s"][str(n)]})
+                store = EpisodicStore(sdir, lookup, MemoryConfig())
         store.flush()
         loads[f"writes {n}"] = round(os.getloadavg()[0], 2)
         ms = []
@@ -503,7 +547,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--locomo", help="LoCoMo directory to draw sentences from (else templates)")
     ap.add_argument("--cache-dir", help="embedding cache (default ~/.cache/soul-runtime/bench)")
     ap.add_argument("--million", action="store_true", help="try 1M if the estimated time allows")
-    ap.add_argument("--turns", type=int, default=200, help="instant-model turns per store size")
+    ap.add_argument("--turns", type=int, default=200, help="instant-model turns in all (split among the sizes)")
+    ap.add_argument("--reuse-stores", action="store_true",
+                    help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     ap.add_argument("--embedder", choices=("default", "fast"), default="default",
                     help="default: MiniLM (real text embeddings); fast: the deterministic hashing embedder")
     a = ap.parse_args(argv)
@@ -513,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     res = run([int(x) for x in a.sizes.split(",") if x.strip()], try_million=a.million, queries=a.queries,
               progress=prog, locomo_dir=a.locomo, cache_dir=a.cache_dir, turns=a.turns,
+              reuse_stores=a.reuse_stores,
               embedder=FastEmbedder() if a.embedder == "fast" else None)
     if a.json:
         write_file(a.json, json.dumps(res, indent=2), durable=False)

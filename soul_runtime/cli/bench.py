@@ -120,6 +120,8 @@ def cmd_latency(args: argparse.Namespace, out: Console) -> int:
             argv += [flag, value]
     if args.million:
         argv.append("--million")
+    if args.reuse_stores:
+        argv.append("--reuse-stores")
     return int(bench_latency.main(argv))
 
 
@@ -328,7 +330,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     tp.add_argument("--plot", metavar="PNG")
     tp.add_argument("--locomo", metavar="DIR", help="LoCoMo dir to draw real sentences from")
     tp.add_argument("--million", action="store_true", help="also try 1M episodes when the build fits")
-    tp.add_argument("--turns", type=int, default=200, help="instant-model turns per store size")
+    tp.add_argument("--turns", type=int, default=200, help="instant-model turns in all (split among the sizes)")
+    tp.add_argument("--reuse-stores", action="store_true",
+                    help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     tp.add_argument("--embedder", choices=("default", "fast"), default="default")
     tp.add_argument("--cache-dir", metavar="DIR", help="embedding cache (default ~/.cache/soul-runtime/bench)")
     tp.set_defaults(bench_fn=cmd_latency)
