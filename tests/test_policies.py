@@ -178,18 +178,21 @@ def test_near_duplicates_need_the_same_content_words() -> None:
     assert not is_near_duplicate(0.90, "Maya moved the standup to 10am.", "Maya moved the standup to 10am.", CFG)
 
 
-def test_lexical_terms_keep_the_rare_ones_within_a_postings_budget() -> None:
-    from soul_runtime.memory.policy_episodic import LexicalLimits, lexical_terms
-    lim = LexicalLimits(prune_at=5_000, postings_budget=1_000, max_terms=8)
-    df = {"maya": 9000, "budget": 2500, "zeppelin": 3, "hangar": 40, "hangars": 900, "absent": 0}
+def test_lexical_clauses_keep_rare_terms_and_pairs_within_a_budget() -> None:
+    from soul_runtime.memory.policy_episodic import LexicalLimits, lexical_clauses
+    lim = LexicalLimits(prune_at=5_000, postings_budget=1_000, max_terms=8, max_clauses=12)
+    df = {"maya": 9000, "budget": 2500, "zeppelin": 3, "hangar": 40, "absent": 0}
     q = ["maya", "budget", "zeppelin", "hangar", "absent"]
-    assert lexical_terms(q, df, 10_000, lim) == ["zeppelin", "hangar"]  # rarest first; a term none holds is left out
-    assert lexical_terms(q, df, 4_999, lim) == q  # a small store searches every term
-    # within the budget: 3 + 40 + 900 = 943 <= 1000; adding "budget" (2500) would pass it
-    assert lexical_terms(["budget", "hangars", "hangar", "zeppelin"], df, 10_000, lim) == ["zeppelin", "hangar",
-                                                                                          "hangars"]
-    assert lexical_terms(["maya", "budget"], df, 10_000, lim) == []  # all common: no lexical search at all
+    assert lexical_clauses(q, df, 4_999, lim) == [(t,) for t in q]  # a small store searches every term
+    # rarest alone (a term none holds is left out); the common ones only as a pair: 9000 * 2500 / 10000 = 2250 is
+    # over what is left of the budget, so no pair here
+    assert lexical_clauses(q, df, 10_000, lim) == [("zeppelin",), ("hangar",)]
+    # in a larger store the pair is expected to match 9000 * 2500 / 100000 = 225 episodes: it fits
+    assert lexical_clauses(q, df, 100_000, lim) == [("zeppelin",), ("hangar",), ("budget", "maya")]
+    assert lexical_clauses(["maya", "budget"], df, 10_000, lim) == []  # common words whose pair is too broad
     many = [f"t{i}" for i in range(1, 21)]
-    assert lexical_terms(many, {t: 1 for t in many}, 10_000, lim) == many[:8]  # at most max_terms
-    ties = ["b", "a"]
-    assert lexical_terms(ties, {"a": 5, "b": 5}, 10_000, lim) == ["b", "a"]  # equal counts keep the query's order
+    assert lexical_clauses(many, {t: 1 for t in many}, 10_000, lim) == [(t,) for t in many[:8]]  # max_terms
+    wide = {f"w{i}": 2000 + i for i in range(8)}  # all over budget alone: pairs only, at most max_clauses
+    got = lexical_clauses(list(wide), wide, 100_000, lim)
+    assert got and all(len(c) == 2 for c in got) and len(got) <= 12
+    assert sum(wide[a] * wide[b] / 100_000 for a, b in got) <= 1_000

@@ -38,7 +38,7 @@ from soul_runtime.memory.policy_episodic import (
     hybrid_score,
     in_recall,
     is_near_duplicate,
-    lexical_terms,
+    lexical_clauses,
     past_ttl,
     recency_weight,
 )
@@ -441,12 +441,15 @@ class EpisodicStore:
         if not qt:
             return {}
         size = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
-        if size >= self.lexical.prune_at:  # a large store: search the rare terms only (see LexicalLimits)
+        docs: dict[str, int] = {}
+        if size >= self.lexical.prune_at:  # a large store: a query that matches few episodes (LexicalLimits)
             tokens = fts_tokens(qt)
-            qt = lexical_terms(qt, {t: self._term_docs(tokens[t], size) for t in qt}, size, self.lexical)
-            if not qt:
-                return {}
-        match = " OR ".join('"' + t.replace('"', "") + '"' for t in qt)
+            docs = {t: self._term_docs(tokens[t], size) for t in qt}
+        clauses = lexical_clauses(qt, docs, size, self.lexical)
+        if not clauses:
+            return {}
+        match = " OR ".join(" AND ".join('"' + t.replace('"', "") + '"' for t in c) if len(c) == 1 else
+                            "(" + " AND ".join('"' + t.replace('"', "") + '"' for t in c) + ")" for c in clauses)
         rows = self.db.execute("SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? "
                                "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
         return {int(r[0]): -float(r[1]) for r in rows if -float(r[1]) > 0}

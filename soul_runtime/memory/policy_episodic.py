@@ -75,35 +75,48 @@ def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:
 class LexicalLimits:
     """How much lexical (FTS5 BM25) search a recall may cost in a large store.
 
-    BM25 is computed for every episode that holds a query term, so a query's cost is the number of
-    episodes its terms hold together (their postings). From ``prune_at`` episodes on, only the rarest terms
-    are searched, within ``postings_budget`` postings and at most ``max_terms`` terms. Smaller stores search
-    every term (cheap there, and what the LoCoMo benchmark measures)."""
+    BM25 is computed for every episode the query matches, so a query's cost is the number of episodes it
+    matches. From ``prune_at`` episodes on, the query is rewritten to match at most about ``postings_budget``
+    episodes: the rarest terms on their own, and pairs of the commoner ones (an episode must hold both, so a
+    pair matches far fewer episodes than either term), at most ``max_terms`` terms and ``max_clauses`` clauses.
+    Smaller stores search every term (cheap there, and what the LoCoMo benchmark measures)."""
 
     prune_at: int = 5_000
     postings_budget: int = 1_000
     max_terms: int = 8
+    max_clauses: int = 12
 
 
 LEXICAL = LexicalLimits()
 
 
-def lexical_terms(query_terms: list[str], doc_freq: dict[str, int], size: int,
-                  limits: LexicalLimits = LEXICAL) -> list[str]:
-    """The query terms worth a lexical search in a store of ``size`` episodes (``doc_freq``: episodes holding
-    each term). Below ``limits.prune_at``: all of them. Above: the rarest first, as long as the episodes they
-    hold together stay within ``limits.postings_budget`` (at most ``limits.max_terms`` terms); terms no episode
-    holds match nothing and are left out. A query whose rarest term alone is over the budget gets no lexical
-    search: a term that common ranks thousands of episodes nearly alike and costs a BM25 call for each."""
+def lexical_clauses(query_terms: list[str], doc_freq: dict[str, int], size: int,
+                    limits: LexicalLimits = LEXICAL) -> list[tuple[str, ...]]:
+    """The lexical query for a store of ``size`` episodes, as clauses OR'ed together, each a tuple of terms
+    AND'ed (``doc_freq``: episodes holding each term). Below ``limits.prune_at``: every term on its own.
+    Above: terms no episode holds are left out (they match nothing); the rarest terms on their own while the
+    episodes they match stay within ``limits.postings_budget``; then pairs of the terms left, fewest expected
+    matches first (``df(a) * df(b) / size``), within the same budget. A query of common words alone keeps
+    the pairs that fit, or nothing: one common word ranks thousands of episodes nearly alike and costs a BM25
+    call for each."""
     if size < limits.prune_at:
-        return list(query_terms)
+        return [(t,) for t in query_terms]
     ranked = sorted((t for t in query_terms if doc_freq.get(t, 0) > 0),
-                    key=lambda t: (doc_freq[t], query_terms.index(t)))
-    kept: list[str] = []
-    postings = 0
-    for t in ranked[:limits.max_terms]:
-        if postings + doc_freq[t] > limits.postings_budget:
+                    key=lambda t: (doc_freq[t], query_terms.index(t)))[:limits.max_terms]
+    out: list[tuple[str, ...]] = []
+    cost = 0.0
+    rest = []
+    for t in ranked:
+        if not rest and cost + doc_freq[t] <= limits.postings_budget:
+            out.append((t,))
+            cost += doc_freq[t]
+        else:
+            rest.append(t)
+    pairs = sorted(((doc_freq[a] * doc_freq[b] / max(size, 1), i, j) for i, a in enumerate(rest)
+                    for j, b in enumerate(rest) if i < j))
+    for est, i, j in pairs:
+        if len(out) >= limits.max_clauses or cost + est > limits.postings_budget:
             break
-        kept.append(t)
-        postings += doc_freq[t]
-    return kept
+        out.append((rest[i], rest[j]))
+        cost += est
+    return out
