@@ -105,7 +105,7 @@ def lexical_clauses(query_terms: list[str], doc_freq: dict[str, int], size: int,
                     key=lambda t: (doc_freq[t], query_terms.index(t)))[:limits.max_terms]
     out: list[tuple[str, ...]] = []
     cost = 0.0
-    rest = []
+    rest: list[str] = []
     for t in ranked:
         if not rest and cost + doc_freq[t] <= limits.postings_budget:
             out.append((t,))
