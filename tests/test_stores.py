@@ -354,3 +354,22 @@ def test_recall_scores_candidates_from_the_covering_index(tmp_path: Path) -> Non
         "WHERE rowid IN (1, 2)"))
     assert "COVERING INDEX episodes_recall" in plan
     assert [it.text for it in m.recall("flight to Osaka", 3, now=NOW + 60)] == ["Ana booked the flight to Osaka."]
+
+
+def test_common_words_are_searched_as_a_pair_in_a_large_store(tmp_path: Path) -> None:
+    """Two words each too common to search alone are searched together: the episode holding both is found, at
+    the cost of the episodes holding both rather than either."""
+    from soul_runtime.memory.policy_episodic import LexicalLimits
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    store = m.episodic
+    store.lexical = LexicalLimits(prune_at=10, postings_budget=10)
+    for i in range(30):
+        word = "violet" if i % 2 else "lantern"
+        text = "Ana saw the violet lantern by the pier." if i == 13 else f"Ana noted item {i} near the {word}."
+        m.write(req(f"t{i}", Extraction(episode=text, event=True), at=NOW + i * 60))
+    seen: list = []
+    store.db = _Spy(store.db, seen)  # type: ignore[assignment]
+    lex = store._lexical("violet lantern", 5)
+    match = next(p[0] for q, p in seen if "MATCH" in q and p)
+    assert " AND " in match and match.startswith("(")
+    assert max(lex, key=lambda k: lex[k]) == 14 and set(lex) == {14}  # only the episode holding both matched

@@ -448,8 +448,8 @@ class EpisodicStore:
         clauses = lexical_clauses(qt, docs, size, self.lexical)
         if not clauses:
             return {}
-        match = " OR ".join(" AND ".join('"' + t.replace('"', "") + '"' for t in c) if len(c) == 1 else
-                            "(" + " AND ".join('"' + t.replace('"', "") + '"' for t in c) + ")" for c in clauses)
+        quoted = [['"' + t.replace('"', "") + '"' for t in c] for c in clauses]
+        match = " OR ".join(q[0] if len(q) == 1 else "(" + " AND ".join(q) + ")" for q in quoted)
         rows = self.db.execute("SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? "
                                "ORDER BY rank LIMIT ?", (match, limit)).fetchall()
         return {int(r[0]): -float(r[1]) for r in rows if -float(r[1]) > 0}
