@@ -653,7 +653,8 @@ _COMPOUND_OF = {(stem, part): word for word, stem in _COMPOUND.items()
 def title_class(title: str) -> str:
     """The task class a title names: its content words in order, without light verbs, times and fillers."""
     words = normalise(title).split()
-    words = [_COMPOUND_OF.get((task_stem(w), nxt), w) for w, nxt in zip(words, words[1:] + [""], strict=True)]
+    words = [_COMPOUND_OF.get((task_stem(w), nxt), w) for w, nxt in zip(words, [*words[1:], ""][:len(words)],
+                                                                             strict=True)]
     words = [w for w in words if w.isalpha() and len(w) > 1 and w not in _LIGHT
              and w not in _STOP_NORM and w not in PRONOUNS and task_stem(w) not in _LIGHT_STEMS]
     return " ".join(list(dict.fromkeys(words))[:5])
