@@ -126,8 +126,9 @@ class VectorIndex:
         return len(self.index)
 
     def memory_bytes(self) -> int:
-        """The index's memory (usearch reserves ahead of its vectors)."""
-        return int(self.index.memory_usage)
+        """The index's memory: its vectors and graph, as serialized. (usearch's ``memory_usage`` counts the arena
+        it reserves, 16 MiB even for one vector, most of which is never touched.)"""
+        return int(self.index.serialized_length)
 
     def search(self, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
         """(key, cosine similarity) pairs, best first."""
