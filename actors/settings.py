@@ -170,22 +170,12 @@ def mismatch(recorded: dict[str, Any], wanted: dict[str, Any], where: str) -> Co
 def claim_data_dir(cfg: RuntimeConfig) -> dict[str, Any]:
     """Record the layout in ``DATA_DIR/runtime.json`` on first use, or refuse one that differs (ConfigError).
     Automatic host and shard counts take the recorded ones (or this machine's CPUs on first use)."""
-    cfg = resolve(cfg, recorded_layout(cfg.data_dir), os.cpu_count() or 2)
-    root = make_dir(cfg.data_dir)
-    path = root / LAYOUT_FILE
+    recorded = recorded_layout(cfg.data_dir)
+    cfg = resolve(cfg, recorded, os.cpu_count() or 2)
     want = layout(cfg)
-    if not path.exists():
-        tmp = write_file(root / f".{LAYOUT_FILE}.{os.getpid()}.tmp", json.dumps(want, indent=1) + "\n")
-        try:
-            os.link(tmp, path)  # atomic, and fails if another process recorded its layout first
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-    try:
-        recorded = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is unreadable ({e}); restore it or remove it to accept this layout") from None
+    if recorded is None:  # first use: record ours, unless another process recorded its layout first
+        write_file(make_dir(cfg.data_dir) / LAYOUT_FILE, json.dumps(want, indent=1) + "\n", replace=False)
+        recorded = recorded_layout(cfg.data_dir) or {}
     err = mismatch(recorded, want, f"data dir {cfg.data_dir}")
     if err is not None:
         raise err

@@ -8,7 +8,7 @@ from typing import Any
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory import fence
-from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, unlink_files
+from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
@@ -17,6 +17,7 @@ from soul_runtime.memory.layer_db import (
     is_empty,
     load_tables,
     pack,
+    reopen_empty,
     unpack,
 )
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
@@ -144,11 +145,7 @@ class ProceduralStore:
     def erase(self) -> int:
         """Forget every procedure and task run for good: unlink the files, reopen empty."""
         n = int(self.db.execute("SELECT COUNT(*) FROM procedures").fetchone()[0])
-        epoch = fence.current(self.db)
-        self.db.close()
-        unlink_files(self.dir, "procedural")
-        self.db = open_db(self.dir / "procedural.sqlite", MIGRATIONS)
-        fence.restore(self.db, epoch)
+        self.db = reopen_empty(self.db, self.dir, "procedural", MIGRATIONS)
         return n
 
     def fence(self, epoch: int) -> None:

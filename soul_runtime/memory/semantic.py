@@ -13,7 +13,7 @@ from typing import Any
 from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.memory import fence
-from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, unlink_files
+from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
@@ -22,6 +22,7 @@ from soul_runtime.memory.layer_db import (
     is_empty,
     load_tables,
     pack,
+    reopen_empty,
     unpack,
 )
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
@@ -170,11 +171,7 @@ class SemanticStore:
     def erase(self) -> int:
         """Forget every fact, its history and observations for good: unlink the files, reopen empty."""
         n = int(self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
-        epoch = fence.current(self.db)
-        self.db.close()
-        unlink_files(self.dir, "semantic")
-        self.db = open_db(self.dir / "semantic.sqlite", MIGRATIONS)
-        fence.restore(self.db, epoch)
+        self.db = reopen_empty(self.db, self.dir, "semantic", MIGRATIONS)
         return n
 
     def fence(self, epoch: int) -> None:
