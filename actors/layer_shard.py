@@ -35,6 +35,7 @@ from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import store_name, store_of
 from .schedule import Ticker, beyond_capacity, sweep_due
+from .settings import process_capacity
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
@@ -59,14 +60,14 @@ class LayerShard(ActorInfo):
     per soul, taken by :meth:`_soul`); the episodic shard's embedder batches concurrent callers' texts.
     """
 
-    def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 256,
+    def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 0,
                  embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
                  storage: str = "local", capacity_bytes: int = 0) -> None:
         use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
         self.cfg = MemoryConfig(**memory_config)
-        self.capacity = capacity
+        self.capacity = process_capacity(capacity)  # open stores (0: as the open-file limit allows)
         self.capacity_bytes = capacity_bytes
         self.open: OrderedDict[str, LayerStore] = OrderedDict()
         self.sizes: dict[str, int] = {}  # memory of each open store, as of its last use

@@ -25,8 +25,9 @@ class RuntimeConfig:
     episodic_shards: int = 0
     semantic_shards: int = 0
     procedural_shards: int = 0
-    host_capacity: int = 256
-    """Active souls per host (LRU); the rest are passivated to disk."""
+    host_capacity: int = 0
+    """Active souls per host (LRU); the rest are passivated to disk. Each holds 3 file descriptors while active;
+    0 (the default): as many as the host process's open-file limit allows (:func:`fd_capacity`)."""
     host_capacity_mb: int = 1024
     """And the memory the active souls of a host may hold (session buffers, SQLite caches), in MiB; 0: no limit."""
     idle_passivate_s: float = 600.0
@@ -35,8 +36,9 @@ class RuntimeConfig:
     retention_every_s: float = 3600.0
     """How often each store shard runs the TTL sweep and archived-fact purge on its souls; it runs only when
     ``episodic_ttl_days`` or ``archived_fact_ttl_days`` is set (both off by default). 0: never."""
-    store_capacity: int = 256
-    """Open per-soul stores per shard (LRU): each holds up to 3 file descriptors while open."""
+    store_capacity: int = 0
+    """Open per-soul stores per shard (LRU): each holds up to 3 file descriptors while open; 0 (the default):
+    as many as the shard process's open-file limit allows (:func:`fd_capacity`)."""
     store_capacity_mb: int = 1024
     """And the memory the open stores of a shard may hold (vector indices, SQLite caches), in MiB; 0: no limit."""
     host_threads: int = 16
@@ -60,9 +62,10 @@ class RuntimeConfig:
         for name in SIZE_KEYS + ("host_capacity", "store_capacity", "host_threads", "shard_threads",
                                  "max_dedicated"):
             v = getattr(self, name)
-            low = 0 if name in SIZE_KEYS else 1
+            low = 0 if name in SIZE_KEYS + CAPACITY_KEYS else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < low or v > 10_000:
-                auto = " (0: sized to the cluster)" if low == 0 else ""
+                auto = " (0: sized to the cluster)" if name in SIZE_KEYS else \
+                    " (0: sized to the open-file limit)" if low == 0 else ""
                 raise ConfigError(f"{name} must be an int in {low}..10000{auto}, got {v!r}")
         for name in ("host_capacity_mb", "store_capacity_mb"):
             v = getattr(self, name)
@@ -115,6 +118,29 @@ def sizes_for(cpus: int) -> dict[str, int]:
             "semantic_shards": max(1, min(32, c // 2)), "procedural_shards": max(1, min(16, c // 4))}
 
 
+FDS_PER_SOUL = 3
+"""A soul's SQLite database with its ``-wal`` and ``-shm`` (a host's soul, or a shard's open store)."""
+FD_RESERVE = 256
+"""Descriptors kept for everything else a process opens (Ray's sockets, logs, libraries)."""
+MAX_AUTO_CAPACITY = 4096
+
+
+def fd_capacity(open_file_limit: int) -> int:
+    """The automatic ``host_capacity`` / ``store_capacity`` of a process whose open-file limit is
+    ``open_file_limit``: the souls whose files fit beside :data:`FD_RESERVE` other descriptors, at least 16 and
+    at most :data:`MAX_AUTO_CAPACITY` (the byte limits ``host_capacity_mb`` / ``store_capacity_mb`` still apply)."""
+    return max(16, min(MAX_AUTO_CAPACITY, (int(open_file_limit) - FD_RESERVE) // FDS_PER_SOUL))
+
+
+def process_capacity(configured: int) -> int:
+    """``configured``, or for 0 (automatic) :func:`fd_capacity` of this process's soft open-file limit."""
+    if configured:
+        return configured
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return fd_capacity(soft if soft != resource.RLIM_INFINITY else 1 << 20)
+
+
 def resolve(cfg: RuntimeConfig, recorded: dict[str, Any] | None, cpus: int) -> RuntimeConfig:
     """``cfg`` with its automatic (0) host and shard counts filled in: from the layout the data dir was first
     served with when there is one (so a data dir keeps its routing), else :func:`sizes_for` ``cpus``."""
@@ -142,6 +168,7 @@ def recorded_layout(data_dir: str) -> dict[str, Any] | None:
 DATA_FORMAT = "soul-runtime/data@1"
 LAYOUT_FILE = "runtime.json"
 SIZE_KEYS = ("hosts", "episodic_shards", "semantic_shards", "procedural_shards")
+CAPACITY_KEYS = ("host_capacity", "store_capacity")
 LAYOUT_KEYS = ("format", "namespace", "hosts", "episodic_shards", "semantic_shards", "procedural_shards", "embedder",
                "storage")
 

@@ -40,7 +40,7 @@ from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
 from .schedule import Ticker, beyond_capacity, to_passivate
-from .settings import RuntimeConfig
+from .settings import RuntimeConfig, process_capacity
 
 
 class RemoteMemory:
@@ -121,6 +121,7 @@ class SoulHost(ActorInfo):
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.cfg = RuntimeConfig.from_dict(config)
+        self.capacity = process_capacity(self.cfg.host_capacity)  # active souls (0 in the config: automatic)
         use_storage(self.cfg.storage)
         self.model = model or make_model(self.cfg.model)
         self.stores = StoreLocator(self.cfg)
@@ -187,7 +188,7 @@ class SoulHost(ActorInfo):
             with self.guard:
                 if soul_id in self.active:
                     self.sizes[soul_id] = size
-                over = bool(beyond_capacity(list(self.active), self.sizes, self.cfg.host_capacity,
+                over = bool(beyond_capacity(list(self.active), self.sizes, self.capacity,
                                             self.cfg.host_capacity_mb * 2**20))
             if over:  # a soul an eviction skipped because it was in a turn goes now
                 self._evict()
@@ -209,7 +210,7 @@ class SoulHost(ActorInfo):
         victims: list[tuple[_Activation, str]] = []
         with self.guard:
             last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
-            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.cfg.host_capacity, self.sizes,
+            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes,
                                     self.cfg.host_capacity_mb * 2**20):
                 act = self.active[sid]
                 if not act.live.busy and act.lock.acquire(blocking=False):  # memory work still running: later

@@ -380,7 +380,8 @@ def test_invalid_configuration_values_raise_config_error(data: st.DataObject) ->
     rejected("SoulConfig.from_dict", lambda: SoulConfig.from_dict(dbad), ConfigError)
     rfield = data.draw(st.sampled_from(["hosts", "episodic_shards", "semantic_shards", "procedural_shards",
                                         "host_capacity", "store_capacity", "host_threads", "max_dedicated"]))
-    zero_is_auto = rfield in ("hosts", "episodic_shards", "semantic_shards", "procedural_shards")
+    zero_is_auto = rfield in ("hosts", "episodic_shards", "semantic_shards", "procedural_shards", "host_capacity",
+                              "store_capacity")
     rbad = data.draw(st.one_of(_BAD_NUMBERS, st.just(-1 if zero_is_auto else 0), st.integers(min_value=10_001),
                                st.floats(1, 5)))
     rejected("RuntimeConfig", lambda: RuntimeConfig(data_dir="/tmp/x", **{rfield: rbad}), ConfigError)

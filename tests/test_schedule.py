@@ -15,6 +15,7 @@ from actors import soul_host
 from actors.layer_shard import LayerShard
 from actors.placement import store_of
 from actors.schedule import Ticker, beyond_capacity, sweep_due, to_passivate
+from actors.settings import RuntimeConfig, fd_capacity, process_capacity
 from actors.soul_host import SoulHost
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, SoulConfig
@@ -48,6 +49,23 @@ def test_capacity_counts_bytes_as_well_as_entries() -> None:
     last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}
     assert to_passivate(last, 100.0, idle_s=600, capacity=10, sizes=sizes, max_bytes=100) == ["a", "b"]
     assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]
+
+
+def test_automatic_capacity_follows_the_open_file_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0 (the default) sizes host and store capacities to the process's open-file limit: 3 fds a soul beside a
+    reserve, bounded both ways; a number given is kept."""
+    assert fd_capacity(1024) == (1024 - 256) // 3 == 256
+    assert fd_capacity(20_000) == 4096 and fd_capacity(10**9) == 4096  # at most MAX_AUTO_CAPACITY
+    assert fd_capacity(100) == 16  # a tiny limit still hosts a few souls
+    assert all(3 * fd_capacity(n) + 256 <= n for n in (1024, 4096, 20_000, 65_536))  # the fds fit the limit
+    import resource
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2048, 4096))
+    assert process_capacity(0) == fd_capacity(2048) == 597 and process_capacity(7) == 7
+    assert LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 0).capacity == 597
+    clock = Clock()
+    h = host(tmp_path, clock, monkeypatch, host_capacity=0)
+    assert h.capacity == 597
+    assert RuntimeConfig(data_dir=str(tmp_path)).host_capacity == 0
 
 
 class Clock:

@@ -100,6 +100,7 @@ def facts_of(text: str, name: str, addressee: str = "", limit: int = LIMIT) -> s
     return " ".join(out)
 
 
+@rules.memo
 def episode_text(text: str, name: str, *, at: float | None = None, addressee: str = "", question: str = "",
                  limit: int = LIMIT) -> str:
     """The factual unit of one message: its content sentences (or, for an elliptic reply, the answer

@@ -8,8 +8,11 @@ is a plain function of its arguments so the offline model is fully deterministic
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from soul_runtime import text
 from soul_runtime.text import collapse, singular
@@ -27,6 +30,26 @@ OPINION = frozenset("so really very pretty super too great awesome amazing cool 
                     "important tough hard easy lovely wonderful fantastic beautiful terrible awful true crazy".split())
 PRONOUNS = frozenset("it that this them him her you me us those these they he she there something".split())
 SECRET = re.compile(r"(?<![a-z0-9])(?:passwords?(?![ _]manager)|passwd|passphrase|secret|api[ _-]?key|token|credential|private key|ssn)", re.I)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def memo(fn: F) -> F:
+    """``fn`` (a pure function of hashable arguments) with its recent results remembered: a turn's reply and its
+    memory decision parse the same message, and the recent history again each turn. A list result is kept as a
+    tuple and handed out as a fresh list, so no caller can change what another one gets."""
+    @functools.lru_cache(maxsize=8192)
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        return (tuple(out), True) if isinstance(out, list) else (out, False)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out, was_list = cached(*args, **kwargs)
+        return list(out) if was_list else out
+    wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
 
 # ---- normalisation -------------------------------------------------------------
 
@@ -50,16 +73,19 @@ def attribute_key(words: str) -> str:
 _STOP_NORM = frozenset(w.replace("'s", "").replace("'", "") for w in STOPWORDS)
 
 
+@memo
 def content_words(text: str) -> list[str]:
     return [singular(w) for w in normalise(text).split() if len(w) > 1 and w not in _STOP_NORM and not w.isdigit()]
 
 
+@memo
 def split_sentences(text: str) -> list[str]:
     parts = re.split(r"(?<!\b[DM]r\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bSt\.)(?<!\bvs\.)(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+",
                      text.replace("\u2019", "'").strip())
     return [p.strip() for p in parts if p.strip()]
 
 
+@memo
 def split_clauses(sentence: str) -> list[str]:
     parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+|so\s+)?(?:now\s+)?(?:I|I'm|my|My|we|We|we've|we're|(?:the|my|our) new)\b)"
                      r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)", sentence)
@@ -73,6 +99,7 @@ _FILLER = re.compile(
     r"(?=\W|$)(?:,?\s*[A-Z][a-z]+(?=\s*[,!.]))?\s*[,!.:;\u2014\u2013-]*\s*)+")
 
 
+@memo
 def strip_fillers(sentence: str) -> str:
     s = _FILLER.sub("", sentence.strip()).strip()
     return s[:1].upper() + s[1:] if s else s
@@ -139,6 +166,7 @@ _INSTRUCTION = re.compile(
     r"\bdeveloper mode\b|\bjailbreak\b|\bdo anything now\b", re.I | re.M)
 
 
+@memo
 def is_instruction(text: str) -> bool:
     return bool(_INSTRUCTION.search(text.replace("\u2019", "'")))
 
@@ -244,6 +272,7 @@ def find_name(text: str) -> str:
     return next((n for n in names if n.split()[0].lower() not in _NOT_NAMES), "")
 
 
+@memo
 def parse_statements(clause: str, subject: str) -> list[Statement]:
     """Facts stated in one clause; first person maps to ``subject`` (skipped when '')."""
     out = _statements(clause, subject)
@@ -344,6 +373,7 @@ def _affirm_words(clause: str) -> list[str]:
     return [w for w in re.split(r"[\s,!.;:\u2014\u2013]+|\s-\s", t) if w]
 
 
+@memo
 def confirmation(text: str) -> str | None:
     """The text after an explicit confirmation, or None when ``text`` does not start with one.
 
@@ -385,6 +415,7 @@ class Correction:
     old_hint: str = ""  # the old value when named ("not 15, 16")
 
 
+@memo
 def parse_correction(clause: str) -> Correction | None:
     s = clause.strip().replace("\u2019", "'")
     s = re.sub(r"^(?i:it|that)\s+(?:isn't|is not|'s not)\s+(?P<old>.+?)\s+(?:any ?more|now)(?=,)", r"it is not \g<old>", s)
@@ -422,6 +453,7 @@ _RETRACT = (
 )
 
 
+@memo
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
     s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
@@ -450,6 +482,7 @@ _DROPPED = (re.compile(rf"^(?P<obj>.+?)\s+(?:was|were|has been|have been|got|is 
                        r"passed away|moved away)$"))
 
 
+@memo
 def parse_dropped(clause: str) -> str:
     """What a clause says is gone ("Tomcat was decommissioned", "we got rid of Jenkins"), else ''."""
     s = re.sub(r"'s (?=gone|dead|history)", " is ", clean_value(clause.replace("\u2019", "'")))
@@ -568,6 +601,7 @@ _SUCCESS_SHORT = re.compile(r"(?:^|[.!;]\s+)(?:done|finished|completed|worked|pe
                             re.I)
 
 
+@memo
 def detect_outcome(text: str, reported: bool = False) -> str:
     """"success" ("it shipped", "that worked", "went fine"), "failure" ("that failed", "rolled back") or ''.
     ``reported``: the text tells a task with its steps, so a closing "Done." or "Fine." is an outcome too."""
@@ -584,6 +618,7 @@ _SAVE_WHAT = (r"(?:procedure|workflow|playbook|runbook|process|template|checklis
               r"for (?:next time|the future|later|future reference))")
 
 
+@memo
 def save_requested(text: str) -> bool:
     """Does the user ask to keep what they just described as a procedure ("store it as a playbook", "remember
     the steps for later", "hold on to that as a runbook, could you?")? Not when negated or asked about."""
@@ -712,6 +747,7 @@ def _title(raw: str) -> str:
     return t
 
 
+@memo
 def parse_procedure(text: str, speaker: str = "") -> tuple[str, tuple[str, ...]] | None:
     """(title, steps) of a task described or reported with its steps; title '' when it only lists steps."""
     t = text.replace("\u2019", "'").strip()
@@ -800,6 +836,7 @@ def cap(summary: str, limit: int = 300) -> str:
     return summary if len(summary) <= limit else summary[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
 
 
+@memo
 def is_elliptic(text: str) -> bool:
     """A reply that leans on the question before it: "A sunrise, last year." / "Researching adoption agencies"."""
     s = strip_fillers((split_sentences(text) or [""])[0])
@@ -818,6 +855,7 @@ def question_gist(text: str, answerer: str) -> str:
     return re.sub(r"\b[Yy]ou\b", answerer, re.sub(r"\b[Yy]our\b", answerer + "'s", qs[-1])) if qs else ""
 
 
+@memo
 def entities(text: str) -> list[str]:
     """Capitalised names and ids like incident-204; a sentence's first word only when it looks like a name."""
     found: list[str] = []
@@ -1120,6 +1158,7 @@ def strip_change_marker(clause: str) -> tuple[str, bool]:
         s, marked = s[m.end():].strip(), True
 
 
+@memo
 def parse_change(clause: str) -> Change | None:
     """A change of an earlier fact stated with a verb of change or a replacement, marked or not."""
     s, marked = strip_change_marker(re.sub(r"^(?i:so|and|but)\s+(?=(?i:now|these days|nowadays|i|we)\b)", "", clause.strip()))
