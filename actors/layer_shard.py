@@ -34,7 +34,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import store_name, store_of
-from .schedule import Ticker, beyond_capacity, sweep_due
+from .schedule import SizeTable, Ticker, beyond_capacity, sweep_due, within_capacity
 from .settings import process_capacity
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
@@ -70,7 +70,7 @@ class LayerShard(ActorInfo):
         self.capacity = process_capacity(capacity)  # open stores (0: as the open-file limit allows)
         self.capacity_bytes = capacity_bytes
         self.open: OrderedDict[str, LayerStore] = OrderedDict()
-        self.sizes: dict[str, int] = {}  # memory of each open store, as of its last use
+        self.sizes = SizeTable()  # memory of each open store, as of its last use
         self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
         self.embedder = BatchingEmbedder(make_embedder(embedder)) if self.layer is Store.EPISODIC else None
@@ -174,7 +174,8 @@ class LayerShard(ActorInfo):
         any a thread holds or waits for."""
         while True:
             with self.guard:
-                if not beyond_capacity(list(self.open), self.sizes, self.capacity, self.capacity_bytes):
+                if within_capacity(len(self.open), self.sizes.total, self.capacity, self.capacity_bytes) or \
+                        not beyond_capacity(list(self.open), self.sizes, self.capacity, self.capacity_bytes):
                     return
                 victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
             if victim is None:
@@ -191,6 +192,15 @@ class LayerShard(ActorInfo):
 
     def ping(self) -> str:
         return self.layer.value
+
+    def metrics_snapshot(self) -> dict[str, int]:
+        """What this shard counted, and for the episodic layer its embedder's model calls with the texts they
+        carried and the texts it found in its cache."""
+        out = dict(self.metrics.local)
+        if self.embedder is not None:
+            out.update(embed_calls=self.embedder.model_calls, embed_texts=self.embedder.model_texts,
+                       embed_cache_hits=self.embedder.cache_hits)
+        return out
 
 
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:

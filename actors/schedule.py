@@ -8,6 +8,34 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+class SizeTable(dict[str, int]):
+    """Bytes per entry with their sum kept as entries are set and dropped, so "is anything beyond capacity?" is
+    answered without a pass over every open entry (:func:`within_capacity`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.total += int(value) - self.get(key, 0)
+        super().__setitem__(key, int(value))
+
+    def __delitem__(self, key: str) -> None:
+        self.total -= self.get(key, 0)
+        super().__delitem__(key)
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            self.total -= self[key]
+        return super().pop(key, default)
+
+
+def within_capacity(count: int, total_bytes: int, capacity: int, max_bytes: int) -> bool:
+    """Nothing to evict: at most ``capacity`` entries and (``max_bytes`` > 0) at most ``max_bytes`` in all."""
+    return count <= capacity and (max_bytes <= 0 or total_bytes <= max_bytes)
 
 
 def beyond_capacity(lru: Sequence[str], sizes: Mapping[str, int], capacity: int, max_bytes: int) -> list[str]:

@@ -39,7 +39,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
-from .schedule import Ticker, beyond_capacity, to_passivate
+from .schedule import SizeTable, Ticker, beyond_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 
 
@@ -127,7 +127,7 @@ class SoulHost(ActorInfo):
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores)
         self.active: OrderedDict[str, _Activation] = OrderedDict()
-        self.sizes: dict[str, int] = {}  # memory of each active soul, as of its last turn
+        self.sizes = SizeTable()  # memory of each active soul, as of its last turn
         self.guard = threading.Lock()
         self.metrics = Metrics.create()
         self.clock = clock
@@ -188,8 +188,9 @@ class SoulHost(ActorInfo):
             with self.guard:
                 if soul_id in self.active:
                     self.sizes[soul_id] = size
-                over = bool(beyond_capacity(list(self.active), self.sizes, self.capacity,
-                                            self.cfg.host_capacity_mb * 2**20))
+                budget = self.cfg.host_capacity_mb * 2**20
+                over = not within_capacity(len(self.active), self.sizes.total, self.capacity, budget) and \
+                    bool(beyond_capacity(list(self.active), self.sizes, self.capacity, budget))
             if over:  # a soul an eviction skipped because it was in a turn goes now
                 self._evict()
             return

@@ -8,6 +8,10 @@ raises it in its own caller only. An exception from ``run`` itself reaches every
 
 Used for the embedder (one model call for the texts of concurrent turns) and for a soul host's calls to a
 store shard (one call carrying the recalls or writes of several souls).
+
+``serial=True`` (the embedder): one ``run`` at a time, and the batch waiting for it stays open, so what arrives
+while the model is busy goes in its next call. Batches grow with the load by themselves instead of model calls
+running side by side on the same cores.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class MicroBatcher(Generic[In, Out]):
     object ref) lets a caller start several batches before it waits for any (:meth:`start`)."""
 
     def __init__(self, run: Callable[[list[In]], Any], *, resolve: Callable[[Any], Sequence[Out | BaseException]]
-                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002) -> None:
+                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002, serial: bool = False) -> None:
         if max_batch < 1 or max_wait_s < 0:
             raise ValueError("max_batch must be >= 1 and max_wait_s >= 0")
         self._run = run
@@ -92,6 +96,7 @@ class MicroBatcher(Generic[In, Out]):
         self._lock = threading.Lock()
         self._open: _Batch[In, Out] | None = None
         self._active = 0  # callers between start() and the end of their result()
+        self._running: threading.Lock | None = threading.Lock() if serial else None  # held by the batch in run()
         self.calls = 0
         self.items = 0
 
@@ -120,17 +125,21 @@ class MicroBatcher(Generic[In, Out]):
                 alone = self._active == 1
             if not alone:  # others are busy and may join within a moment; alone, nobody would
                 batch.full.wait(self.max_wait_s)
-            with self._lock:
-                if self._open is batch:
-                    self._open = None
-                todo = list(batch.items)
+            if self._running is not None:  # serial: the batch stays open while the previous one runs
+                self._running.acquire()
             try:
+                with self._lock:
+                    if self._open is batch:
+                        self._open = None
+                    todo = list(batch.items)
                 batch.value = self._run(todo)
                 self.calls += 1
                 self.items += len(todo)
             except BaseException as e:  # every caller of the batch gets the failure
                 batch.error = e
             finally:
+                if self._running is not None:
+                    self._running.release()
                 batch.done.set()
         else:
             batch.done.wait()

@@ -96,6 +96,38 @@ class SlowEmbedder(FastEmbedder):
         return super()._embed_batch(texts)
 
 
+def test_serial_batches_gather_what_arrives_while_the_model_runs() -> None:
+    """serial: one run at a time; callers arriving during a run share the next call instead of running beside it."""
+    calls: list[list[int]] = []
+    inside = threading.Event()
+    overlap: list[int] = []
+    running = [0]
+
+    def run(items: list[int]) -> list[int]:
+        running[0] += 1
+        overlap.append(running[0])
+        calls.append(list(items))
+        inside.set()
+        time.sleep(0.15)
+        running[0] -= 1
+        return [x + 1 for x in items]
+    def during_a_run(b: MicroBatcher[int, int]) -> list:
+        inside.clear()
+        first = threading.Thread(target=lambda: b.submit([0]))
+        first.start()
+        assert inside.wait(5)
+        out = _run_threads(12, lambda i: b.submit([i + 1]))  # all arrive while the first call runs
+        first.join(5)
+        return out
+    out = during_a_run(MicroBatcher(run, max_batch=64, max_wait_s=0.0, serial=True))
+    assert out == [[i + 2] for i in range(12)]
+    assert max(overlap) == 1  # never two runs at once
+    assert len(calls) <= 3 and sorted(x for c in calls[1:] for x in c) == list(range(1, 13))
+    overlap.clear()
+    during_a_run(MicroBatcher(run, max_batch=64, max_wait_s=0.0))
+    assert max(overlap) > 1  # without serial, a new batch runs beside the first (what serial is for)
+
+
 def test_a_lone_caller_is_not_kept_waiting() -> None:
     b: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=5.0)
     t0 = time.perf_counter()

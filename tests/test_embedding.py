@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from soul_runtime.embedding.base import Embedder, check_vectors, default_embedder
-from soul_runtime.embedding.minilm import MiniLMEmbedder
+from soul_runtime.embedding.minilm import MiniLMEmbedder, length_groups
 from soul_runtime.errors import EmbedderError, InvalidInput
 from tests.fakes import HashEmbedder
 
@@ -47,6 +47,22 @@ def test_deterministic_and_batching_matches_one_by_one(emb: Embedder) -> None:
     single = np.stack([emb.embed_one(t) for t in TEXTS])
     assert np.abs(batched - again).max() < 1e-5
     assert np.abs(batched - single).max() < 1e-5
+
+
+def test_a_batch_is_grouped_by_length_and_gives_the_same_vectors(emb: Embedder) -> None:
+    """Short and long texts in one batch are encoded in groups of similar length (no short text padded to a
+    long one's length); the vectors are the ones each text gets alone."""
+    assert length_groups([18, 62, 20, 60, 19, 100]) == [[0, 4, 2], [3, 1], [5]]
+    assert length_groups([]) == [] and length_groups([5]) == [[0]]
+    groups = length_groups([3, 40, 7, 41, 200, 12])
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert all(max([3, 40, 7, 41, 200, 12][i] for i in g) <= 1.25 * min([3, 40, 7, 41, 200, 12][i] for i in g) + 8
+               for g in groups)
+    texts = ["Deploy done.", "The staging cluster moved to the new vendor last week after the outage on the "
+             "billing service, ticket 4411, and the data pipeline follows next month.", "Thanks!",
+             "My sister's wedding is in June."]
+    together = emb.embed(texts)
+    assert np.allclose(together, np.stack([emb.embed([t])[0] for t in texts]), atol=1e-5)
 
 
 def test_semantic_sanity(emb: Embedder) -> None:

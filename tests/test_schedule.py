@@ -14,7 +14,7 @@ import pytest
 from actors import soul_host
 from actors.layer_shard import LayerShard
 from actors.placement import store_of
-from actors.schedule import Ticker, beyond_capacity, sweep_due, to_passivate
+from actors.schedule import SizeTable, Ticker, beyond_capacity, sweep_due, to_passivate, within_capacity
 from actors.settings import RuntimeConfig, fd_capacity, process_capacity
 from actors.soul_host import SoulHost
 from soul_runtime.clock import DAY
@@ -46,6 +46,28 @@ def test_capacity_counts_bytes_as_well_as_entries() -> None:
     assert beyond_capacity(lru, sizes, capacity=10, max_bytes=100) == ["a", "b"]  # drop until 50 fits
     assert beyond_capacity(lru, sizes, capacity=10, max_bytes=25) == ["a", "b", "c"]  # d alone is over: it stays
     assert beyond_capacity(lru, {}, capacity=10, max_bytes=1) == []  # unknown sizes count 0
+    table = SizeTable()
+    for k, v in sizes.items():
+        table[k] = v
+    table["b"] = 100  # replaced, not added
+    table.pop("c")
+    table.pop("zz")  # absent: nothing changes
+    del table["a"]
+    assert table.total == sum(table.values()) == 130
+    assert within_capacity(2, table.total, capacity=2, max_bytes=130) and within_capacity(2, table.total, 2, 0)
+    assert not within_capacity(3, table.total, capacity=2, max_bytes=0)
+    assert not within_capacity(2, table.total, capacity=2, max_bytes=129)
+    table = SizeTable()
+    for k, v in sizes.items():
+        table[k] = v
+    table["b"] = 100  # replaced, not added
+    table.pop("c")
+    table.pop("zz")  # absent: nothing changes
+    del table["a"]
+    assert table.total == sum(table.values()) == 130
+    assert within_capacity(2, table.total, capacity=2, max_bytes=130) and within_capacity(2, table.total, 2, 0)
+    assert not within_capacity(3, table.total, capacity=2, max_bytes=0)
+    assert not within_capacity(2, table.total, capacity=2, max_bytes=129)
     last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}
     assert to_passivate(last, 100.0, idle_s=600, capacity=10, sizes=sizes, max_bytes=100) == ["a", "b"]
     assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]

@@ -2,7 +2,7 @@
 
 It wraps an :class:`Embedder` for a threaded actor: the texts of concurrent callers go to the model together
 through a :class:`~soul_runtime.batching.MicroBatcher` (at most ``max_batch`` texts, waiting at most
-``max_wait_s`` for company). A small LRU of recent texts means a text embedded a moment ago (a turn's query,
+``max_wait_s`` for company, one model call at a time: what arrives while the model runs goes in its next call). A small LRU of recent texts means a text embedded a moment ago (a turn's query,
 then the same words in the episode's index key, or a batch warmed ahead of the writes) is not embedded
 again. The vectors are exactly the wrapped embedder's.
 """
@@ -31,12 +31,17 @@ class BatchingEmbedder(Embedder):
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._batcher: MicroBatcher[str, np.ndarray] = MicroBatcher(self._model_call, max_batch=max_batch,
-                                                                     max_wait_s=max_wait_s)
+                                                                     max_wait_s=max_wait_s, serial=True)
         self.cache_hits = 0
 
     @property
     def model_calls(self) -> int:
         return self._batcher.calls
+
+    @property
+    def model_texts(self) -> int:
+        """Texts sent to the model, over all its calls."""
+        return self._batcher.items
 
     def _model_call(self, texts: list[str]) -> list[np.ndarray]:
         return list(self.inner._checked_batch(texts))

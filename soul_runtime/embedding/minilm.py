@@ -154,12 +154,30 @@ class MiniLMEmbedder(Embedder):
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         self.load()
         encs = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encs], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._input_names:
-            feed["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feed)[0]  # (n, seq, dim)
-        m = mask[:, :, None].astype(np.float32)
-        summed = (hidden * m).sum(axis=1)
-        return (summed / np.maximum(m.sum(axis=1), 1e-9)).astype(np.float32)
+        lengths = [int(sum(e.attention_mask)) for e in encs]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for group in length_groups(lengths):  # a short text is not padded to a long one's length
+            ids = np.array([encs[i].ids[:max(lengths[j] for j in group)] for i in group], dtype=np.int64)
+            mask = np.array([encs[i].attention_mask[:ids.shape[1]] for i in group], dtype=np.int64)
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._input_names:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            hidden = self._session.run(None, feed)[0]  # (n, seq, dim)
+            m = mask[:, :, None].astype(np.float32)
+            summed = (hidden * m).sum(axis=1)
+            out[group] = (summed / np.maximum(m.sum(axis=1), 1e-9)).astype(np.float32)
+        return out
+
+
+def length_groups(lengths: list[int], *, slack: float = 1.25, extra: int = 8) -> list[list[int]]:
+    """The positions of a batch grouped by token length (shortest first) so that no text in a group is padded
+    beyond ``slack`` × its own length + ``extra`` tokens: the encoder's cost grows with the padded length, so
+    a short query batched with a long index key would cost nearly two long texts."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] <= slack * lengths[groups[-1][0]] + extra:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
