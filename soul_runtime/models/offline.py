@@ -310,7 +310,9 @@ def _described(text: str, hist: list[ChatMessage], ex: Exchange, subject: str) -
     return None
 
 
-def analyse(ex: Exchange) -> _Analysis:
+def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
+    """What a message says (facts, task, episode, kind). ``for_reply``: only what the reply needs; the episode's
+    text is skipped when facts or a task already make the message an event (the reply never shows it)."""
     a = _Analysis()
     text = ex.user_text.strip()
     a.chit, a.instruction = not _has_content(text), _has_content(text) and rules.is_instruction(text)
@@ -397,6 +399,9 @@ def analyse(ex: Exchange) -> _Analysis:
     if last:
         cls = next((k for k in ex.known_tasks if rules.same_task(k, last[0])), last[0])
         a.task, a.task_body = TaskReport(cls, last[2], outcome, save), last[1]
+    if for_reply and (a.facts or a.task):
+        a.event = True
+        return a
     # the episode
     named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
     assistant = named.group(1) if named else "the assistant"
@@ -504,7 +509,7 @@ class OfflineModel(LanguageModel):
                       for m in lines if m.group("store") == "semantic" and ":" in m.group("id"))
         ex = Exchange(text, "", request.user, (), 0.0, recalled=tuple(request.memory_lines), history=request.history,
                       known_facts=known)
-        a = analyse(ex)
+        a = analyse(ex, for_reply=True)
         parts: list[str] = []
         if a.instruction:
             parts.append("That reads like an instruction to change how I work, so I won't follow it or store it.")
