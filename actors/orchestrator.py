@@ -1,11 +1,10 @@
-"""The turn orchestrator: per soul, a sequence number and strict order; across souls, concurrency.
+"""The runtime's control actor: its layout, and which souls have a dedicated actor.
 
-An asyncio actor (plain class here, made remote in runtime.py). For each soul it
-holds a FIFO lock: turn n+1 is sent to the soul's host only after turn n was
-acknowledged (its writes and buffer checkpoint durable). Souls do not wait for
-each other. Its state is only a cache: after a restart it re-reads each soul's
-last sequence number from the host, and the host deduplicates retried requests
-by request id, so no turn is lost or applied twice.
+An asyncio actor (plain class here, made remote in runtime.py). It decides the host and shard counts once
+(the data dir's recorded layout, else the cluster's CPUs), refuses a client with another layout, and moves a
+hot soul onto its own actor and back (recorded in the data dir's ``dedicated.json``). Turns do not pass
+through it: a client sends a soul's calls straight to the soul's owner, which orders them
+(:mod:`actors.routing`), so no one actor carries every soul of the node.
 """
 
 from __future__ import annotations
@@ -13,31 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections import OrderedDict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from soul_runtime.errors import (
-    ConfigError,
-    InvalidInput,
-    OutOfOrder,
-    RuntimeUnavailable,
-    SoulError,
-    StaleOwner,
-    TurnFailed,
-)
+from soul_runtime.errors import ConfigError, InvalidInput, RuntimeUnavailable
 from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
 from . import raycalls
 from .placement import rendezvous
+from .routing import REGISTRY, read_registry
 from .settings import SIZE_KEYS, RuntimeConfig, claim_data_dir, layout, mismatch, recorded_layout, resolve
 
 RETRIES = 40
-SEQ_CACHE = 100_000
-"""Souls whose next sequence number the orchestrator remembers; a forgotten one is numbered by its host."""
 
 
 def host_name(i: int) -> str:
@@ -48,24 +35,6 @@ def dedicated_name(soul_id: str) -> str:
     return f"soul-dedicated-{soul_id}"
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class BoundedLRU(OrderedDict[K, V]):
-    """A dict that forgets its least recently written entries beyond ``maxsize``."""
-
-    def __init__(self, maxsize: int) -> None:
-        super().__init__()
-        self.maxsize = maxsize
-
-    def __setitem__(self, key: K, value: V) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.maxsize:
-            self.popitem(last=False)
-
-
 class TurnOrchestrator:
     def __init__(self, config: dict[str, Any], host_class: Any = None) -> None:
         # automatic host and shard counts are decided here, once, where the data dir is: its recorded layout,
@@ -74,24 +43,14 @@ class TurnOrchestrator:
         self.cfg = resolve(cfg, recorded_layout(cfg.data_dir), raycalls.cluster_cpus())
         self.config = self.cfg.to_dict()
         self.host_class = host_class
-        self.locks: dict[str, list[Any]] = {}  # soul -> [lock, users]; an entry lives while it is used
-        self.next_seq: BoundedLRU[str, int] = BoundedLRU(SEQ_CACHE)  # a cache: the host knows the truth
-        self.registry = Path(self.cfg.data_dir) / "dedicated.json"
-        self.dedicated: dict[str, str] = self._load_registry()
+        self.registry = Path(self.cfg.data_dir) / REGISTRY
+        self.dedicated: dict[str, str] = read_registry(self.cfg.data_dir)
+        self._moving = asyncio.Lock()  # one dedicate or undedicate at a time
         self.hosts = [host_name(i) for i in range(self.cfg.hosts)]
         self._handles: dict[str, Any] = {}
 
-    def _load_registry(self) -> dict[str, str]:
-        try:
-            return dict(json.loads(self.registry.read_text()))
-        except (OSError, ValueError):
-            return {}
-
     def _save_registry(self) -> None:
-        write_file(self.registry, json.dumps(self.dedicated), durable=False)
-
-    def host_of(self, soul_id: str) -> str:
-        return self.dedicated.get(soul_id) or rendezvous(soul_id, self.hosts)
+        write_file(self.registry, json.dumps(self.dedicated))  # durable: a restarted host routes by it
 
     def _handle(self, name: str) -> Any:
         h = self._handles.get(name)
@@ -116,102 +75,56 @@ class TurnOrchestrator:
                 raise raycalls.translate(e) from None
         raise AssertionError("unreachable")
 
-    @asynccontextmanager
-    async def _lock(self, soul_id: str) -> AsyncIterator[None]:
-        """The soul's FIFO lock (asyncio.Lock wakes waiters in order); dropped when nobody holds or awaits it,
-        so the orchestrator's state stays bounded by the souls in flight, not the souls ever seen."""
-        entry = self.locks.get(soul_id)
-        if entry is None:
-            entry = self.locks[soul_id] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self.locks[soul_id]
-
-    async def submit(self, soul_id: str, op: str, payload: dict[str, Any], request_id: str) -> Any:
-        """Run one turn (or observe) of a soul in order; returns its TurnResult."""
-        check_id(soul_id, what="soul id")
-        if not request_id:
-            raise InvalidInput("request_id is required")
-        async with self._lock(soul_id):
-            name = self.host_of(soul_id)
-            for _ in range(RETRIES):
-                # None when not cached (a soul's first turn here, or forgotten by the LRU): the host, the soul's
-                # one owner, gives it the next number itself; no extra call to ask it first
-                seq = self.next_seq.get(soul_id)
-                try:
-                    result = await self._call(name, "run", soul_id, op, seq, request_id, payload)
-                except OutOfOrder as e:  # another orchestrator incarnation got there first
-                    self.next_seq[soul_id] = e.expected
-                    continue
-                except StaleOwner:  # the host's activation was superseded: it reactivates, same request id
-                    self.next_seq.pop(soul_id, None)
-                    continue
-                except SoulError:
-                    raise
-                except Exception as e:
-                    raise TurnFailed(f"turn of {soul_id} failed: {e.__class__.__name__}: {e}") from None
-                self.next_seq[soul_id] = max(seq or 0, int(result.seq) + 1)
-                return result
-            raise TurnFailed(f"turn of {soul_id} could not be ordered after {RETRIES} attempts")
-
-    async def exclusive(self, soul_id: str, method: str, *args: Any) -> Any:
-        """A host call ordered with the soul's turns (forget, import)."""
-        check_id(soul_id, what="soul id")
-        async with self._lock(soul_id):
-            return await self._call(self.host_of(soul_id), method, soul_id, *args)
-
-    async def read(self, soul_id: str, method: str, *args: Any) -> Any:
-        """A read from the soul's host (traces, model usage), ordered with the soul's turns."""
-        if method not in ("trace", "traces", "last_seq", "usage"):
-            raise InvalidInput(f"unknown read {method!r}")
-        check_id(soul_id, what="soul id")
-        async with self._lock(soul_id):  # ordered with turns, forget and dedicate: never on a stale host
-            return await self._call(self.host_of(soul_id), method, soul_id, *args)
-
     # ---- hot souls ---------------------------------------------------------------------
     async def dedicate(self, soul_id: str) -> str:
-        """Move a soul onto its own actor (capped by the ``soul_slot`` resource)."""
+        """Move a soul onto its own actor (capped by the ``soul_slot`` resource): the actor is started, the
+        move recorded, then the soul's host finishes the turn in progress, passivates the soul and from then
+        on answers its calls with :class:`~actors.routing.Moved` naming the new actor."""
         check_id(soul_id, what="soul id")
-        async with self._lock(soul_id):
+        async with self._moving:
             if soul_id in self.dedicated:
                 return self.dedicated[soul_id]
             if len(self.dedicated) >= self.cfg.max_dedicated:
                 raise InvalidInput(f"already {len(self.dedicated)} dedicated souls (max_dedicated)")
-            await self._call(self.host_of(soul_id), "passivate", soul_id)
             name = dedicated_name(soul_id)
             cfg = {**self.config, "host_capacity": 1}
-            raycalls.create(self.host_class, name, self.cfg.namespace, (name, cfg), resources={"soul_slot": 1},
-                            num_cpus=0, max_restarts=-1, max_concurrency=2, lifetime="detached")
+            handle = raycalls.create(self.host_class, name, self.cfg.namespace, (name, cfg),
+                                     resources={"soul_slot": 1}, num_cpus=0, max_restarts=-1, max_concurrency=8,
+                                     lifetime="detached")
             try:
                 await asyncio.wait_for(self._call(name, "ping"), timeout=60)
             except asyncio.TimeoutError:
+                self._handles.pop(name, None)
+                raycalls.kill(handle)
                 raise RuntimeUnavailable("no 'soul_slot' resource free for a dedicated soul actor") from None
             self.dedicated[soul_id] = name
-            self._save_registry()
+            self._save_registry()  # before the host lets go: a restarted host reads it
+            await self._call(rendezvous(soul_id, self.hosts), "move", soul_id, name)
             return name
 
     async def undedicate(self, soul_id: str) -> bool:
-        async with self._lock(soul_id):
+        async with self._moving:
             name = self.dedicated.get(soul_id)
             if name is None:
                 return False
-            await self._call(name, "passivate", soul_id)
-            handle = self._handles.pop(name, None) or raycalls.get_actor(name, self.cfg.namespace)
+            home = rendezvous(soul_id, self.hosts)
+            await self._call(name, "move", soul_id, home)  # its turn in progress ends; callers are sent home
             del self.dedicated[soul_id]
             self._save_registry()
+            await self._call(home, "unmove", soul_id)
+            handle = self._handles.pop(name, None) or raycalls.get_actor(name, self.cfg.namespace)
             if handle is not None:
                 raycalls.kill(handle)
             return True
 
+    async def dedicated_souls(self) -> dict[str, str]:
+        """Soul id -> the actor serving it, for the souls that have their own (clients route by it)."""
+        return dict(self.dedicated)
+
     async def placement(self, soul_id: str) -> dict[str, Any]:
         if soul_id in self.dedicated:
             return {"host": self.dedicated[soul_id], "dedicated": True}
-        return {"host": self.host_of(soul_id), "dedicated": False}
+        return {"host": rendezvous(soul_id, self.hosts), "dedicated": False}
 
     async def souls(self) -> list[str]:
         root = Path(self.cfg.data_dir) / "souls"

@@ -391,6 +391,11 @@ def get(refs: Any, timeout: float | None = None) -> Any:
         raise translate(e) from None
 
 
+def get_raw(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` with Ray's own errors (for a caller that tells a dead actor from a failed call itself)."""
+    return ray.get(refs, timeout=timeout)
+
+
 def current_actor() -> Any | None:
     """The handle of the actor this code runs in (to queue a call to itself); None outside an actor (a driver
     that constructs the plain class, as the unit tests do)."""

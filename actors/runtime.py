@@ -25,6 +25,7 @@ from soul_runtime.text import check_id, check_text
 from . import raycalls
 from .orchestrator import host_name
 from .placement import store_name
+from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir
 from .store_locator import StoreLocator
 
@@ -50,6 +51,8 @@ class Runtime:
         self.detached = detached
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
         self.stores = StoreLocator(self.cfg)
+        dedicated = raycalls.get(raycalls.call(self.orchestrator, "dedicated_souls"), timeout=120)
+        self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated)
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
@@ -193,14 +196,15 @@ class _Plans:
         self.rt = rt
         self.soul_id = soul_id
 
-    def _orch(self, method: str, *args: Any) -> Any:
-        return raycalls.call(self.rt.orchestrator, method, *args)
+    def _owner(self, method: str, *args: Any) -> Routed:
+        """A call to the actor that holds the soul, ordered with its other calls (see actors/routing.py)."""
+        return Routed(self.soul_id, method, args)
 
     def turn(self, text: str, user: str | None, at: Any, request_id: str | None, wait_writes: bool = True
              ) -> _Plan[TurnResult]:
         payload = _turn_payload(text, user, at, wait_writes)
         rid = request_id or uuid.uuid4().hex
-        return _Plan(self._orch("submit", self.soul_id, "turn", payload, rid), lambda r: r)
+        return _Plan(self._owner("run", "turn", None, rid, payload), lambda r: r)
 
     def observe(self, messages: Sequence[dict[str, Any]], at: Any, session: str | None,
                 request_id: str | None) -> _Plan[TurnResult]:
@@ -208,7 +212,7 @@ class _Plans:
             raise InvalidInput("messages must be a list of {speaker, text, id} dicts")
         payload = {"messages": list(messages), "at": None if at is None else to_timestamp(at), "session": session}
         rid = request_id or uuid.uuid4().hex
-        return _Plan(self._orch("submit", self.soul_id, "observe", payload, rid), lambda r: r)
+        return _Plan(self._owner("run", "observe", None, rid, payload), lambda r: r)
 
     def recall(self, query: str, k: int, at: Any, stores: Iterable[str] | None) -> _Plan[list[RecalledItem]]:
         check_text(query, what="query")
@@ -241,7 +245,7 @@ class _Plans:
                                 sessions_ago=sessions_ago), list)
 
     def stats(self) -> _Plan[dict[str, Any]]:
-        refs = [self._read(s.value, "stats") for s in LAYERS] + [self._orch("read", self.soul_id, "usage")]
+        refs = [self._read(s.value, "stats") for s in LAYERS] + [self._owner("usage")]
 
         def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             out: dict[str, Any] = {}
@@ -264,27 +268,26 @@ class _Plans:
     def import_(self, blob: bytes) -> _Plan[None]:
         if not isinstance(blob, (bytes, bytearray)):
             raise InvalidInput("import takes the bytes of an export")
-        return _Plan(self._orch("exclusive", self.soul_id, "import_", bytes(blob)), lambda r: None)
+        return _Plan(self._owner("import_", bytes(blob)), lambda r: None)
 
     def forget(self, stores: Iterable[str] | None) -> _Plan[dict[str, int]]:
         from soul_runtime.memory.soul_memory import parse_stores
         layers = None if stores is None else [s.value for s in parse_stores(stores)]
-        return _Plan(self._orch("exclusive", self.soul_id, "forget", layers), dict)
+        return _Plan(self._owner("forget", layers), dict)
 
     def forget_where(self, ids: Iterable[str] | None, query: str | None, request_id: str | None
                      ) -> _Plan[TurnResult]:
         from soul_runtime.memory.erasure import ForgetQuery
         q = ForgetQuery.make(ids, query)  # bad arguments fail here, before anything is sent
         payload = {"ids": list(q.ids), "query": q.phrase or None, "at": _now()}
-        return _Plan(self._orch("submit", self.soul_id, "forget_where", payload, request_id or uuid.uuid4().hex),
-                     lambda r: r)
+        return _Plan(self._owner("run", "forget_where", None, request_id or uuid.uuid4().hex, payload), lambda r: r)
 
     def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
         if turn_id is not None:
-            return _Plan(self._orch("read", self.soul_id, "trace", turn_id), lambda t: t)
+            return _Plan(self._owner("trace", turn_id), lambda t: t)
         if not isinstance(last, int) or last < 1:
             raise InvalidInput("last must be an int >= 1")
-        return _Plan(self._orch("read", self.soul_id, "traces", last), list)
+        return _Plan(self._owner("traces", last), list)
 
 
 class SoulHandle:
@@ -297,10 +300,18 @@ class SoulHandle:
     def __init__(self, rt: Runtime, soul_id: str, timeout: float | None = 600.0) -> None:
         self.id = soul_id
         self._p = _Plans(rt, soul_id)
+        self._router = rt.router
         self.timeout = timeout
 
     def _run(self, plan: _Plan[T]) -> T:
-        return plan.then(raycalls.get(plan.ref, timeout=self.timeout))
+        ref = plan.ref
+        if isinstance(ref, Routed):
+            return plan.then(self._router.run(ref, self.timeout))
+        if isinstance(ref, list):  # store reads in flight while the owner's call runs
+            owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
+            got = iter(raycalls.get([r for r in ref if not isinstance(r, Routed)], timeout=self.timeout))
+            return plan.then([owner[i] if i in owner else next(got) for i in range(len(ref))])
+        return plan.then(raycalls.get(ref, timeout=self.timeout))
 
     def turn(self, text: str, user: str | None = None, at: Any = None, *, request_id: str | None = None,
              wait_writes: bool = True) -> TurnResult:
@@ -380,13 +391,17 @@ class AsyncSoulHandle:
     def __init__(self, rt: Runtime, soul_id: str) -> None:
         self.id = soul_id
         self._p = _Plans(rt, soul_id)
+        self._router = rt.router
+
+    def _await(self, ref: Any) -> Any:
+        return self._router.run_async(ref) if isinstance(ref, Routed) else ref
 
     async def _run(self, plan: _Plan[T]) -> T:
         import asyncio
         ref = plan.ref
         if isinstance(ref, list):
-            return plan.then(list(await asyncio.gather(*ref)))
-        return plan.then(await ref)
+            return plan.then(list(await asyncio.gather(*(self._await(r) for r in ref))))
+        return plan.then(await self._await(ref))
 
     turn = _async_method("turn")
     observe = _async_method("observe")

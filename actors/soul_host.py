@@ -39,6 +39,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
+from .routing import Moved, read_registry
 from .schedule import SizeTable, Ticker, beyond_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 
@@ -127,6 +128,7 @@ class SoulHost(ActorInfo):
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores)
         self.active: OrderedDict[str, _Activation] = OrderedDict()
+        self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
         self.sizes = SizeTable()  # memory of each active soul, as of its last turn
         self.guard = threading.Lock()
         self.metrics = Metrics.create()
@@ -137,8 +139,12 @@ class SoulHost(ActorInfo):
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
         """The soul's activation, opening it if need be. Opening (files, recovery) happens outside the host's
-        lock, so a cold soul never stalls the other souls of the host; its own callers wait for it."""
+        lock, so a cold soul never stalls the other souls of the host; its own callers wait for it. A soul
+        served by another actor (dedicated, or moved back) is refused with :class:`Moved` naming it."""
         with self.guard:
+            to = self.moved.get(soul_id)
+            if to is not None and to != self.name:
+                raise Moved(soul_id, to)
             act = self.active.get(soul_id)
             opener = act is None
             if act is None:
@@ -241,6 +247,18 @@ class SoulHost(ActorInfo):
             act.live.close()
             self.metrics.passivation("asked")
             return True
+
+    def move(self, soul_id: str, to: str) -> bool:
+        """From now on ``to`` serves the soul: calls here are refused with :class:`Moved` naming it; the
+        turn in progress finishes first and the soul is passivated (the orchestrator's dedicate)."""
+        with self.guard:
+            self.moved[soul_id] = to
+        return self.passivate(soul_id)
+
+    def unmove(self, soul_id: str) -> None:
+        """This actor serves the soul again (the orchestrator's undedicate)."""
+        with self.guard:
+            self.moved.pop(soul_id, None)
 
     def passivate_idle(self) -> int:
         """Passivate the souls idle for longer than ``idle_passivate_s`` (the host's timer calls this)."""

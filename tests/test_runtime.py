@@ -130,6 +130,36 @@ def test_hot_soul_gets_a_dedicated_actor_and_keeps_its_memory(runtime, soul_id) 
     assert s.turn("thanks!", user="maya").seq == 4
 
 
+def test_turns_keep_flowing_while_a_soul_moves_to_its_own_actor_and_back(runtime, soul_id) -> None:
+    """Turns submitted while the soul is dedicated and undedicated all land once, in order: the host lets the
+    soul go after the turn in progress and names the new owner; a client holding a stale route follows it."""
+    import threading
+
+    from actors.routing import Router
+    s = runtime.soul(soul_id)
+    seqs: list[int] = []
+    errors: list[BaseException] = []
+
+    def stream() -> None:
+        for i in range(12):
+            try:
+                seqs.append(s.turn(f"Build {i} of Tendril is green.", user="ci", request_id=f"{soul_id}-m{i}").seq)
+            except BaseException as e:  # collected for the assertion
+                errors.append(e)
+    t = threading.Thread(target=stream)
+    t.start()
+    stale = Router(list(runtime.router.hosts), runtime.cfg.namespace)  # knows nothing of the move
+    runtime.dedicate(soul_id)
+    t.join(120)
+    assert not errors and seqs == list(range(1, 13))
+    from actors.routing import Routed
+    assert stale.run(Routed(soul_id, "last_seq", ())) == 12  # sent on by the host it asked first
+    assert stale.owner(soul_id) == runtime.placement(soul_id)["host"]
+    assert runtime.undedicate(soul_id) is True
+    assert stale.run(Routed(soul_id, "last_seq", ())) == 12  # the dedicated actor is gone: back home
+    assert s.turn("thanks!", user="maya").seq == 13
+
+
 def test_async_handle_has_the_same_api(runtime, soul_id) -> None:
     a = runtime.async_soul(soul_id)
 

@@ -1,0 +1,223 @@
+"""The turn path's client side: a soul's calls go straight to the actor that owns it, in order, retried.
+
+A soul lives on the host its id hashes to (rendezvous over the hosts), or on its dedicated actor. Its host is
+its one owner and orders its calls: one at a time under the soul's lock, numbered by the soul itself, a
+retried request id answered from the record. This module, in every client process:
+
+- routes: the hash, plus the runtime's dedicated souls (read from the orchestrator once, then learnt from
+  :class:`Moved` answers: a host that no longer holds a soul names the actor that does);
+- orders: one call per soul in flight from this process (:class:`SoulLocks`), so a crowd of submitters of
+  one soul waits here, not on the host's threads, and other souls on that host are not held up;
+- retries: while the owner is dead or restarting (the call is idempotent by its request id), after a
+  superseded activation (:class:`StaleOwner`), and after a move; every other error is the caller's.
+
+The retry policy is written once (:meth:`Router.steps`, a generator of calls and pauses) and driven by a
+blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from soul_runtime.errors import OutOfOrder, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
+
+from . import raycalls
+from .placement import rendezvous
+
+RETRIES = 40
+REGISTRY = "dedicated.json"
+"""The data dir's record of dedicated souls (soul id -> actor name), written by the orchestrator."""
+
+
+def read_registry(data_dir: str) -> dict[str, str]:
+    try:
+        data = json.loads((Path(data_dir) / REGISTRY).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+class Moved(StaleOwner):
+    """This actor no longer holds the soul: ``to`` does (a dedicated actor, or back on its host)."""
+
+    def __init__(self, soul_id: str, to: str) -> None:
+        super().__init__(f"soul {soul_id} is served by {to}")
+        self.soul_id, self.to = soul_id, to
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Moved, (self.soul_id, self.to))
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A call to a soul's owner: ``method(soul_id, *args)`` on whichever actor holds the soul."""
+
+    soul_id: str
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class _Pause:
+    seconds: float
+
+
+class SoulLocks:
+    """One lock per soul, for threads; an entry lives while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self.locks: dict[str, list[Any]] = {}  # soul -> [lock, users]
+
+    @contextmanager
+    def held(self, soul_id: str) -> Iterator[None]:
+        with self._guard:
+            entry = self.locks.setdefault(soul_id, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self.locks[soul_id]
+
+
+class AsyncSoulLocks:
+    """The same for coroutines of one event loop (asyncio.Lock wakes its waiters in order)."""
+
+    def __init__(self) -> None:
+        self.locks: dict[str, list[Any]] = {}
+
+    @contextmanager
+    def _entry(self, soul_id: str) -> Iterator[asyncio.Lock]:
+        entry = self.locks.setdefault(soul_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.locks[soul_id]
+
+
+class Router:
+    """Where a soul's calls go from this process (see the module's doc)."""
+
+    def __init__(self, hosts: list[str], namespace: str, dedicated: dict[str, str] | None = None) -> None:
+        self.hosts = list(hosts)
+        self.namespace = namespace
+        self.dedicated: dict[str, str] = dict(dedicated or {})
+        self._handles: dict[str, Any] = {}
+        self.locks = SoulLocks()
+        self._async_locks: dict[int, AsyncSoulLocks] = {}  # per event loop
+
+    def owner(self, soul_id: str) -> str:
+        return self.dedicated.get(soul_id) or rendezvous(soul_id, self.hosts)
+
+    def _handle(self, name: str) -> Any:
+        h = self._handles.get(name)
+        if h is None:
+            h = raycalls.get_actor(name, self.namespace)
+            if h is None:
+                raise RuntimeUnavailable(f"{name} is not running")
+            self._handles[name] = h
+        return h
+
+    def _moved(self, soul_id: str, to: str) -> None:
+        if to in self.hosts and rendezvous(soul_id, self.hosts) == to:
+            self.dedicated.pop(soul_id, None)
+        else:
+            self.dedicated[soul_id] = to
+
+    def steps(self, call: Routed) -> Generator[Any, Any, Any]:
+        """The retry policy: yields object refs (send back the value or throw the raw Ray error) and pauses
+        (send back None); returns the answer."""
+        for attempt in range(RETRIES):
+            name = self.owner(call.soul_id)
+            try:
+                try:
+                    ref = raycalls.call(self._handle(name), call.method, call.soul_id, *call.args)
+                except RuntimeUnavailable:  # not found (a dedicated actor gone, a host not up yet)
+                    self._handles.pop(name, None)
+                    self.dedicated.pop(call.soul_id, None)
+                    if attempt == RETRIES - 1:
+                        raise
+                    yield _Pause(min(2.0, 0.1 * (attempt + 1)))
+                    continue
+                return (yield ref)
+            except raycalls.ACTOR_DIED:  # dead or restarting: the same request again (idempotent)
+                self._handles.pop(name, None)
+                self.dedicated.pop(call.soul_id, None)  # a dedicated actor that died may be gone for good
+                if attempt == RETRIES - 1:
+                    raise RuntimeUnavailable(f"{name} stays unavailable") from None
+                yield _Pause(min(2.0, 0.1 * (attempt + 1)))
+            except raycalls.TASK_ERROR as e:
+                err = raycalls.translate(e)
+                if isinstance(err, Moved):
+                    self._moved(call.soul_id, err.to)
+                    if attempt >= 2:  # bounced more than once: a move in progress, let it finish
+                        yield _Pause(0.05)
+                elif isinstance(err, (StaleOwner, OutOfOrder)):  # superseded activation: it reactivates
+                    continue
+                elif isinstance(err, SoulError):
+                    raise err from None
+                else:
+                    raise TurnFailed(f"{call.method} of {call.soul_id} failed: {err}") from None
+        raise TurnFailed(f"{call.method} of {call.soul_id} could not be served after {RETRIES} attempts")
+
+    def run(self, call: Routed, timeout: float | None = None) -> Any:
+        """Drive :meth:`steps` blocking (the soul's calls from this process one at a time)."""
+        with self.locks.held(call.soul_id):
+            gen = self.steps(call)
+            try:
+                step = next(gen)
+                while True:
+                    if isinstance(step, _Pause):
+                        time.sleep(step.seconds)
+                        step = gen.send(None)
+                        continue
+                    try:
+                        value = raycalls.get_raw(step, timeout)
+                    except Exception as e:
+                        step = gen.throw(e)
+                        continue
+                    step = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
+                raise raycalls.translate(e) from None
+
+    async def run_async(self, call: Routed) -> Any:
+        """Drive :meth:`steps` as a coroutine (the soul's calls from this event loop one at a time)."""
+        loop = asyncio.get_running_loop()
+        locks = self._async_locks.setdefault(id(loop), AsyncSoulLocks())
+        with locks._entry(call.soul_id) as lock:
+            async with lock:
+                gen = self.steps(call)
+                try:
+                    step = next(gen)
+                    while True:
+                        if isinstance(step, _Pause):
+                            await asyncio.sleep(step.seconds)
+                            step = gen.send(None)
+                            continue
+                        try:
+                            value = await step
+                        except Exception as e:
+                            step = gen.throw(e)
+                            continue
+                        step = gen.send(value)
+                except StopIteration as stop:
+                    return stop.value
+                except Exception as e:
+                    raise raycalls.translate(e) from None

@@ -1,0 +1,147 @@
+"""The client side of the turn path without Ray: per-soul order in a process, the retry policy, moves.
+
+The router's policy is a generator of calls and pauses (``Router.steps``); here it is driven by hand with
+stand-in actor handles, and Ray's own error types are raised into it as a real call would."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray.exceptions
+
+from actors import raycalls, routing, soul_host
+from actors.routing import AsyncSoulLocks, Moved, Routed, Router, SoulLocks, _Pause
+from actors.soul_host import SoulHost
+from soul_runtime.errors import InvalidInput, RuntimeUnavailable, StaleOwner, TurnFailed
+from soul_runtime.models.offline import OfflineModel
+
+
+def test_soul_locks_serialise_one_soul_and_drop_their_entries() -> None:
+    locks = SoulLocks()
+    inside: dict[str, int] = {}
+    worst: dict[str, int] = {}
+
+    def work(soul: str) -> None:
+        with locks.held(soul):
+            inside[soul] = inside.get(soul, 0) + 1
+            worst[soul] = max(worst.get(soul, 0), inside[soul])
+            time.sleep(0.002)
+            inside[soul] -= 1
+    threads = [threading.Thread(target=work, args=(f"s{i % 3}",)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert worst == {"s0": 1, "s1": 1, "s2": 1}  # never two calls of one soul at once
+    assert locks.locks == {}  # state bounded by the souls in flight
+
+
+def test_async_soul_locks_keep_arrival_order() -> None:
+    locks = AsyncSoulLocks()
+    order: list[int] = []
+
+    async def turn(i: int) -> None:
+        with locks._entry("a") as lock:
+            async with lock:
+                order.append(i)
+                await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        await asyncio.gather(*(turn(i) for i in range(20)))
+    asyncio.run(main())
+    assert order == list(range(20)) and locks.locks == {}
+
+
+class Handle:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _task_error(err: BaseException) -> BaseException:
+    return ray.exceptions.RayTaskError("run", "Traceback: remote", err)
+
+
+@pytest.fixture
+def router(monkeypatch: pytest.MonkeyPatch) -> tuple[Router, list[tuple[str, str]]]:
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, *args: sent.append((h.name, method)) or (h.name, args))
+    return Router(["soul-host-0", "soul-host-1"], "ns"), sent
+
+
+def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> None:
+    r, sent = router
+    home = r.owner("maya")
+    gen = r.steps(Routed("maya", "run", ("turn", None, "rid-1", {})))
+    assert next(gen)[0] == home
+    pause = gen.throw(ray.exceptions.RayActorError())  # the host died: wait a moment, same request again
+    assert isinstance(pause, _Pause) and pause.seconds > 0
+    assert gen.send(None)[0] == home
+    again = gen.throw(_task_error(Moved("maya", "soul-dedicated-maya")))  # moved: straight to the new owner
+    assert again[0] == "soul-dedicated-maya" and r.owner("maya") == "soul-dedicated-maya"
+    assert gen.throw(_task_error(StaleOwner("superseded")))[0] == "soul-dedicated-maya"  # reactivates there
+    with pytest.raises(StopIteration) as done:
+        gen.send("the answer")
+    assert done.value.value == "the answer"
+    assert [m for _, m in sent] == ["run"] * 4
+    gen = r.steps(Routed("maya", "run", ()))
+    next(gen)
+    assert gen.throw(_task_error(Moved("maya", home)))[0] == home  # moved back home: the hash again
+    assert "maya" not in r.dedicated
+
+
+def test_the_callers_errors_are_not_retried(router: Any) -> None:
+    r, sent = router
+    gen = r.steps(Routed("ana", "run", ()))
+    next(gen)
+    with pytest.raises(InvalidInput):
+        gen.throw(_task_error(InvalidInput("turn text is empty")))
+    gen = r.steps(Routed("ana", "run", ()))
+    next(gen)
+    with pytest.raises(TurnFailed):  # a failure that is not ours: reported once, not retried
+        gen.throw(_task_error(ZeroDivisionError("boom")))
+    assert len(sent) == 2
+
+
+def test_an_owner_that_stays_dead_is_reported(router: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    r, _ = router
+    monkeypatch.setattr(routing, "RETRIES", 3)
+    gen = r.steps(Routed("ana", "run", ()))
+    step = next(gen)
+    with pytest.raises(RuntimeUnavailable):
+        while True:
+            step = gen.send(None) if isinstance(step, _Pause) else gen.throw(ray.exceptions.RayActorError())
+
+
+class NoMemory:
+    def __init__(self, soul_id: str, stores: object, directory: object = None) -> None:
+        pass
+
+    def fence(self, epoch: int) -> None:
+        pass
+
+
+def test_a_host_refuses_a_soul_served_elsewhere_and_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    monkeypatch.setattr(soul_host, "RemoteMemory", NoMemory)
+    conf = {"data_dir": str(tmp_path), "model": "offline"}
+    host = SoulHost("soul-host-0", conf, model=OfflineModel())
+    assert host.last_seq("maya") == 0 and "maya" in host.active_souls()
+    assert host.move("maya", "soul-dedicated-maya") is True  # passivated here
+    with pytest.raises(Moved) as moved:
+        host.last_seq("maya")
+    assert moved.value.to == "soul-dedicated-maya" and "maya" not in host.active_souls()
+    (tmp_path / routing.REGISTRY).write_text('{"maya": "soul-dedicated-maya"}')
+    restarted = SoulHost("soul-host-0", conf, model=OfflineModel())  # a restart reads the registry
+    with pytest.raises(Moved):
+        restarted.last_seq("maya")
+    dedicated = SoulHost("soul-dedicated-maya", {**conf, "host_capacity": 1}, model=OfflineModel())
+    assert dedicated.last_seq("maya") == 0  # its own soul
+    host.unmove("maya")
+    assert host.last_seq("maya") == 0
+    assert Moved("x", "y").__reduce__()[1] == ("x", "y")  # crosses Ray intact
