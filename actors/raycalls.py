@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -34,6 +35,9 @@ SESSION_START_FAILURES = ("Starting Ray client server failed",)
 """The server-side cause worth another attempt (Ray 2.60 proxier.py): the session server died at once.
 Not "Proxy failed to Connect to backend": that server is alive but did not answer within the head's
 RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (a busy head); another server would only add to the load."""
+
+CLIENT_PROGRESS_S = 10.0
+"""While a Ray Client session opens: a warning every this many seconds, so a slow head shows within 15 s."""
 
 CHANNEL_LOST = ("disconnected", "data channel")
 """Ray Client's words (dataclient.py) for a session whose data channel broke: while ``ray.init`` opens it, a
@@ -99,7 +103,12 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
     must therefore be idempotent (finding or creating named actors is; it must submit no turn). Each retry
     is logged at warning with its cause. Never retried: AuthError, a session server slower than the head's
     RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (another one would only add to the load), errors of
-    ``attach`` itself (SoulErrors, timeouts)."""
+    ``attach`` itself (SoulErrors, timeouts), a head that stopped answering (probed again before a retry).
+
+    While the unit runs (:func:`_connecting`), a dropped channel ends the session at once instead of
+    waiting in Ray's in-place reconnect (up to 30 s on a dead session server), and a session that is
+    slow to open is reported at warning every CLIENT_PROGRESS_S. Once ``attach`` returned, Ray's reconnect
+    is the session's as before."""
     if address is None or not address.startswith("ray://") or ray.is_initialized():
         started = init(address, namespace=namespace, env_vars=env_vars, resources=resources)
         return attach(started)
@@ -108,19 +117,26 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
     t0 = time.monotonic()
     for attempt in range(1, client_attempts + 1):
         try:
-            with _fail_fast_client_close():
-                _ray_init(address, kwargs)
-            log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
-                      attempt, extra={"session_s": time.monotonic() - t0})
-            try:
-                return attach(False)
-            except Exception as e:
-                lost = _session_lost(e)
-                if lost is None:
-                    raise
-                _drop_session()
-                raise _SessionLost(f"the Ray Client session to {address} was lost while connecting: {lost}",
-                                   lost) from None
+            with _connecting(address, attempt) as watch:
+                try:
+                    with _fail_fast_client_close():
+                        _ray_init(address, kwargs)
+                except _SessionLost as e:
+                    raise watch.lost(address, e.cause) from None
+                watch.opened()
+                log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
+                          attempt, extra={"session_s": time.monotonic() - t0})
+                try:
+                    return attach(False)
+                except Exception as e:
+                    # Once the watch ended the session, whatever attach raised is that loss (Ray Client's
+                    # "not connected", a cancelled call ...); AuthError never is.
+                    lost = None if isinstance(e, AuthError) else watch.cause or _session_lost(e)
+                    if lost is None:
+                        raise
+                    watch.note(lost)  # before closing: closing cancels the session's streams too
+                    _drop_session()
+                    raise watch.lost(address, lost) from None
         except _SessionStartFailed as e:
             elapsed = time.monotonic() - t0
             retry = (e.transient or isinstance(e, _SessionLost)) and attempt < client_attempts and (
@@ -137,7 +153,136 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
             log.warning("Ray Client session at %s failed (attempt %d of %d, %.1f s): %s; retrying",
                         address, attempt, client_attempts, elapsed, e.cause)
             time.sleep(0.5 * attempt)
+            check_client_access(address)  # a head that went away: its cause now, not a 30 s connect timeout
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+class _Watch:
+    """One Ray Client session attempt of :func:`start`, while it opens and attaches (see :func:`_connecting`).
+
+    ``cause``: the first thing that ended the session (a dropped channel, a stream the head ended)."""
+
+    def __init__(self) -> None:
+        self.cause: str | None = None
+        self.is_open = False
+        self.active = True
+        self._lock = threading.Lock()
+
+    def note(self, cause: str) -> None:
+        with self._lock:
+            if self.cause is None:
+                self.cause = cause
+
+    def end(self, worker: Any, cause: str) -> None:
+        """The session broke (``cause``): stop every call on it now - Ray's client would otherwise wait
+        out its reconnect, and a call in the head's proxy its 30 s channel wait."""
+        self.note(cause)
+        with self._lock:
+            first = not worker._in_shutdown
+            worker._in_shutdown = True  # no stream thread reconnects, no call is retried
+        if first and worker.channel is not None:
+            worker.channel.close()  # cancels the calls in flight (one may wait in the head's proxy)
+
+    def stream_ended(self, worker: Any, stream: str) -> None:
+        """A stream of the session ended without this client closing it: after the session opened, only
+        the head ends them so - the proxy ends the log stream at once when the session server dies (the
+        data stream's error it holds back for the session's reconnect grace period, 30 s)."""
+        if self.active and self.is_open and not worker._in_shutdown:
+            self.end(worker, f"the head ended the session's {stream} (its session server for this client is "
+                             "gone)")
+
+    def opened(self) -> None:
+        self.is_open = True
+
+    def lost(self, address: str, cause: str) -> _SessionLost:
+        self.note(cause)
+        assert self.cause is not None
+        return _SessionLost(f"the Ray Client session to {address} was lost while connecting: {self.cause}",
+                            self.cause)
+
+
+@contextmanager
+def _connecting(address: str, attempt: int) -> Iterator[_Watch]:
+    """While one session attempt opens and attaches: a lost session ends at once, and a slow one is reported.
+
+    Ray Client (2.60) keeps a session whose channel dropped for a reconnect in place. When the head's
+    session server for this client dies, its proxy ends the session's log stream at once but holds the
+    data stream's error back for the session's reconnect grace period (30 s: the client's
+    RAY_CLIENT_RECONNECT_GRACE_PERIOD, sent in its InitRequest), and a call that reaches the proxy after
+    the death waits RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (30 s) for the dead server; connect() heard
+    of the loss only then (30.1-30.6 s, in 3 of 6 and 5 of 5 runs). While connecting nothing is lost by
+    opening a new session instead (attaching is idempotent, no turn was submitted), so here (:class:`_Watch`)
+    a stream the head ended after the session opened, or an error Ray's ``_can_reconnect`` would retry,
+    ends the session at once with its cause. The patches are on Ray's client classes only while this
+    runs; once attached, the session reconnects as Ray's does (the grace period the head holds it for is
+    never changed). Errors Ray does not retry pass through, and so do errors before the client's first
+    channel connected (Ray's own connect loop retries those). Ray's auto-init is off meanwhile: a call on
+    the ended session would otherwise start a local Ray in this process (``ray.is_initialized()`` is then
+    False).
+
+    Opening the session waits for the head to start a session server for this client (seconds; 30 s and
+    more on a busy 2-core head), and only the head decides it failed (after its
+    RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S): every CLIENT_PROGRESS_S of that wait is logged at warning."""
+    from ray._private import auto_init_hook
+    from ray.util.client import dataclient, logsclient
+    from ray.util.client import worker as client_worker
+
+    watch = _Watch()
+    worker_cls, data_cls, logs_cls = client_worker.Worker, dataclient.DataClient, logsclient.LogstreamClient
+    can_reconnect, data_main, log_main = worker_cls._can_reconnect, data_cls._data_main, logs_cls._log_main
+
+    def worker_reconnect(self: Any, e: Any) -> bool:
+        retried = bool(can_reconnect(self, e))
+        if not retried or not getattr(self, "_has_connected", False):
+            return retried
+        watch.end(self, f"a call on the session dropped: {_session_lost(e) or e}")
+        return False
+
+    def data_reconnect(self: Any, e: Any) -> bool:  # the data stream broke: the session is over either way
+        watch.end(self.client_worker, f"the session's data channel dropped: {_session_lost(e) or e}")
+        return False
+
+    def data_thread(self: Any) -> None:  # the stream threads start while this runs, and keep these targets
+        try:
+            data_main(self)
+        finally:
+            watch.stream_ended(self.client_worker, "data stream")
+
+    def log_thread(self: Any) -> None:
+        try:
+            log_main(self)
+        finally:
+            watch.stream_ended(self.client_worker, "log stream")
+
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def report() -> None:  # the wait is the head's (its session server starting); say so while it lasts
+        while not stop.wait(CLIENT_PROGRESS_S):
+            if watch.is_open:
+                return
+            log.warning("Ray Client session at %s (attempt %d): still waiting after %.0f s for the session "
+                        "server the head starts for this client; a busy head is slow to start it, and the head "
+                        "gives up after its RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (Ray's default 30 s)",
+                        address, attempt, time.monotonic() - t0)
+
+    patches = {(worker_cls, "_can_reconnect"): worker_reconnect, (data_cls, "_can_reconnect"): data_reconnect,
+               (data_cls, "_data_main"): data_thread, (logs_cls, "_log_main"): log_thread}
+    originals = {key: getattr(*key) for key in patches}
+    for (cls, name), patched in patches.items():
+        setattr(cls, name, patched)
+    auto_connect = auto_init_hook.enable_auto_connect
+    auto_init_hook.enable_auto_connect = False  # a call on an ended session must not start a local Ray
+    reporter = threading.Thread(target=report, name="soul-connect-progress", daemon=True)
+    reporter.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        watch.active = False  # the session's stream threads outlive this; they are Ray's again
+        for (cls, name), original in originals.items():
+            setattr(cls, name, original)
+        auto_init_hook.enable_auto_connect = auto_connect
 
 
 def _init_kwargs(namespace: str, env_vars: dict[str, str] | None) -> dict[str, Any]:
