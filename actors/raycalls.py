@@ -151,7 +151,7 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
                     "logs" if isinstance(e, _SessionLost) else "")
                 raise RuntimeUnavailable(f"{e}{hint}") from None
             log.warning("Ray Client session at %s failed (attempt %d of %d, %.1f s): %s; retrying",
-                        address, attempt, client_attempts, elapsed, e.cause)
+                        address, attempt, client_attempts, elapsed, e.cause, extra={"retry": attempt})
             time.sleep(0.5 * attempt)
             check_client_access(address)  # a head that went away: its cause now, not a 30 s connect timeout
     raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -264,7 +264,7 @@ def _connecting(address: str, attempt: int) -> Iterator[_Watch]:
             log.warning("Ray Client session at %s (attempt %d): still waiting after %.0f s for the session "
                         "server the head starts for this client; a busy head is slow to start it, and the head "
                         "gives up after its RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S (Ray's default 30 s)",
-                        address, attempt, time.monotonic() - t0)
+                        address, attempt, time.monotonic() - t0, extra={"waiting_s": time.monotonic() - t0})
 
     patches = {(worker_cls, "_can_reconnect"): worker_reconnect, (data_cls, "_can_reconnect"): data_reconnect,
                (data_cls, "_data_main"): data_thread, (logs_cls, "_log_main"): log_thread}

@@ -175,7 +175,7 @@ def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -
     ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
     rows = [{"scenario": "head-failed", "variant": "fixed", "i": 0, "head_error": "raylet died"},
             {"scenario": "fresh", "variant": "fixed", "i": 0, **ok},
-            {"scenario": "fresh", "variant": "fixed", "i": 1, **ok, "connect_s": 30.0, "retries": 1},
+            {"scenario": "fresh", "variant": "fixed", "i": 1, **ok, "connect_s": 30.0, "retries": 1, "slow_warnings": 2},
             {"scenario": "fresh", "variant": "fixed", "i": 2, "stage": "connect", "error": "RuntimeUnavailable: x",
              "fail_s": 3.2, "load1": 60.0},
             {"scenario": "busy", "variant": "fixed", "i": 0, **ok, "stage": "turn", "error": "TurnFailed: y"},
@@ -184,6 +184,122 @@ def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -
     s = summarize(rows)
     fresh, busy = s["fresh/fixed"], s["busy/fixed"]
     assert (fresh["heads_not_started"], fresh["connects"], fresh["failed"], fresh["failed_after_connect"]) == (1, 3, 1, 0)
-    assert fresh["retried"] == 1 and fresh["fail_s"] == [3.2] and fresh["connect_p50_s"] == 10.0
+    assert fresh["retried"] == 1 and fresh["slow_warned"] == 1 and fresh["fail_s"] == [3.2]
+    assert fresh["connect_p50_s"] == 10.0
     assert fresh["connect_max_s"] == 30.0 and fresh["head_errors"] == ["raylet died"]
     assert (busy["heads_not_started"], busy["connects"], busy["failed"], busy["failed_after_connect"]) == (1, 1, 0, 1)
+
+
+# ---- while connecting: a lost session ends at once; afterwards Ray's reconnect is the session's again -----------
+
+class _Channel:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class _Worker:
+    """The fields of Ray Client's Worker that its ``_can_reconnect`` and the watch read."""
+
+    def __init__(self) -> None:
+        self._reconnect_enabled, self._in_shutdown, self._has_connected = True, False, True
+        self.channel = _Channel()
+
+
+def _ray_client_parts() -> dict[str, Any]:
+    from ray._private import auto_init_hook
+    from ray.util.client import dataclient, logsclient
+    from ray.util.client import worker as client_worker
+    return {"can_reconnect": client_worker.Worker._can_reconnect,
+            "data_can_reconnect": dataclient.DataClient._can_reconnect,
+            "data_main": dataclient.DataClient._data_main, "log_main": logsclient.LogstreamClient._log_main,
+            "auto_connect": auto_init_hook.enable_auto_connect}
+
+
+def test_while_connecting_a_dropped_call_ends_the_session_and_after_it_ray_reconnects(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray._private import auto_init_hook
+    from ray.util.client import worker as client_worker
+    monkeypatch.setattr(auto_init_hook, "enable_auto_connect", True)  # Ray's default
+    before = _ray_client_parts()
+    dropped = _Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+
+    assert client_worker.Worker._can_reconnect(_Worker(), dropped) is True  # Ray's own: reconnect in place
+    with raycalls._connecting(ADDR, 1) as watch:
+        assert _ray_client_parts()["auto_connect"] is False  # a call on an ended session starts no local Ray
+        refused = _Worker()
+        assert client_worker.Worker._can_reconnect(refused, _Rpc(grpc.StatusCode.NOT_FOUND, "gone")) is False
+        assert watch.cause is None and not refused._in_shutdown  # an error Ray does not retry passes through
+        w = _Worker()
+        assert client_worker.Worker._can_reconnect(w, dropped) is False
+        assert w._in_shutdown and w.channel.closed == 1  # every call on it stops now
+        assert watch.cause == "a call on the session dropped: gRPC UNAVAILABLE: Socket closed"
+        assert client_worker.Worker._can_reconnect(w, dropped) is False and w.channel.closed == 1
+    assert _ray_client_parts() == before  # Ray's classes and auto-init as they were
+    assert client_worker.Worker._can_reconnect(_Worker(), dropped) is True
+
+    with pytest.raises(ValueError), raycalls._connecting(ADDR, 1):
+        raise ValueError("attach failed")
+    assert _ray_client_parts() == before
+
+
+def test_a_stream_the_head_ends_counts_only_after_the_session_opened_and_while_connecting() -> None:
+    watch, w = raycalls._Watch(), _Worker()
+    watch.stream_ended(w, "log stream")  # still opening: the session's Init answer says why
+    assert watch.cause is None and not w._in_shutdown
+    watch.opened()
+    watch.stream_ended(w, "log stream")
+    assert w._in_shutdown and w.channel.closed == 1
+    assert watch.cause is not None and "ended the session's log stream" in watch.cause
+    later, w2 = raycalls._Watch(), _Worker()
+    later.opened()
+    later.active = False  # attached: the stream threads are Ray's again
+    later.stream_ended(w2, "log stream")
+    assert later.cause is None and not w2._in_shutdown
+    closing = _Worker()
+    closing._in_shutdown = True  # this client closed it
+    watch2 = raycalls._Watch()
+    watch2.opened()
+    watch2.stream_ended(closing, "data stream")
+    assert watch2.cause is None and closing.channel.closed == 0
+
+
+def test_whatever_attach_raises_after_the_session_was_ended_is_that_loss(fake: dict[str, Any],
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    from ray.util.client import worker as client_worker
+    calls: list[bool] = []
+
+    def attach(started: bool) -> str:
+        calls.append(started)
+        if len(calls) == 1:  # the session's log stream ended / a call dropped: the watch ends the session ...
+            client_worker.Worker._can_reconnect(_Worker(), _Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
+            raise Exception("Ray Client is not connected. Please connect by calling `ray.init`.")  # ... and then
+        return "runtime"
+    with caplog.at_level(logging.WARNING, logger="soul_runtime.connect"):
+        assert raycalls.start(ADDR, attach, namespace="ns") == "runtime"
+    assert calls == [False, False] and fake["dropped"] == 1 and fake["probed"] == 2  # the head probed again
+    [warned] = [r.getMessage() for r in caplog.records if getattr(r, "retry", None) == 1]
+    assert "a call on the session dropped: gRPC UNAVAILABLE: Socket closed; retrying" in warned
+
+
+def test_a_slow_session_is_reported_at_warning_while_it_opens(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+    monkeypatch.setattr(raycalls, "CLIENT_PROGRESS_S", 0.05)
+
+    def slow_open(address: str, kwargs: dict[str, Any]) -> None:
+        threading.Event().wait(0.4)  # time.sleep is stubbed out by the fixture
+        fake["opened"] += 1
+    monkeypatch.setattr(raycalls, "_ray_init", slow_open)
+
+    def attach(started: bool) -> str:
+        threading.Event().wait(0.3)  # attaching takes long too: not the session server's wait, not reported
+        return "runtime"
+    with caplog.at_level(logging.WARNING, logger="soul_runtime.connect"):
+        assert raycalls.start(ADDR, attach, namespace="ns") == "runtime"
+    waits = [r.getMessage() for r in caplog.records]
+    assert 3 <= len(waits) <= 8, waits  # about one per 0.05 s of the 0.4 s open, none while attaching
+    assert all("still waiting after" in m and "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S" in m for m in waits)
+    assert all(hasattr(r, "waiting_s") and not hasattr(r, "retry") for r in caplog.records)  # the bench tells them apart

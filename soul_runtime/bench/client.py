@@ -219,7 +219,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
     def entry(key: str) -> dict[str, Any]:
         return out.setdefault(key, {"connects": 0, "failed": 0, "failed_after_connect": 0, "retried": 0,
-                                    "heads_not_started": 0,
+                                    "slow_warned": 0, "heads_not_started": 0,
                                     "head_errors": [], "connect": [], "session": [], "turn": [], "fail_s": [],
                                     "errors": [], "load1": []})
     for r in rows:
@@ -247,6 +247,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 s["session"].append(r["session_s"])
             s["turn"].append(r["turn_s"])
         s["retried"] += int(r.get("retries", 0) > 0)
+        s["slow_warned"] += int(r.get("slow_warnings", 0) > 0)  # told at warning that the session was slow
     for s in out.values():
         c, t, ss = s.pop("connect"), s.pop("turn"), s.pop("session")
         s.update(connect_p50_s=_pct(c, 50), connect_p99_s=_pct(c, 99), connect_max_s=max(c) if c else None,
@@ -259,12 +260,12 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title="Ray Client connects (each client its own process): session = the Ray Client session; "
                     "connect = soul_runtime.connect() (session + finding or creating the actors)")
-    for c in ("scenario", "variant", "heads not started", "connects", "failed", "failed after connect", "retried", "session p50 s", "session p99 s",
+    for c in ("scenario", "variant", "heads not started", "connects", "failed", "failed after connect", "retried", "slow warned", "session p50 s", "session p99 s",
               "connect p50 s", "connect p99 s", "turn p50 s", "failures took s", "load (1 min)"):
         t.add_column(c, justify="left" if c in ("scenario", "variant") else "right")
     for key, s in sorted(res["summary"].items()):
         scen, var = key.split("/")
-        t.add_row(scen, var, str(s["heads_not_started"]), str(s["connects"]), str(s["failed"]), str(s["failed_after_connect"]), str(s["retried"]), str(s["session_p50_s"]),
+        t.add_row(scen, var, str(s["heads_not_started"]), str(s["connects"]), str(s["failed"]), str(s["failed_after_connect"]), str(s["retried"]), str(s["slow_warned"]), str(s["session_p50_s"]),
                   str(s["session_p99_s"]), str(s["connect_p50_s"]),
                   str(s["connect_p99_s"]), str(s["turn_p50_s"]), ", ".join(map(str, s["fail_s"])) or "-",
                   str(s["load1_median"]))
@@ -274,16 +275,19 @@ def table(res: dict[str, Any]) -> Any:
 # ---- the client processes ----------------------------------------------------------------
 
 class _Watch(logging.Handler):
-    """Counts the library's retry warnings and keeps the Ray Client session time it logs."""
+    """Counts the library's retry warnings and its slow-session warnings, and keeps the session time it logs."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.retries = 0
+        self.slow_warnings = 0
         self.session_s: float | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
+        if hasattr(record, "retry"):
             self.retries += 1
+        elif hasattr(record, "waiting_s"):
+            self.slow_warnings += 1
         elif hasattr(record, "session_s"):
             self.session_s = round(float(record.session_s), 3)
 
@@ -311,7 +315,7 @@ def _one(address: str, data_dir: str, soul: str, attempts: int) -> dict[str, Any
         out["stage"] = "done"
     except Exception as e:  # fail_s: from the start of the stage that failed
         out.update(error=f"{type(e).__name__}: {e}", fail_s=round(time.monotonic() - t0, 2))
-    out.update(retries=watch.retries, session_s=watch.session_s)
+    out.update(retries=watch.retries, slow_warnings=watch.slow_warnings, session_s=watch.session_s)
     return out
 
 
