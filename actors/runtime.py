@@ -430,7 +430,9 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     ``connect_attempts``: Ray Client sessions tried when the session is lost before the connect
     finished - the head's session server died at start (a known Ray 2.60 failure) or the session's
     channel dropped while the actors were being found - each retry logged at warning with its cause;
-    never an AuthError, never after a turn was submitted; 1 disables the retry.
+    never an AuthError, never after a turn was submitted; 1 disables the retry. A session lost while
+    connecting is noticed at once (not after Ray's 30 s reconnect wait), and a session the head is slow to
+    open is reported at warning every 10 s of the wait.
     """
     if not isinstance(connect_attempts, int) or isinstance(connect_attempts, bool) or not 1 <= connect_attempts <= 10:
         raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
