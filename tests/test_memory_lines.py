@@ -89,6 +89,18 @@ def test_episode_keeps_the_specifics_of_every_sentence() -> None:
     assert e == "Ana went to a salsa class on 14 July 2023 and met a dancer named Lu."
 
 
+def test_a_told_task_keeps_what_its_task_line_leaves_out() -> None:
+    d = M.decide(Exchange("Repotted the fig tree yesterday: dug it out, trimmed the roots, added fresh soil. Worked "
+                          "fine. The new pot is terracotta from Lisbon.", "", "Ana", ("m1",), SAT))
+    task, e = d.extraction.task, d.extraction.episode
+    assert task is not None and task.steps == ("dug it out", "trimmed the roots", "added fresh soil")
+    assert "14 July 2023" in e and "Lisbon" in e  # the date and the place are not in the task line
+    assert "the task 'repotted fig tree' (success)" in e  # the line later runs are recognised by stays
+    d = M.decide(Exchange("Repotted the fig tree: dug it out, trimmed the roots, added fresh soil. Worked fine.", "",
+                          "Ana", ("m1",), SAT))
+    assert d.extraction.episode == "Ana did the task 'repotted fig tree' (success): dug it out; trimmed the roots; added fresh soil."
+
+
 def test_elliptic_reply_is_stored_with_its_question() -> None:
     q = ChatMessage("user", "That's lovely! Where did you go last weekend?", "D2:4", "Ben")
     e = M.decide(Exchange("The lake district, with my sister.", "", "Ana", ("D2:5",), SAT, history=(q,))).extraction

@@ -20,6 +20,13 @@ _CAPTION_LEAD = re.compile(r"^(?:a |an )?(?:photo|photograph|picture|image|photo
                            r"(?:of\s+)?", re.I)
 
 
+def adds_to(line: str, text: str) -> bool:
+    """Does ``text`` say something ``line`` does not: a content word or a number missing from it?"""
+    def said(t: str) -> set[str]:
+        return set(rules.content_words(t)) | set(re.findall(r"\d+", t))
+    return not said(text) <= said(line)
+
+
 def split_photo(text: str) -> tuple[str, str]:
     """(the words, the caption of a shared photo or '')."""
     m = _PHOTO.search(text)
