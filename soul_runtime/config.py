@@ -49,6 +49,9 @@ class MemoryConfig:
     # recall
     default_k: int = 10
     min_score: float = 0.05
+    subject_only_score: float = 0.1
+    """Recall score of a fact that matches a query by the name of its subject alone (no word of its attribute or
+    value): it is background about someone the question names, ranked after what matches what is asked."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -61,6 +64,7 @@ class MemoryConfig:
         _check(0.0 <= self.recency_floor <= 1.0, "recency_floor must be in [0, 1]")
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
+        _check(self.subject_only_score <= 1.0, "subject_only_score must be in [0, 1]")
         for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",
                      "max_episode_chars"):
             v = getattr(self, name)

@@ -249,19 +249,21 @@ class SemanticStore:
         return [r[0] for r in self.db.execute("SELECT DISTINCT entity FROM facts WHERE status = 'active'")]
 
     def recall(self, query: str, k: int) -> list[RecalledItem]:
-        """Entity and keyword lookup over current values only."""
+        """Entity and keyword lookup over current values only. The entity is hit when the query names it whole (every
+        word of "loved ones", not one of them); a fact hit by its entity alone scores ``subject_only_score``."""
         if k <= 0:
             raise InvalidInput("k must be >= 1")
         q = set(terms(query))
         qn = normalise(query)
         items = []
         for f in self.facts():
-            ent_hit = f.entity in qn or bool(set(terms(f.entity)) & q)
+            ent_terms = set(terms(f.entity))
+            ent_hit = f.entity in qn or bool(ent_terms) and ent_terms <= q
             keys = set(terms(f.attribute.replace("_", " "))) | set(terms(f.value))
             kw = len(keys & q) / max(1, len(keys))
             if not ent_hit and kw == 0:
                 continue
-            score = min(1.0, (0.6 if ent_hit else 0.0) + 0.4 * kw + (0.2 if kw and ent_hit else 0.0))
+            score = min(1.0, 0.6 + 0.4 * kw + 0.2) if kw and ent_hit else 0.4 * kw or self.cfg.subject_only_score
             items.append(RecalledItem("semantic", f.key, f.text, round(score * f.confidence, 6), f.sources,
                                       f.valid_from))
         items.sort(key=lambda it: (-it.score, it.id))
