@@ -373,3 +373,23 @@ def test_common_words_are_searched_as_a_pair_in_a_large_store(tmp_path: Path) ->
     match = next(p[0] for q, p in seen if "MATCH" in q and p)
     assert " AND " in match and match.startswith("(")
     assert max(lex, key=lambda k: lex[k]) == 14 and set(lex) == {14}  # only the episode holding both matched
+
+
+def test_semantic_recall_names_the_entity_whole_and_ranks_subject_only_hits_last(mem: SoulMemory) -> None:
+    """A multi-word entity is hit only when the query names all of it; a fact that shares nothing with the
+    query but its subject's name is background: it scores subject_only_score, below a fact that matches
+    what is asked and below an episode that does."""
+    facts = (FactCandidate("home office", "desk", "a walnut standing desk", "confirmed", ("f1/u",), "home office", "desk"),
+             FactCandidate("rui", "favourite_tea", "sencha", "confirmed", ("f2/u",), "Rui", "favourite tea"),
+             FactCandidate("rui", "bike", "a red gravel bike", "confirmed", ("f3/u",), "Rui", "bike"))
+    mem.write(req("f1", Extraction(facts=facts, episode="Rui described the home office, the tea and the bike.", event=True)))
+    mem.write(req("e1", Extraction(episode="Rui rode the gravel bike to the coast on Sunday.", event=True), NOW + 60))
+    sem = mem.semantic.recall("which office chair did you order", 10)
+    assert sem == []  # "office" alone does not name "home office"
+    assert [it.id for it in mem.semantic.recall("what is in the home office", 10)] == ["home office:desk"]
+    got = {it.id: it.score for it in mem.semantic.recall("where did Rui ride the bike", 10)}
+    assert got["rui:favourite_tea"] == MemoryConfig().subject_only_score  # Rui named, nothing about tea asked
+    assert got["rui:bike"] > 0.8  # Rui named and the bike asked about
+    order = [it.id for it in mem.recall("where did Rui ride the bike", 10, now=NOW + DAY)]
+    assert order.index("rui:bike") < order.index("rui:favourite_tea")
+    assert order.index("ep-2") < order.index("rui:favourite_tea")  # the episode that matches what is asked first
