@@ -420,13 +420,14 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
     elliptic = bool(gist) and rules.is_elliptic(episode.split_photo(rest)[0])
     if not parts and elliptic:
         general = ""  # an answer that leans on the question: stored with it below
-    told_line = (f"{name} {'did' if a.task.outcome != 'failure' else 'tried'} the task '{a.task.task_class}'"
-                 f"{' (' + a.task.outcome + ')' if a.task.outcome else ''}: " + "; ".join(a.task.steps) + "."
-                 if a.task and a.reported else "")
+    task = a.task
+    told_line = (f"{name} {'did' if task.outcome != 'failure' else 'tried'} the task '{task.task_class}'"
+                 f"{' (' + task.outcome + ')' if task.outcome else ''}: " + "; ".join(task.steps) + "."
+                 if task and a.reported else "")
     if general and rules.content_words(general) and (not told_line or episode.adds_to(told_line, general)):
         parts.append(general)  # beside a told task's line for what that line leaves out (a date, a place, a photo)
-    if told_line:  # later runs of the task are recognised by this line
-        parts += [told_line] + [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
+    if task and told_line:  # later runs of the task are recognised by this line
+        parts += [told_line] + [f"{name} asked to save '{task.task_class}' as a procedure."] * save
     elif a.task:
         parts += [f"The task to {a.task_body} {'succeeded' if a.task.outcome == 'success' else 'failed'}."] * bool(
             a.task.outcome) + [f"{name} asked to save '{a.task.task_class}' as a procedure."] * save
