@@ -110,6 +110,11 @@ class AsyncSoulLocks:
                 del self.locks[soul_id]
 
 
+def _resume(gen: Generator[Any, Any, Any], value: Any, error: BaseException | None) -> Any:
+    """The policy's next step after a call's answer (``value``) or its error."""
+    return gen.send(value) if error is None else gen.throw(error)
+
+
 class Router:
     """Where a soul's calls go from this process (see the module's doc)."""
 
@@ -184,14 +189,13 @@ class Router:
                 while True:
                     if isinstance(step, _Pause):
                         time.sleep(step.seconds)
-                        step = gen.send(None)
+                        step = _resume(gen, None, None)
                         continue
                     try:
-                        value = raycalls.get_raw(step, timeout)
-                    except Exception as e:
-                        step = gen.throw(e)
-                        continue
-                    step = gen.send(value)
+                        value, error = raycalls.get_raw(step, timeout), None
+                    except Exception as e:  # the call's own error goes into the policy
+                        value, error = None, e
+                    step = _resume(gen, value, error)
             except StopIteration as stop:
                 return stop.value
             except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
@@ -209,14 +213,13 @@ class Router:
                     while True:
                         if isinstance(step, _Pause):
                             await asyncio.sleep(step.seconds)
-                            step = gen.send(None)
+                            step = _resume(gen, None, None)
                             continue
                         try:
-                            value = await step
+                            value, error = await step, None
                         except Exception as e:
-                            step = gen.throw(e)
-                            continue
-                        step = gen.send(value)
+                            value, error = None, e
+                        step = _resume(gen, value, error)
                 except StopIteration as stop:
                     return stop.value
                 except Exception as e:

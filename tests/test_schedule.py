@@ -57,17 +57,6 @@ def test_capacity_counts_bytes_as_well_as_entries() -> None:
     assert within_capacity(2, table.total, capacity=2, max_bytes=130) and within_capacity(2, table.total, 2, 0)
     assert not within_capacity(3, table.total, capacity=2, max_bytes=0)
     assert not within_capacity(2, table.total, capacity=2, max_bytes=129)
-    table = SizeTable()
-    for k, v in sizes.items():
-        table[k] = v
-    table["b"] = 100  # replaced, not added
-    table.pop("c")
-    table.pop("zz")  # absent: nothing changes
-    del table["a"]
-    assert table.total == sum(table.values()) == 130
-    assert within_capacity(2, table.total, capacity=2, max_bytes=130) and within_capacity(2, table.total, 2, 0)
-    assert not within_capacity(3, table.total, capacity=2, max_bytes=0)
-    assert not within_capacity(2, table.total, capacity=2, max_bytes=129)
     last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}
     assert to_passivate(last, 100.0, idle_s=600, capacity=10, sizes=sizes, max_bytes=100) == ["a", "b"]
     assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]
