@@ -1,4 +1,5 @@
-"""Faults on a real local Ray: SIGKILL a soul host, a store actor or the orchestrator mid-stream.
+"""Faults on a real local Ray: SIGKILL a soul host, a store actor or the orchestrator mid-stream (turns do not
+pass through the orchestrator: killing it must not disturb them).
 
 Every acknowledged turn must be present exactly once afterwards (trace, episode,
 fact), the turn in flight must be completed or cleanly retried, and the soul must
@@ -60,14 +61,18 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(runtime, soul_id, kind) -
     soul = runtime.soul(soul_id)
     kill_at = set(rng.sample(range(2, TURNS - 1), 2))
     killed: list[int] = []
+    timers: list[threading.Timer] = []
     results = []
     deadline = time.monotonic() + 240
     for i in range(TURNS):
         rid = f"{soul_id}-req-{i}"
         text = f"Confirmed: the owner of Svc{i} is team Falcon{i}."
         if i in kill_at:  # kill while this turn is in flight
-            threading.Timer(rng.uniform(0.0, 0.04), _sigkill, (_victim(runtime, soul_id, kind), killed)).start()
+            timers.append(threading.Timer(rng.uniform(0.0, 0.04), _sigkill, (_victim(runtime, soul_id, kind), killed)))
+            timers[-1].start()
         results.append(_turn_with_retries(soul, text, rid, deadline))
+    for t in timers:  # every fault was injected (and its thread is done) before the checks
+        t.join(60)
     assert len(killed) >= 1, "no fault was injected"
 
     # acknowledged turns: dense, ordered, each exactly once
