@@ -41,6 +41,11 @@ from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_h
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 
 
+def embed_threads(cpus: int, episodic_shards: int) -> int:
+    """An episodic shard's embedder threads: its share of the cluster's CPUs, at least 1 and at most 2."""
+    return max(1, min(2, int(cpus) // max(1, int(episodic_shards))))
+
+
 def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
 
@@ -73,7 +78,9 @@ class LayerShard(ActorInfo):
         self.sizes = SizeTable()  # memory of each open store, as of its last use
         self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
-        self.embedder = BatchingEmbedder(make_embedder(embedder)) if self.layer is Store.EPISODIC else None
+        # the episodic shards share the cores: each embeds with its share of them (at least one thread)
+        self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards))
+                                         ) if self.layer is Store.EPISODIC else None
         self.metrics = Metrics.create()
         self.name = store_name(self.layer.value, index)
         self.shards = shards

@@ -62,6 +62,17 @@ def test_capacity_counts_bytes_as_well_as_entries() -> None:
     assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]
 
 
+def test_episodic_shards_split_the_cores_between_their_embedders(tmp_path: Path) -> None:
+    from actors.layer_shard import embed_threads
+    from soul_runtime.embedding.choice import make_embedder
+    from soul_runtime.embedding.minilm import MiniLMEmbedder
+    assert embed_threads(2, 2) == 1 and embed_threads(8, 2) == 2 and embed_threads(1, 4) == 1 and embed_threads(4, 0) == 2
+    one = make_embedder("default", threads=1)
+    assert isinstance(one, MiniLMEmbedder) and one._threads == 1
+    import numpy as np
+    assert np.allclose(make_embedder("default").embed(["the same vectors"]), one.embed(["the same vectors"]), atol=1e-5)
+
+
 def test_automatic_capacity_follows_the_open_file_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """0 (the default) sizes host and store capacities to the process's open-file limit: 3 fds a soul beside a
     reserve, bounded both ways; a number given is kept."""
