@@ -427,18 +427,16 @@ class EpisodicStore:
             sims = np.frombuffer(b"".join(vectors.values()), np.float32).reshape(len(keys), -1) @ query_vector
             dense = {**dense, **dict(zip(keys, sims.tolist(), strict=True))}
         top_lex = max(lex.values(), default=0.0) or 1.0
-        scored: list[tuple[float, str, int]] = []
-        for key, (at, promoted, superseded) in cands.items():
-            if superseded or not in_recall(at, bool(promoted), now, self.cfg):
-                continue
-            base = hybrid_score(dense.get(key, 0.0), lex.get(key, 0.0) / top_lex, self.cfg)
-            score = base * recency_weight(at, now, self.cfg)
-            if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
-                score = 0.5 + 0.5 * score if key in scoped else 0.5 * score
-            if score >= self.cfg.min_score:
-                scored.append((-round(score, 6), f"ep-{key}", key))
-        scored.sort()
-        kept = scored[:k]
+        ids = list(cands)  # scored all at once: the same policies, on arrays
+        ats, promoted_, superseded_ = np.array(list(cands.values()), np.float64).reshape(len(ids), 3).T
+        scores = hybrid_score(np.array([dense.get(key, 0.0) for key in ids]),
+                              np.array([lex.get(key, 0.0) for key in ids]) / top_lex, self.cfg)
+        scores = scores * recency_weight(ats, now, self.cfg)
+        if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
+            scores = np.where([key in scoped for key in ids], 0.5 + 0.5 * scores, 0.5 * scores)
+        live = np.logical_and(superseded_ == 0, in_recall(ats, promoted_ != 0, now, self.cfg))
+        top = top_rounded(np.where(live & (scores >= self.cfg.min_score), scores, -np.inf), k)
+        kept = sorted((-round(float(scores[i]), 6), f"ep-{ids[i]}", ids[i]) for i in top)[:k]
         if not kept:
             return []
         shown = {r[0]: r for r in self.db.execute(
@@ -574,6 +572,17 @@ class EpisodicStore:
             load_tables(self.db, data, ("sessions", "applied"))
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
         self.flush()
+
+
+def top_rounded(scores: np.ndarray, k: int, digits: int = 6) -> list[int]:
+    """Indices of the finite ``scores`` that can be among the best ``k`` once rounded to ``digits`` decimals
+    (ties then go by id): those within one rounding step of the k-th best. Sorting these few gives the same
+    top ``k`` as sorting them all."""
+    idx = np.flatnonzero(np.isfinite(scores))
+    if len(idx) > k:
+        kth = float(np.partition(scores[idx], len(idx) - k)[len(idx) - k])
+        idx = idx[scores[idx] >= kth - 2 * 10.0 ** -digits]
+    return [int(i) for i in idx]
 
 
 def _noop(reason: str) -> MemoryWrite:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
 
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig
 from soul_runtime.records import Extraction
 from soul_runtime.text import terms
+
+Num = TypeVar("Num", float, np.ndarray)
+"""The scoring policies below take a number or a numpy array of them (recall scores all its candidates at
+once), with the same arithmetic either way."""
 
 
 @dataclass(frozen=True)
@@ -37,19 +44,21 @@ def decide_episode(ex: Extraction) -> EpisodeDecision:
     return EpisodeDecision(False, "chit-chat: no state change")
 
 
-def recency_weight(at: float, now: float, cfg: MemoryConfig) -> float:
+def recency_weight(at: Num, now: float, cfg: MemoryConfig) -> Num:
     """Exponential decay with ``half_life_days``, floored at ``recency_floor``.
 
     Episodes dated in the future (relative to ``now``) weigh 1.
     """
-    age_days = max(0.0, (now - at) / DAY)
-    w: float = 0.5 ** (age_days / cfg.half_life_days)
-    return cfg.recency_floor + (1.0 - cfg.recency_floor) * w
+    age_days = np.maximum(0.0, (now - at) / DAY)
+    w = 0.5 ** (age_days / cfg.half_life_days)
+    out: Num = cfg.recency_floor + (1.0 - cfg.recency_floor) * w
+    return out
 
 
-def in_recall(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
+def in_recall(at: Num, promoted: bool | np.ndarray, now: float, cfg: MemoryConfig) -> bool | np.ndarray:
     """Episodes older than ``decay_days`` drop out of recall unless promoted."""
-    return promoted or (now - at) <= cfg.decay_days * DAY
+    out: bool | np.ndarray = np.logical_or(promoted, (now - at) <= cfg.decay_days * DAY)
+    return out
 
 
 def past_ttl(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
@@ -66,9 +75,10 @@ def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: Memo
     return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
 
 
-def hybrid_score(dense: float, lexical: float, cfg: MemoryConfig) -> float:
+def hybrid_score(dense: Num, lexical: Num, cfg: MemoryConfig) -> Num:
     """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended."""
-    return cfg.dense_weight * max(0.0, dense) + (1.0 - cfg.dense_weight) * lexical
+    out: Num = cfg.dense_weight * np.maximum(0.0, dense) + (1.0 - cfg.dense_weight) * lexical
+    return out
 
 
 @dataclass(frozen=True)
