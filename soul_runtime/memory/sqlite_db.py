@@ -23,6 +23,13 @@ GROW_AT = 256 * 1024
 when next opened (large tables and full-text segments read faster from larger pages)..."""
 GROW_UNTIL = 2**30
 """...unless it is already larger than this (the one-off rewrite would stall its opening for long)."""
+MMAP_AT = 16 * 2**20
+"""A local database of at least this many bytes when opened is read through a memory map (``MMAP_SIZE``): a
+recall in a large store looks up hundreds of rows and full-text pages that SQLite's own page cache (2 MiB)
+does not hold, and mapped pages are read in place instead of being copied in by a system call each (about a
+sixth of a recall's CPU at 100,000 episodes). Smaller databases fit the page cache and are not mapped; nor is
+any database on shared storage, where an I/O error under a map is a signal rather than an error."""
+MMAP_SIZE = 2**30
 WAL_LIMIT = 64 * 1024
 """The WAL is truncated to this after a checkpoint instead of keeping its high-water size on disk."""
 
@@ -143,13 +150,20 @@ def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite
                 con.execute("ROLLBACK")
                 raise
         grow_pages(con, want)
+        if want == "wal" and _bytes(con) >= MMAP_AT:
+            con.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
         return con
     except sqlite3.DatabaseError as e:
         raise StorageError(f"{path}: {e}") from e
 
 
+def _bytes(con: sqlite3.Connection) -> int:
+    return int(con.execute("PRAGMA page_count").fetchone()[0]) * int(con.execute("PRAGMA page_size").fetchone()[0])
+
+
 def memory_bytes(con: sqlite3.Connection) -> int:
-    """What an open database can hold in memory: its page cache, at most the whole file (for eviction by bytes)."""
+    """What an open database can hold in memory: its page cache, at most the whole file (for eviction by bytes).
+    A mapped database's pages are the operating system's page cache, shared and reclaimable, and not counted."""
     pages = int(con.execute("PRAGMA page_count").fetchone()[0])
     size = int(con.execute("PRAGMA page_size").fetchone()[0])
     cache = int(con.execute("PRAGMA cache_size").fetchone()[0])  # < 0: KiB; > 0: pages
