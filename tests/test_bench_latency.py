@@ -43,6 +43,9 @@ def test_run_small(tmp_path: Path) -> None:
             set(res["recall_stage_p50_ms"][s])
         assert sum(res["recall_stage_p50_ms"][s].values()) <= 3 * res["recall_p99_ms"][s]
         assert 0 < res["turn_overhead_p50_ms"][s] <= res["turn_overhead_p99_ms"][s]
+        assert 0 < res["recall_cpu_p50_ms"][s] <= res["recall_cpu_p99_ms"][s]
+        assert 0 < res["turn_overhead_cpu_p50_ms"][s] <= res["turn_overhead_cpu_p99_ms"][s]
+        assert res["recall_cpu_p50_ms"][s] <= 1.5 * res["recall_p99_ms"][s]  # CPU time of a call within its wall
         assert 0 <= res["turn_embed_p50_ms"][s] < res["turn_p50_ms"][s]
         assert {"recall", "write", "inference"} <= set(res["turn_stages_ms"][s])
     assert res["store_episodes"] >= 1000 + 20 + 15  # bulk, timed writes, and the last size's turns
