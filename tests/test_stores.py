@@ -393,3 +393,27 @@ def test_semantic_recall_names_the_entity_whole_and_ranks_subject_only_hits_last
     order = [it.id for it in mem.recall("where did Rui ride the bike", 10, now=NOW + DAY)]
     assert order.index("rui:bike") < order.index("rui:favourite_tea")
     assert order.index("ep-2") < order.index("rui:favourite_tea")  # the episode that matches what is asked first
+
+
+def test_a_replaced_fact_supersedes_exactly_the_episodes_of_its_messages(tmp_path: Path) -> None:
+    """Superseding by source id picks rows in SQL (the id's bytes in the packed sources) and confirms on the
+    unpacked list: an id that only appears inside a longer one is left alone."""
+    from soul_runtime.memory.episodic import EpisodicStore
+    st = EpisodicStore(tmp_path / "s", HashEmbedder(), MemoryConfig())
+    try:
+        texts = {"t1": "Maya moved the billing service to Postgres.", "xt1": "Maya renamed the staging cluster.",
+                 "t2": "Maya booked the venue for June.", "t3": "Maya fixed the flaky deploy job."}
+        for key, text in texts.items():
+            st.apply_many([req(key, Extraction(episode=text, event=True))])
+        # a later write carries the marks: the messages of t1 and t3 stated values that were just replaced
+        st.apply_many([req("t4", Extraction(episode="Maya adopted a beagle named Biscuit.", event=True))],
+                      supersede_sources=["t1/u", "t3/u"])
+        marked = {unpack_sources(src): bool(sup) for src, sup in
+                  st.db.execute("SELECT sources, superseded FROM episodes").fetchall()}
+        assert marked == {"t1/u": True, "xt1/u": False, "t2/u": False, "t3/u": True, "t4/u": False}
+    finally:
+        st.close()
+
+
+def unpack_sources(blob: bytes) -> str:
+    return ",".join(msgpack.unpackb(blob))

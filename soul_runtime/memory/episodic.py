@@ -313,9 +313,14 @@ class EpisodicStore:
         for tk in promote_turns:
             self.db.execute("UPDATE episodes SET promoted = 1 WHERE turn_key = ?", (tk,))
         if supersede_sources:
-            wanted = set(supersede_sources)
-            for key, srcs in self.db.execute("SELECT rowid, sources FROM episodes WHERE superseded = 0").fetchall():
-                if wanted & set(unpack(srcs)):
+            wanted = sorted(set(supersede_sources))
+            # the packed sources hold each id's UTF-8 bytes: SQLite's instr() picks the candidate rows in C, the
+            # unpacked list decides (an id inside a longer one is not a match)
+            near = " OR ".join(["instr(sources, ?) > 0"] * len(wanted))
+            rows = self.db.execute(f"SELECT rowid, sources FROM episodes WHERE superseded = 0 AND ({near})",
+                                   [w.encode() for w in wanted]).fetchall()
+            for key, srcs in rows:
+                if set(wanted) & set(unpack(srcs)):
                     self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
 
     def _delete(self, keys: list[int]) -> int:
