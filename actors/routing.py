@@ -21,6 +21,7 @@ import asyncio
 import json
 import threading
 import time
+import weakref
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,7 +125,8 @@ class Router:
         self.dedicated: dict[str, str] = dict(dedicated or {})
         self._handles: dict[str, Any] = {}
         self.locks = SoulLocks()
-        self._async_locks: dict[int, AsyncSoulLocks] = {}  # per event loop
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSoulLocks] = \
+            weakref.WeakKeyDictionary()  # per event loop, gone with it
 
     def owner(self, soul_id: str) -> str:
         return self.dedicated.get(soul_id) or rendezvous(soul_id, self.hosts)
@@ -204,7 +206,7 @@ class Router:
     async def run_async(self, call: Routed) -> Any:
         """Drive :meth:`steps` as a coroutine (the soul's calls from this event loop one at a time)."""
         loop = asyncio.get_running_loop()
-        locks = self._async_locks.setdefault(id(loop), AsyncSoulLocks())
+        locks = self._async_locks.setdefault(loop, AsyncSoulLocks())
         with locks._entry(call.soul_id) as lock:
             async with lock:
                 gen = self.steps(call)

@@ -145,3 +145,18 @@ def test_a_host_refuses_a_soul_served_elsewhere_and_names_it(tmp_path: Path, mon
     host.unmove("maya")
     assert host.last_seq("maya") == 0
     assert Moved("x", "y").__reduce__()[1] == ("x", "y")  # crosses Ray intact
+
+
+def test_the_async_driver_serves_any_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each asyncio.run() has its own loop: the per-soul locks are per loop and go with it."""
+    import gc
+
+    async def answer(value: Any) -> Any:
+        return value
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, soul, *args: answer((h.name, soul, args)))
+    r = Router(["soul-host-0"], "ns")
+    for _ in range(2):
+        assert asyncio.run(r.run_async(Routed("maya", "traces", (5,)))) == ("soul-host-0", "maya", (5,))
+    gc.collect()
+    assert len(r._async_locks) == 0
