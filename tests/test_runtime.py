@@ -160,6 +160,19 @@ def test_turns_keep_flowing_while_a_soul_moves_to_its_own_actor_and_back(runtime
     assert s.turn("thanks!", user="maya").seq == 13
 
 
+def test_a_correction_takes_the_old_values_episodes_out_of_recall_over_ray(runtime, soul_id) -> None:
+    """The semantic write of a correction marks the episodes of the replaced value (the host sends them with the
+    episodic writes to the episodic shard): they leave recall, the new one stays."""
+    s = runtime.soul(soul_id)
+    for t in ("The production database for Tendril is Postgres 15.", "Yes, that's right.",
+              "Actually, it's Postgres 16."):
+        s.turn(t, user="maya")
+    assert s.stats()["episodes"] == 3
+    recalled = [it for it in s.recall("Tendril production database Postgres", k=20) if it.store == "episodic"]
+    assert recalled and all("Postgres 16" in it.text for it in recalled)
+    assert {f.value for f in s.facts("tendril")} == {"Postgres 16"}
+
+
 def test_async_handle_has_the_same_api(runtime, soul_id) -> None:
     a = runtime.async_soul(soul_id)
 
