@@ -34,7 +34,7 @@ from . import raycalls
 from .introspection import ActorInfo
 from .metrics import Metrics
 from .placement import store_name, store_of
-from .schedule import SizeTable, Ticker, beyond_capacity, sweep_due, within_capacity
+from .schedule import SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
@@ -181,8 +181,7 @@ class LayerShard(ActorInfo):
         any a thread holds or waits for."""
         while True:
             with self.guard:
-                if within_capacity(len(self.open), self.sizes.total, self.capacity, self.capacity_bytes) or \
-                        not beyond_capacity(list(self.open), self.sizes, self.capacity, self.capacity_bytes):
+                if not over_capacity(self.open, self.sizes, self.capacity, self.capacity_bytes):
                     return
                 victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
             if victim is None:

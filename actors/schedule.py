@@ -38,6 +38,14 @@ def within_capacity(count: int, total_bytes: int, capacity: int, max_bytes: int)
     return count <= capacity and (max_bytes <= 0 or total_bytes <= max_bytes)
 
 
+def over_capacity(lru: Mapping[str, Any], sizes: SizeTable, capacity: int, max_bytes: int) -> list[str]:
+    """:func:`beyond_capacity` of the keys of ``lru`` (oldest first), answered without a pass over them when
+    the count and the running byte total are within bounds (the common case, on every call)."""
+    if within_capacity(len(lru), sizes.total, capacity, max_bytes):
+        return []
+    return beyond_capacity(list(lru), sizes, capacity, max_bytes)
+
+
 def beyond_capacity(lru: Sequence[str], sizes: Mapping[str, int], capacity: int, max_bytes: int) -> list[str]:
     """The least recently used entries of ``lru`` (oldest first) to drop so that at most ``capacity`` stay and,
     when ``max_bytes`` > 0, their ``sizes`` add up to at most ``max_bytes``. The most recent entry always

@@ -40,7 +40,7 @@ from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
 from .routing import Moved, read_registry
-from .schedule import SizeTable, Ticker, beyond_capacity, to_passivate, within_capacity
+from .schedule import SizeTable, Ticker, over_capacity, to_passivate
 from .settings import RuntimeConfig, process_capacity
 
 
@@ -194,9 +194,7 @@ class SoulHost(ActorInfo):
             with self.guard:
                 if soul_id in self.active:
                     self.sizes[soul_id] = size
-                budget = self.cfg.host_capacity_mb * 2**20
-                over = not within_capacity(len(self.active), self.sizes.total, self.capacity, budget) and \
-                    bool(beyond_capacity(list(self.active), self.sizes, self.capacity, budget))
+                over = bool(over_capacity(self.active, self.sizes, self.capacity, self.cfg.host_capacity_mb * 2**20))
             if over:  # a soul an eviction skipped because it was in a turn goes now
                 self._evict()
             return

@@ -14,7 +14,15 @@ import pytest
 from actors import soul_host
 from actors.layer_shard import LayerShard
 from actors.placement import store_of
-from actors.schedule import SizeTable, Ticker, beyond_capacity, sweep_due, to_passivate, within_capacity
+from actors.schedule import (
+    SizeTable,
+    Ticker,
+    beyond_capacity,
+    over_capacity,
+    sweep_due,
+    to_passivate,
+    within_capacity,
+)
 from actors.settings import RuntimeConfig, fd_capacity, process_capacity
 from actors.soul_host import SoulHost
 from soul_runtime.clock import DAY
@@ -57,6 +65,8 @@ def test_capacity_counts_bytes_as_well_as_entries() -> None:
     assert within_capacity(2, table.total, capacity=2, max_bytes=130) and within_capacity(2, table.total, 2, 0)
     assert not within_capacity(3, table.total, capacity=2, max_bytes=0)
     assert not within_capacity(2, table.total, capacity=2, max_bytes=129)
+    assert over_capacity({"b": 0, "d": 0}, table, capacity=2, max_bytes=130) == []
+    assert over_capacity({"b": 0, "d": 0}, table, capacity=2, max_bytes=129) == ["b"]  # oldest goes first
     last = {"a": 0.0, "b": 50.0, "c": 90.0, "d": 99.0}
     assert to_passivate(last, 100.0, idle_s=600, capacity=10, sizes=sizes, max_bytes=100) == ["a", "b"]
     assert to_passivate(last, 100.0, idle_s=40, capacity=10, sizes=sizes, max_bytes=40) == ["a", "b", "c"]

@@ -157,8 +157,9 @@ class MiniLMEmbedder(Embedder):
         lengths = [int(sum(e.attention_mask)) for e in encs]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for group in length_groups(lengths):  # a short text is not padded to a long one's length
-            ids = np.array([encs[i].ids[:max(lengths[j] for j in group)] for i in group], dtype=np.int64)
-            mask = np.array([encs[i].attention_mask[:ids.shape[1]] for i in group], dtype=np.int64)
+            width = max(lengths[i] for i in group)
+            ids = np.array([encs[i].ids[:width] for i in group], dtype=np.int64)
+            mask = np.array([encs[i].attention_mask[:width] for i in group], dtype=np.int64)
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._input_names:
                 feed["token_type_ids"] = np.zeros_like(ids)

@@ -51,8 +51,7 @@ def grow_pages(con: sqlite3.Connection, journal: str) -> bool:
     """Rewrite a database of small pages that has grown (see ``GROW_AT``) with larger pages; the page size can
     only change outside WAL mode, so the journal goes to DELETE for the rewrite and back. Skipped (False) when
     another connection holds the file: the next opening tries again."""
-    size = int(con.execute("PRAGMA page_size").fetchone()[0])
-    pages = int(con.execute("PRAGMA page_count").fetchone()[0])
+    size, pages = _pages(con)
     if size >= GROWN_PAGE_SIZE or not GROW_AT <= size * pages <= GROW_UNTIL:
         return False
     try:
@@ -150,22 +149,23 @@ def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite
                 con.execute("ROLLBACK")
                 raise
         grow_pages(con, want)
-        if want == "wal" and _bytes(con) >= MMAP_AT:
+        size, pages = _pages(con)
+        if want == "wal" and size * pages >= MMAP_AT:
             con.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
         return con
     except sqlite3.DatabaseError as e:
         raise StorageError(f"{path}: {e}") from e
 
 
-def _bytes(con: sqlite3.Connection) -> int:
-    return int(con.execute("PRAGMA page_count").fetchone()[0]) * int(con.execute("PRAGMA page_size").fetchone()[0])
+def _pages(con: sqlite3.Connection) -> tuple[int, int]:
+    """The database's page size and page count."""
+    return int(con.execute("PRAGMA page_size").fetchone()[0]), int(con.execute("PRAGMA page_count").fetchone()[0])
 
 
 def memory_bytes(con: sqlite3.Connection) -> int:
     """What an open database can hold in memory: its page cache, at most the whole file (for eviction by bytes).
     A mapped database's pages are the operating system's page cache, shared and reclaimable, and not counted."""
-    pages = int(con.execute("PRAGMA page_count").fetchone()[0])
-    size = int(con.execute("PRAGMA page_size").fetchone()[0])
+    size, pages = _pages(con)
     cache = int(con.execute("PRAGMA cache_size").fetchone()[0])  # < 0: KiB; > 0: pages
     ceiling = -cache * 1024 if cache < 0 else cache * size
     return min(pages * size, ceiling)

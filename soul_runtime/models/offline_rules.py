@@ -47,7 +47,6 @@ def memo(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         out, was_list = cached(*args, **kwargs)
         return list(out) if was_list else out
-    wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
