@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.batching import MicroBatcher, Ticket
+from soul_runtime.batching import Crowd, MicroBatcher, Ticket
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
@@ -339,12 +339,17 @@ class LayerShard(ActorInfo):
 
 class ShardCalls:
     """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
-    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call."""
+    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
 
-    def __init__(self, stores: StoreLocator, *, max_batch: int = 32, max_wait_s: float = 0.002) -> None:
+    With the host's ``crowd`` (its threads running turns), a call waits until the other turns are parked
+    (waiting in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls."""
+
+    def __init__(self, stores: StoreLocator, *, max_batch: int = 32, max_wait_s: float | None = None,
+                 crowd: Crowd | None = None) -> None:
         self.stores = stores
         self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
+        self.max_wait_s = (0.02 if crowd is not None else 0.002) if max_wait_s is None else max_wait_s
+        self.crowd = crowd
         self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
         self._lock = threading.Lock()
 
@@ -367,5 +372,5 @@ class ShardCalls:
                 def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method) -> Any:
                     return raycalls.call(self.stores.handle(_layer, _soul), _m, items)
                 b = self._batchers[(name, method)] = MicroBatcher(run, resolve=raycalls.get, max_batch=self.max_batch,
-                                                                  max_wait_s=self.max_wait_s)
+                                                                  max_wait_s=self.max_wait_s, crowd=self.crowd)
         return b.start([item])

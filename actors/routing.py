@@ -13,6 +13,10 @@ retried request id answered from the record. This module, in every client proces
 
 The retry policy is written once (:meth:`Router.steps`, a generator of calls and pauses) and driven by a
 blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`).
+
+Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
+as one ``run_batch`` call (:class:`AsyncBatcher`); the host runs them side by side and answers each (its result
+or its own error). A dead host fails the whole call and each turn is retried on its own, as before.
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import OutOfOrder, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
 
 from . import raycalls
 from .placement import rendezvous
 
 RETRIES = 40
+BATCHED = frozenset({"run"})
+"""The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
+MAX_BATCH = 16
 REGISTRY = "dedicated.json"
 """The data dir's record of dedicated souls (soul id -> actor name), written by the orchestrator."""
 
@@ -71,6 +79,18 @@ class _Pause:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _Batchable:
+    """A call the driver may send in a batch with others to the same actor: ``ref()`` sends it alone."""
+
+    name: str
+    handle: Any
+    item: tuple[Any, ...]
+
+    def ref(self) -> Any:
+        return raycalls.call(self.handle, "run", *self.item)
+
+
 class SoulLocks:
     """One lock per soul, for threads; an entry lives while someone holds or waits for it."""
 
@@ -94,10 +114,20 @@ class SoulLocks:
 
 
 class AsyncSoulLocks:
-    """The same for coroutines of one event loop (asyncio.Lock wakes its waiters in order)."""
+    """The same for coroutines of one event loop (asyncio.Lock wakes its waiters in order), with the loop's
+    batchers of turns per host."""
 
     def __init__(self) -> None:
         self.locks: dict[str, list[Any]] = {}
+        self.batchers: dict[str, AsyncBatcher[tuple[Any, Any], Any]] = {}
+
+    def batcher(self, name: str) -> AsyncBatcher[tuple[Any, Any], Any]:
+        b = self.batchers.get(name)
+        if b is None:
+            def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
+                return raycalls.call(items[0][0], "run_batch", [item for _, item in items])
+            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH)
+        return b
 
     @contextmanager
     def _entry(self, soul_id: str) -> Iterator[asyncio.Lock]:
@@ -147,13 +177,16 @@ class Router:
             self.dedicated[soul_id] = to
 
     def steps(self, call: Routed) -> Generator[Any, Any, Any]:
-        """The retry policy: yields object refs (send back the value or throw the raw Ray error) and pauses
-        (send back None); returns the answer."""
+        """The retry policy: yields calls — object refs, or :class:`_Batchable` calls a driver may batch (send
+        back the value, or throw the raw Ray error or the item's own error) — and pauses (send back None);
+        returns the answer."""
         for attempt in range(RETRIES):
             name = self.owner(call.soul_id)
             try:
                 try:
-                    ref = raycalls.call(self._handle(name), call.method, call.soul_id, *call.args)
+                    handle = self._handle(name)
+                    ref = _Batchable(name, handle, (call.soul_id, *call.args)) if call.method in BATCHED else \
+                        raycalls.call(handle, call.method, call.soul_id, *call.args)
                 except RuntimeUnavailable:  # not found (a dedicated actor gone, a host not up yet)
                     self._handles.pop(name, None)
                     self.dedicated.pop(call.soul_id, None)
@@ -168,7 +201,7 @@ class Router:
                 if attempt == RETRIES - 1:
                     raise RuntimeUnavailable(f"{name} stays unavailable") from None
                 yield _Pause(min(2.0, 0.1 * (attempt + 1)))
-            except raycalls.TASK_ERROR as e:
+            except (raycalls.TASK_ERROR, SoulError) as e:  # a batch answers an item's own error as itself
                 err = raycalls.translate(e)
                 if isinstance(err, Moved):
                     self._moved(call.soul_id, err.to)
@@ -194,7 +227,8 @@ class Router:
                         step = _resume(gen, None, None)
                         continue
                     try:
-                        value, error = raycalls.get_raw(step, timeout), None
+                        ref = step.ref() if isinstance(step, _Batchable) else step
+                        value, error = raycalls.get_raw(ref, timeout), None
                     except Exception as e:  # the call's own error goes into the policy
                         value, error = None, e
                     step = _resume(gen, value, error)
@@ -218,7 +252,11 @@ class Router:
                             step = _resume(gen, None, None)
                             continue
                         try:
-                            value, error = await step, None
+                            if isinstance(step, _Batchable):
+                                value = await locks.batcher(step.name).submit((step.handle, step.item))
+                            else:
+                                value = await step
+                            error = None
                         except Exception as e:
                             value, error = None, e
                         step = _resume(gen, value, error)

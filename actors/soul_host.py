@@ -4,6 +4,10 @@ A host is a threaded Ray actor (plain class here, made remote in runtime.py).
 Different souls run concurrently on its threads; a per-soul lock lets one turn
 of a soul run at a time, and the soul itself checks the sequence number.
 A dedicated actor for a hot soul is the same class hosting a single soul.
+
+Turns arrive one per call (:meth:`SoulHost.run`) or several souls' at once (:meth:`SoulHost.run_batch`, from
+a client's router). A batch's turns run side by side on the host's turn threads as one :class:`Crowd`, so
+their recalls and writes reach each store shard together and go as one call.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.errors import InvalidInput, StaleOwner
+from soul_runtime.batching import Crowd
+from soul_runtime.errors import InvalidInput, SoulError, StaleOwner, TurnFailed
 from soul_runtime.loop.erase import forget_soul, forget_where
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
@@ -126,7 +132,9 @@ class SoulHost(ActorInfo):
         use_storage(self.cfg.storage)
         self.model = model or make_model(self.cfg.model)
         self.stores = StoreLocator(self.cfg)
-        self.calls = ShardCalls(self.stores)
+        self.crowd = Crowd()  # the threads running turns: a store call waits for the others to reach it
+        self.calls = ShardCalls(self.stores, crowd=self.crowd)
+        self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-turn")
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
         self.sizes = SizeTable()  # memory of each active soul, as of its last turn
@@ -290,6 +298,28 @@ class SoulHost(ActorInfo):
                 raise InvalidInput(f"unknown operation {op!r}")
         self.metrics.turn(op, time.perf_counter() - t0)
         return res
+
+    def run_batch(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]) -> list[Any]:
+        """Several souls' calls in one (``run``'s arguments each; a client's router sends what its callers
+        submitted together): they run side by side on the host's turn threads. One answer per item, in
+        order: its result, or the :class:`SoulError` it raised (any other error as :class:`TurnFailed`)."""
+        if not isinstance(items, list) or not all(isinstance(it, tuple) and len(it) == 5 for it in items):
+            raise InvalidInput("run_batch takes a list of (soul_id, op, seq, request_id, payload) tuples")
+        self.metrics.local["turn_calls"] += 1
+        self.metrics.local["turn_items"] += len(items)
+        if len(items) == 1:
+            return [self._run_one(items[0])]
+        return [f.result() for f in [self.pool.submit(self._run_one, it) for it in items]]
+
+    def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
+        soul_id, op = item[0], item[1]
+        with self.crowd.member():
+            try:
+                return self.run(*item)
+            except SoulError as e:
+                return e
+            except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
+                return TurnFailed(f"{op} of {soul_id} failed: {e!r}")
 
     @contextmanager
     def _superseded(self, soul_id: str, act: _Activation) -> Iterator[None]:

@@ -12,16 +12,90 @@ store shard (one call carrying the recalls or writes of several souls).
 ``serial=True`` (the embedder): one ``run`` at a time, and the batch waiting for it stays open, so what arrives
 while the model is busy goes in its next call. Batches grow with the load by themselves instead of model calls
 running side by side on the same cores.
+
+``crowd=Crowd()``: the threads working on one process's turns. A leader then waits (at most ``max_wait_s``)
+until every member of the crowd is parked — waiting in a batch or for an answer — instead of for a fixed
+moment: the turns a host runs together reach each store call together, so they share it, and a turn running
+alone never waits.
+
+:class:`AsyncBatcher` is the same for coroutines of one event loop: what is submitted while the loop runs one
+round goes out as one call, with no timer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+
+
+class Crowd:
+    """The threads working on one process's turns (members), and how many of them are parked: waiting in a batch
+    or for a batch's answer. Nothing a parked member does can join a batch before its wait ends."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.members = 0
+        self.parked = 0
+        self._leaders = 0  # threads in settle(): the only ones a change needs to wake
+
+    @contextmanager
+    def member(self) -> Iterator[None]:
+        with self._cond:
+            self.members += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.members -= 1
+                if self._leaders:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def park(self) -> Iterator[None]:
+        with self._cond:
+            self.parked += 1
+            if self._leaders:
+                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.parked -= 1
+
+    def wake(self) -> None:
+        with self._cond:
+            if self._leaders:
+                self._cond.notify_all()
+
+    def settle(self, done: Callable[[], bool], timeout: float) -> None:
+        """Wait (parked) until ``done()``, or every member is parked, or ``timeout`` seconds have passed."""
+        deadline = time.monotonic() + timeout
+        with self.park(), self._cond:
+            self._leaders += 1
+            try:
+                while not done() and self.parked < self.members:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._cond.wait(left)
+            finally:
+                self._leaders -= 1
+
+
+@contextmanager
+def _parked(crowd: Crowd | None) -> Iterator[None]:
+    if crowd is None:
+        yield
+    else:
+        with crowd.park():
+            yield
 
 
 class _Batch(Generic[In, Out]):
@@ -54,7 +128,9 @@ class Ticket(Generic[In, Out]):
 
     def _result(self) -> list[Out]:
         batch = self._batch
-        batch.done.wait()
+        if not batch.done.is_set():
+            with _parked(self._batcher.crowd):
+                batch.done.wait()
         if batch.error is None and batch.resolved is None:
             with batch.lock:  # the first caller resolves the batch's value for everyone
                 if batch.resolved is None and batch.error is None:
@@ -86,7 +162,8 @@ class MicroBatcher(Generic[In, Out]):
     object ref) lets a caller start several batches before it waits for any (:meth:`start`)."""
 
     def __init__(self, run: Callable[[list[In]], Any], *, resolve: Callable[[Any], Sequence[Out | BaseException]]
-                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002, serial: bool = False) -> None:
+                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002, serial: bool = False,
+                 crowd: Crowd | None = None) -> None:
         if max_batch < 1 or max_wait_s < 0:
             raise ValueError("max_batch must be >= 1 and max_wait_s >= 0")
         self._run = run
@@ -97,6 +174,7 @@ class MicroBatcher(Generic[In, Out]):
         self._open: _Batch[In, Out] | None = None
         self._active = 0  # callers between start() and the end of their result()
         self._running: threading.Lock | None = threading.Lock() if serial else None  # held by the batch in run()
+        self.crowd = crowd
         self.calls = 0
         self.items = 0
 
@@ -120,13 +198,19 @@ class MicroBatcher(Generic[In, Out]):
             batch.items.extend(items)
             if len(batch.items) >= self.max_batch:
                 batch.full.set()
+        if not leader and self.crowd is not None:
+            self.crowd.wake()  # the leader counts who is still to come
         if leader:
-            with self._lock:
-                alone = self._active == 1
-            if not alone:  # others are busy and may join within a moment; alone, nobody would
-                batch.full.wait(self.max_wait_s)
+            if self.crowd is not None:  # wait for the members still working, not for a fixed moment
+                self.crowd.settle(batch.full.is_set, self.max_wait_s)
+            else:
+                with self._lock:
+                    alone = self._active == 1
+                if not alone:  # others are busy and may join within a moment; alone, nobody would
+                    batch.full.wait(self.max_wait_s)
             if self._running is not None:  # serial: the batch stays open while the previous one runs
-                self._running.acquire()
+                with _parked(self.crowd):
+                    self._running.acquire()
             try:
                 with self._lock:
                     if self._open is batch:
@@ -142,5 +226,78 @@ class MicroBatcher(Generic[In, Out]):
                     self._running.release()
                 batch.done.set()
         else:
-            batch.done.wait()
+            with _parked(self.crowd):
+                batch.done.wait()
         return Ticket(self, batch, start, len(items))
+
+
+class AsyncBatcher(Generic[In, Out]):
+    """Micro-batching for the coroutines of one event loop: the items submitted while the loop runs one round
+    go out as one ``send(items)`` (at most ``max_batch``; no timer), and each caller awaits its own result.
+
+    At most ``max_calls`` calls are out at a time: what is submitted meanwhile waits for one of them to answer
+    and goes in the next call, so under load the calls carry more items instead of splitting into ever smaller
+    ones (each answer wakes its callers, whose next items then go together).
+
+    ``send`` returns an awaitable of one result per item; a result that is an exception is raised in its own
+    caller only. An exception from ``send`` (or its awaitable) reaches every caller of the batch."""
+
+    def __init__(self, send: Callable[[list[In]], Awaitable[Sequence[Out | BaseException]]], *,
+                 max_batch: int = 32, max_calls: int = 2) -> None:
+        if max_batch < 1 or max_calls < 1:
+            raise ValueError("max_batch and max_calls must be >= 1")
+        self._send = send
+        self.max_batch = max_batch
+        self.max_calls = max_calls
+        self._waiting: list[tuple[In, asyncio.Future[Out]]] = []
+        self._scheduled = False
+        self._out = 0  # calls sent and not answered
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.calls = 0
+        self.items = 0
+
+    async def submit(self, item: In) -> Out:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Out] = loop.create_future()
+        self._waiting.append((item, fut))
+        self._schedule(loop)
+        return await fut
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._scheduled and self._waiting and self._out < self.max_calls:
+            self._scheduled = True
+            loop.call_soon(self._flush)  # after the coroutines ready in this round have had their turn
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        while self._waiting and self._out < self.max_calls:
+            batch, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
+            self._out += 1
+            task = asyncio.ensure_future(self._call(batch))
+            self._tasks.add(task)  # held until done (the loop keeps only weak references)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
+        self.calls += 1
+        self.items += len(batch)
+        try:
+            results: Sequence[Out | BaseException] | BaseException = await self._send([item for item, _ in batch])
+            if not isinstance(results, BaseException) and len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} items returned {len(results)} results")
+        except asyncio.CancelledError:
+            self._out -= 1
+            for _, fut in batch:
+                fut.cancel()
+            raise
+        except Exception as e:  # every caller of the batch gets it
+            results = e
+        for i, (_, fut) in enumerate(batch):
+            if fut.done():  # its caller was cancelled
+                continue
+            r = results if isinstance(results, BaseException) else results[i]
+            if isinstance(r, BaseException):
+                fut.set_exception(r)
+            else:
+                fut.set_result(r)
+        self._out -= 1
+        self._schedule(asyncio.get_running_loop())  # what waited goes after the woken callers add theirs

@@ -158,3 +158,105 @@ def test_batching_embedder_keeps_the_error_tree() -> None:
             raise OSError("model file gone")
     with pytest.raises(EmbedderError):
         BatchingEmbedder(Broken()).embed(["x"])
+
+
+# ---- a crowd: a leader waits for the members still working, not for a fixed moment ------------------------
+def test_a_crowd_leader_waits_for_busy_members_and_a_lone_member_never_waits() -> None:
+    from soul_runtime.batching import Crowd
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return items
+    crowd = Crowd()
+    b: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=5.0, crowd=crowd)
+
+    def member(i: int) -> list[int]:
+        with crowd.member():
+            time.sleep(0.02 * i)  # work before the call: not parked, so the leader waits for it
+            return b.submit([i])
+    out = _run_threads(4, member)
+    assert out == [[i] for i in range(4)]
+    assert calls == [[0, 1, 2, 3]]  # one call, though the last member came 60 ms after the first
+    # alone: the call goes at once although max_wait_s is 5 s
+    t0 = time.perf_counter()
+    with crowd.member():
+        assert b.submit([9]) == [9]
+    assert time.perf_counter() - t0 < 1.0
+    # without a crowd and no wait, the same staggered callers go one call each
+    calls.clear()
+    plain: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=0.0)
+    _run_threads(4, lambda i: (time.sleep(0.02 * i), plain.submit([i]))[1])
+    assert len(calls) == 4
+
+
+def test_a_crowd_leader_gives_up_after_max_wait() -> None:
+    from soul_runtime.batching import Crowd
+    crowd = Crowd()
+    b: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=0.05, crowd=crowd)
+    stuck = threading.Event()
+
+    def busy() -> None:
+        with crowd.member():
+            stuck.wait(5)  # a member that never reaches the batch
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        t0 = time.perf_counter()
+        with crowd.member():
+            assert b.submit([1]) == [1]
+        assert 0.04 <= time.perf_counter() - t0 < 2.0
+    finally:
+        stuck.set()
+        t.join()
+    assert crowd.members == 0 and crowd.parked == 0
+
+
+# ---- coroutines: what one loop round submits goes as one call ----------------------------------------------
+def test_async_batcher_sends_one_round_as_one_call_and_answers_each() -> None:
+    import asyncio
+
+    from soul_runtime.batching import AsyncBatcher
+    sent: list[list[int]] = []
+
+    async def send(items: list[int]) -> list[object]:
+        sent.append(list(items))
+        await asyncio.sleep(0.01)
+        return [ValueError(f"bad {x}") if x == 3 else x * 10 for x in items]
+    b: AsyncBatcher[int, int] = AsyncBatcher(send, max_batch=4, max_calls=2)
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(b.submit(i) for i in range(10)), return_exceptions=True)
+    out = asyncio.run(main())
+    assert [o for i, o in enumerate(out) if i != 3] == [i * 10 for i in range(10) if i != 3]
+    assert isinstance(out[3], ValueError) and str(out[3]) == "bad 3"  # its own caller only
+    # two calls out at most; the rest waited and went together when one answered
+    assert sent == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert (b.calls, b.items) == (3, 10)
+
+
+def test_async_batcher_holds_items_while_its_calls_are_out_and_fails_a_whole_batch_together() -> None:
+    import asyncio
+
+    from soul_runtime.batching import AsyncBatcher
+    sent: list[list[int]] = []
+
+    async def send(items: list[int]) -> list[int]:
+        sent.append(list(items))
+        await asyncio.sleep(0.02)
+        if 99 in items:
+            raise RuntimeError("host down")
+        return items
+
+    async def main() -> tuple[list[object], list[object]]:
+        b: AsyncBatcher[int, int] = AsyncBatcher(send, max_batch=32, max_calls=1)
+        first = asyncio.ensure_future(b.submit(0))
+        await asyncio.sleep(0)  # the first call is out
+        later = [asyncio.ensure_future(b.submit(i)) for i in (1, 2, 99)]
+        await asyncio.sleep(0.005)
+        more = [asyncio.ensure_future(b.submit(i)) for i in (4, 5)]
+        return [await first], await asyncio.gather(*later, *more, return_exceptions=True)
+    first, rest = asyncio.run(main())
+    assert first == [0]
+    assert sent == [[0], [1, 2, 99, 4, 5]]  # held while the one call allowed was out, then sent together
+    assert all(isinstance(r, RuntimeError) for r in rest)  # the call failed: every caller of it hears so

@@ -15,7 +15,7 @@ import pytest
 import ray.exceptions
 
 from actors import raycalls, routing, soul_host
-from actors.routing import AsyncSoulLocks, Moved, Routed, Router, SoulLocks, _Pause
+from actors.routing import AsyncSoulLocks, Moved, Routed, Router, SoulLocks, _Batchable, _Pause
 from actors.soul_host import SoulHost
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable, StaleOwner, TurnFailed
 from soul_runtime.models.offline import OfflineModel
@@ -74,38 +74,50 @@ def router(monkeypatch: pytest.MonkeyPatch) -> tuple[Router, list[tuple[str, str
     return Router(["soul-host-0", "soul-host-1"], "ns"), sent
 
 
+def _to(step: Any) -> str:
+    """The actor a step of the policy calls (a turn is a batchable call; others are sent at once)."""
+    return step.name if isinstance(step, _Batchable) else step[0]
+
+
 def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> None:
     r, sent = router
     home = r.owner("maya")
     gen = r.steps(Routed("maya", "run", ("turn", None, "rid-1", {})))
-    assert next(gen)[0] == home
+    first = next(gen)
+    assert isinstance(first, _Batchable) and _to(first) == home
+    assert first.item == ("maya", "turn", None, "rid-1", {})
     pause = gen.throw(ray.exceptions.RayActorError())  # the host died: wait a moment, same request again
     assert isinstance(pause, _Pause) and pause.seconds > 0
-    assert gen.send(None)[0] == home
+    retry = gen.send(None)
+    assert _to(retry) == home and retry.item == first.item  # the same request id: idempotent
     again = gen.throw(_task_error(Moved("maya", "soul-dedicated-maya")))  # moved: straight to the new owner
-    assert again[0] == "soul-dedicated-maya" and r.owner("maya") == "soul-dedicated-maya"
-    assert gen.throw(_task_error(StaleOwner("superseded")))[0] == "soul-dedicated-maya"  # reactivates there
+    assert _to(again) == "soul-dedicated-maya" and r.owner("maya") == "soul-dedicated-maya"
+    # a batch answers an item's own error as itself (not wrapped by Ray): handled the same way
+    assert _to(gen.throw(StaleOwner("superseded"))) == "soul-dedicated-maya"  # reactivates there
     with pytest.raises(StopIteration) as done:
         gen.send("the answer")
     assert done.value.value == "the answer"
-    assert [m for _, m in sent] == ["run"] * 4
+    assert sent == []  # turns are sent by the driver, alone or in a batch
     gen = r.steps(Routed("maya", "run", ()))
     next(gen)
-    assert gen.throw(_task_error(Moved("maya", home)))[0] == home  # moved back home: the hash again
+    assert _to(gen.throw(Moved("maya", home))) == home  # moved back home: the hash again
     assert "maya" not in r.dedicated
+    gen = r.steps(Routed("maya", "traces", (3,)))
+    assert next(gen)[0] == home and sent == [(home, "traces")]  # other calls go at once
 
 
 def test_the_callers_errors_are_not_retried(router: Any) -> None:
     r, sent = router
-    gen = r.steps(Routed("ana", "run", ()))
-    next(gen)
-    with pytest.raises(InvalidInput):
-        gen.throw(_task_error(InvalidInput("turn text is empty")))
-    gen = r.steps(Routed("ana", "run", ()))
+    for err in (_task_error(InvalidInput("turn text is empty")), InvalidInput("turn text is empty")):
+        gen = r.steps(Routed("ana", "run", ()))
+        next(gen)
+        with pytest.raises(InvalidInput):
+            gen.throw(err)
+    gen = r.steps(Routed("ana", "trace", ("ana/1",)))
     next(gen)
     with pytest.raises(TurnFailed):  # a failure that is not ours: reported once, not retried
         gen.throw(_task_error(ZeroDivisionError("boom")))
-    assert len(sent) == 2
+    assert len(sent) == 1
 
 
 def test_an_owner_that_stays_dead_is_reported(router: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,3 +172,39 @@ def test_the_async_driver_serves_any_event_loop(monkeypatch: pytest.MonkeyPatch)
         assert asyncio.run(r.run_async(Routed("maya", "traces", (5,)))) == ("soul-host-0", "maya", (5,))
     gc.collect()
     assert len(r._async_locks) == 0
+
+
+def test_the_async_driver_batches_turns_per_host_and_retries_each_after_a_dead_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turns submitted together go to their host as one ``run_batch``; a host that dies under a batch fails
+    the whole call and every turn of it is retried on its own (same request id); an item's own error reaches
+    its caller only."""
+    batches: list[list[tuple[Any, ...]]] = []
+    dead = {"soul-host-0": 1}  # the first call to this host dies
+
+    async def run_batch(name: str, items: list[tuple[Any, ...]]) -> list[Any]:
+        batches.append(items)
+        await asyncio.sleep(0.005)
+        if dead.get(name):
+            dead[name] -= 1
+            raise ray.exceptions.RayActorError()
+        return [InvalidInput("turn text is empty") if it[0] == "bad" else (name, it[0], it[3]) for it in items]
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, items: run_batch(h.name, items))
+    r = Router(["soul-host-0", "soul-host-1"], "ns")
+    souls = [f"s{i}" for i in range(12)] + ["bad"]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(r.run_async(Routed(s, "run", ("turn", None, f"rid-{s}", {})))
+                                      for s in souls), return_exceptions=True)
+    out = asyncio.run(main())
+    for s, o in zip(souls, out, strict=True):
+        if s == "bad":
+            assert isinstance(o, InvalidInput)
+        else:
+            assert o == (r.owner(s), s, f"rid-{s}")  # its own answer, from its own host
+    first_round = [b for b in batches[:2]]
+    assert sorted(it[0] for b in first_round for it in b) == sorted(souls)  # all went in the first two calls
+    assert {len({r.owner(it[0]) for it in b}) for b in batches} == {1}  # a batch goes to one host
+    retried = [it for b in batches[2:] for it in b]
+    assert sorted(it[0] for it in retried) == sorted(s for s in souls if r.owner(s) == "soul-host-0")

@@ -186,6 +186,38 @@ def test_async_handle_has_the_same_api(runtime, soul_id) -> None:
     assert r.seq == 1 and facts and items
 
 
+def test_async_turns_of_many_souls_go_in_batches_and_each_gets_its_own_answer(runtime, soul_id) -> None:
+    """Turns submitted together from one event loop reach their hosts as ``run_batch`` calls; each soul
+    gets its own reply and numbering, and a bad turn fails alone."""
+    from actors import raycalls
+    from actors.runtime import host_name
+    hosts = [raycalls.get_actor(host_name(i), runtime.cfg.namespace) for i in range(runtime.cfg.hosts)]
+
+    def counted() -> tuple[int, int]:
+        snaps = raycalls.get([raycalls.call(h, "metrics_snapshot") for h in hosts])
+        return sum(m.get("turn_calls", 0) for m in snaps), sum(m.get("turn_items", 0) for m in snaps)
+    souls = [f"{soul_id}-b{i}" for i in range(12)]
+    calls0, items0 = counted()
+
+    async def go() -> list:
+        handles = [runtime.async_soul(s) for s in souls]
+        first = await asyncio.gather(*(h.turn(f"My locker number is {100 + i}.", user="maya")
+                                       for i, h in enumerate(handles)), return_exceptions=True)
+        second = await asyncio.gather(*(h.turn("What is my locker number?", user="maya" if i != 5 else "not ok")
+                                        for i, h in enumerate(handles)), return_exceptions=True)
+        return [first, second]
+    first, second = asyncio.run(go())
+    calls, items = counted()
+    assert items - items0 == 24 and calls - calls0 < 24  # shared calls
+    for i, (r1, r2) in enumerate(zip(first, second, strict=True)):
+        assert r1.turn_id == f"{souls[i]}/1" and str(100 + i) in r1.reply
+        if i == 5:
+            assert isinstance(r2, InvalidInput)  # its own error; nothing of it was applied
+        else:
+            assert r2.turn_id == f"{souls[i]}/2" and str(100 + i) in r2.reply
+    assert runtime.soul(souls[5]).turn("And again?", user="maya").seq == 2
+
+
 def test_export_import_round_trip_through_the_runtime(runtime, soul_id) -> None:
     s = runtime.soul(soul_id)
     play_day(s, SCENARIO[0])
