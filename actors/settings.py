@@ -41,7 +41,7 @@ class RuntimeConfig:
     as many as the shard process's open-file limit allows (:func:`fd_capacity`)."""
     store_capacity_mb: int = 1024
     """And the memory the open stores of a shard may hold (vector indices, SQLite caches), in MiB; 0: no limit."""
-    host_threads: int = 16
+    host_threads: int = 32
     max_dedicated: int = 16
     """Dedicated actors for hot souls (custom resource ``soul_slot``)."""
     shard_threads: int = 8

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.batching import Crowd
+from soul_runtime.batching import Crowd, parked
 from soul_runtime.errors import InvalidInput, SoulError, StaleOwner, TurnFailed
 from soul_runtime.loop.erase import forget_soul, forget_where
 from soul_runtime.loop.soul import Soul, TurnResult
@@ -100,8 +100,13 @@ class RemoteMemory:
         return {layer: int(n) for layer, n in zip(layers, raycalls.get(refs), strict=True)}
 
     def fence(self, epoch: int) -> None:
-        raycalls.get([raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
-                      for s in LAYERS])
+        """Fence the soul's layers for a new activation; a layer with no file has nothing to fence (its shard
+        would say so too; its first write carries the epoch), so a new soul costs no call here."""
+        refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
+                for s in LAYERS if self._stored(s)]
+        if refs:
+            with parked(self.calls.crowd):
+                raycalls.get(refs)
 
     def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
         refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "forget_where", self.soul_id, query)

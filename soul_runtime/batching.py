@@ -90,7 +90,8 @@ class Crowd:
 
 
 @contextmanager
-def _parked(crowd: Crowd | None) -> Iterator[None]:
+def parked(crowd: Crowd | None) -> Iterator[None]:
+    """Count this thread as parked in ``crowd`` (if any) while it waits for something outside any batch."""
     if crowd is None:
         yield
     else:
@@ -129,7 +130,7 @@ class Ticket(Generic[In, Out]):
     def _result(self) -> list[Out]:
         batch = self._batch
         if not batch.done.is_set():
-            with _parked(self._batcher.crowd):
+            with parked(self._batcher.crowd):
                 batch.done.wait()
         if batch.error is None and batch.resolved is None:
             with batch.lock:  # the first caller resolves the batch's value for everyone
@@ -209,7 +210,7 @@ class MicroBatcher(Generic[In, Out]):
                 if not alone:  # others are busy and may join within a moment; alone, nobody would
                     batch.full.wait(self.max_wait_s)
             if self._running is not None:  # serial: the batch stays open while the previous one runs
-                with _parked(self.crowd):
+                with parked(self.crowd):
                     self._running.acquire()
             try:
                 with self._lock:
@@ -226,7 +227,7 @@ class MicroBatcher(Generic[In, Out]):
                     self._running.release()
                 batch.done.set()
         else:
-            with _parked(self.crowd):
+            with parked(self.crowd):
                 batch.done.wait()
         return Ticket(self, batch, start, len(items))
 

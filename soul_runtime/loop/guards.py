@@ -17,6 +17,7 @@ Whatever the model says, these never become memories:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 
@@ -94,6 +95,7 @@ def is_forged(text: str) -> bool:
     return bool(_FORGED.search(text))
 
 
+@functools.lru_cache(maxsize=8192)  # pure; a soul's recent history is checked again each turn
 def is_injection(text: str) -> bool:
     """An instruction, forged markup, or a list of steps that switches off safety controls / destroys records."""
     return is_instruction(text) or is_forged(text) or bool(_STEP_LIST.search(text) and is_dangerous_step(text))
