@@ -54,14 +54,14 @@ class Crowd:
         finally:
             with self._cond:
                 self.members -= 1
-                if self._leaders:
+                if self._leaders and self.parked >= self.members:
                     self._cond.notify_all()
 
     @contextmanager
     def park(self) -> Iterator[None]:
         with self._cond:
             self.parked += 1
-            if self._leaders:
+            if self._leaders and self.parked >= self.members:  # a leader waits for just this
                 self._cond.notify_all()
         try:
             yield
@@ -70,6 +70,7 @@ class Crowd:
                 self.parked -= 1
 
     def wake(self) -> None:
+        """A leader's own condition may hold now (its batch is full)."""
         with self._cond:
             if self._leaders:
                 self._cond.notify_all()
@@ -199,8 +200,8 @@ class MicroBatcher(Generic[In, Out]):
             batch.items.extend(items)
             if len(batch.items) >= self.max_batch:
                 batch.full.set()
-        if not leader and self.crowd is not None:
-            self.crowd.wake()  # the leader counts who is still to come
+        if not leader and self.crowd is not None and batch.full.is_set():
+            self.crowd.wake()  # the leader waits no longer
         if leader:
             if self.crowd is not None:  # wait for the members still working, not for a fixed moment
                 self.crowd.settle(batch.full.is_set, self.max_wait_s)
