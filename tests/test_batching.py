@@ -146,6 +146,10 @@ def test_batching_embedder_gives_the_inner_vectors_and_batches() -> None:
     before = emb.model_calls
     again = emb.embed(texts[:3])  # cached: no model call
     assert np.allclose(again, want[:3]) and emb.model_calls == before and emb.cache_hits >= 3
+    mixed = [texts[0], "a text nobody asked for yet", "", texts[0]]  # hits, a miss, an empty text, a repeat
+    assert np.array_equal(emb.embed(mixed), inner.embed(mixed))  # the very same vectors (unit rows, zero stays)
+    with pytest.raises(InvalidInput):
+        emb.embed("one string")  # type: ignore[arg-type]
 
 
 def test_batching_embedder_keeps_the_error_tree() -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from soul_runtime.errors import EmbedderError, InvalidInput
 
-__all__ = ["Embedder", "check_vectors", "default_embedder", "normalize_rows"]
+__all__ = ["Embedder", "check_texts", "check_vectors", "default_embedder", "normalize_rows"]
 
 
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
@@ -44,6 +44,18 @@ def _check_text(text: object, index: int) -> str:
             f"text #{index} is not valid Unicode (lone surrogate {text[e.start]!r} at position {e.start})"
         ) from None
     return text
+
+
+def check_texts(texts: Sequence[str], batch_size: int) -> list[str]:
+    """The arguments of :meth:`Embedder.embed`, checked: the texts as a list, or :class:`InvalidInput`."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidInput("embed() takes a sequence of texts, not a single string: use embed_one()")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInput(f"batch_size must be a positive int, got {batch_size!r}")
+    try:
+        return [_check_text(t, i) for i, t in enumerate(texts)]
+    except TypeError:
+        raise InvalidInput(f"embed() takes a sequence of texts, got {type(texts).__name__}") from None
 
 
 class Embedder(abc.ABC):
@@ -72,14 +84,7 @@ class Embedder(abc.ABC):
         valid Unicode, and :class:`EmbedderError` if the model returns vectors
         of the wrong shape or with NaN/inf.
         """
-        if isinstance(texts, (str, bytes)):
-            raise InvalidInput("embed() takes a sequence of texts, not a single string: use embed_one()")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInput(f"batch_size must be a positive int, got {batch_size!r}")
-        try:
-            items = [_check_text(t, i) for i, t in enumerate(texts)]
-        except TypeError:
-            raise InvalidInput(f"embed() takes a sequence of texts, got {type(texts).__name__}") from None
+        items = check_texts(texts, batch_size)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         if not items:
             return out

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from soul_runtime.batching import MicroBatcher
-from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.base import Embedder, check_texts, normalize_rows
 
 
 class BatchingEmbedder(Embedder):
@@ -47,14 +47,13 @@ class BatchingEmbedder(Embedder):
         return list(self.inner._checked_batch(texts))
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        # validation and normalisation stay in the base class; _embed_batch below does the sharing
-        return super().embed(texts, batch_size=max(batch_size, len(texts) or 1))
-
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        """As :meth:`Embedder.embed` (same checks, same vectors); texts in the cache cost a lookup, the others
+        go to the model together with what concurrent callers ask for."""
+        items = check_texts(texts, batch_size)
+        out = np.empty((len(items), self.dim), dtype=np.float32)
         missing: list[int] = []
         with self._lock:
-            for i, t in enumerate(texts):
+            for i, t in enumerate(items):
                 hit = self._cache.get(t)
                 if hit is None:
                     missing.append(i)
@@ -63,12 +62,16 @@ class BatchingEmbedder(Embedder):
                     out[i] = hit
                     self.cache_hits += 1
         if missing:
-            want = list(dict.fromkeys(texts[i] for i in missing))
-            rows = dict(zip(want, self._batcher.submit(want), strict=True))
+            want = list(dict.fromkeys(items[i] for i in missing))
+            vecs = normalize_rows(np.stack(self._batcher.submit(want)))  # unit rows, as the base class makes them
+            rows = dict(zip(want, vecs, strict=True))
             for i in missing:
-                out[i] = rows[texts[i]]
+                out[i] = rows[items[i]]
             with self._lock:
                 self._cache.update(rows)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
         return out
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
