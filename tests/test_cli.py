@@ -152,6 +152,27 @@ def test_demo_embedded() -> None:
     assert took < 90, f"demo took {took:.0f} s"
 
 
+def test_bench_scale_small_run(tmp_path: Path) -> None:
+    """``soul bench scale`` end to end on its own embedded Ray: what it reports adds up."""
+    out, ray_tmp = tmp_path / "scale.json", tempfile.mkdtemp(prefix="sb", dir="/tmp")  # short: Ray's sockets
+    try:
+        soul("bench", "scale", "--souls", "24", "--active", "1,8", "--turns", "1", "--embedder", "fast",
+             "--json", str(out), env=_env(RAY_TMPDIR=ray_tmp), timeout=240, label="bench scale")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    res = json.loads(out.read_text())
+    assert res["souls"] == 24 and res["activations"] >= 24 and res["first_turns_per_s"] > 0
+    turns = [ph for ph in res["phases"] if ph["phase"] == "turns"]
+    assert [ph["active"] for ph in turns] == [1, 8] and all(ph["turns"] == 24 for ph in turns)
+    for ph in turns:  # every turn reached a host in some call, and a turn is at least one recall or write
+        cpu, calls = ph["cpu_ms_per_turn"], ph["calls_per_turn"]
+        assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=0.05)
+        assert cpu["SoulHost"] > 0 and cpu["LayerShard"] > 0
+        assert 0 < calls["run_batch"] <= 1
+    assert turns[0]["calls_per_turn"]["run_batch"] == 1  # one in flight: a call per turn
+    assert res["turns_per_host_call"] >= 1 and res["max_open_fds"] > 0 and res["cluster_rss_bytes"] > 0
+
+
 # ---- against one Ray head --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -208,3 +208,52 @@ def test_the_async_driver_batches_turns_per_host_and_retries_each_after_a_dead_h
     assert {len({r.owner(it[0]) for it in b}) for b in batches} == {1}  # a batch goes to one host
     retried = [it for b in batches[2:] for it in b]
     assert sorted(it[0] for it in retried) == sorted(s for s in souls if r.owner(s) == "soul-host-0")
+
+
+def test_the_blocking_driver_batches_turns_of_threads_and_retries_each_after_a_dead_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[list[tuple[Any, ...]]] = []
+    dead = {"soul-host-0": 1}
+    guard = threading.Lock()
+
+    def run_batch(h: Handle, method: str, items: list[tuple[Any, ...]]) -> tuple[str, list[tuple[Any, ...]]]:
+        assert method == "run_batch"
+        with guard:
+            batches.append(items)
+        return h.name, items
+
+    def answer(ref: tuple[str, list[tuple[Any, ...]]], timeout: float | None = None) -> list[Any]:
+        name, items = ref
+        time.sleep(0.01)
+        with guard:
+            if dead.get(name):
+                dead[name] -= 1
+                raise ray.exceptions.RayActorError()
+        return [InvalidInput("turn text is empty") if it[0] == "bad" else (name, it[0], it[3]) for it in items]
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", run_batch)
+    monkeypatch.setattr(raycalls, "get_raw", answer)
+    r = Router(["soul-host-0", "soul-host-1"], "ns")
+    souls = [f"s{i}" for i in range(12)] + ["bad"]
+    out: dict[str, Any] = {}
+    barrier = threading.Barrier(len(souls))
+
+    def submit(s: str) -> None:
+        barrier.wait()
+        try:
+            out[s] = r.run(Routed(s, "run", ("turn", None, f"rid-{s}", {})), timeout=5)
+        except Exception as e:  # collected for the assertions
+            out[s] = e
+    threads = [threading.Thread(target=submit, args=(s,)) for s in souls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for s in souls:
+        if s == "bad":
+            assert isinstance(out[s], InvalidInput)
+        else:
+            assert out[s] == (r.owner(s), s, f"rid-{s}")
+    assert len(batches) <= 6, [len(b) for b in batches]  # shared calls (13 turns, the dead host's sent twice)
+    assert {len({r.owner(it[0]) for it in b}) for b in batches} == {1}
+    assert r.crowd.members == 0 and r.crowd.parked == 0

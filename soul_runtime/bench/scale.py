@@ -78,7 +78,8 @@ def _children() -> dict[int, list[int]]:
 
 
 def process_table(root: int | None = None) -> list[dict[str, Any]]:
-    """Every process below ``root`` (this process: the local Ray it started): pid, name, RSS, open fds."""
+    """Every process below ``root`` (this process: the local Ray it started): pid, name, RSS, open fds, CPU
+    seconds so far (user + system)."""
     root = root or os.getpid()
     kids, out, todo = _children(), [], [root]
     while todo:
@@ -90,10 +91,30 @@ def process_table(root: int | None = None) -> list[dict[str, Any]]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
             fds = len(os.listdir(f"/proc/{pid}/fd"))
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out.append({"pid": pid, "name": cmd.split(" ")[0][:60], "rss_bytes": rss, "open_fds": fds})
+        cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        out.append({"pid": pid, "name": cmd.split(" ")[0][:60], "rss_bytes": rss, "open_fds": fds, "cpu_s": cpu})
     return out
+
+
+def _kind(name: str) -> str:
+    return name.removeprefix("ray::") if name.startswith("ray::") else "Ray's own processes"
+
+
+def cpu_per_turn(before: list[dict[str, Any]], after: list[dict[str, Any]], turns: int, client_s: float
+                 ) -> dict[str, float]:
+    """Milliseconds of CPU per turn between two :func:`process_table` snapshots, per kind of process (soul hosts,
+    store shards, ...), with ``client_s`` CPU seconds of this process, and their total."""
+    was = {p["pid"]: p["cpu_s"] for p in before}
+    out: dict[str, float] = {"client": client_s}
+    for p in after:
+        if p["pid"] in was:
+            k = _kind(p["name"])
+            out[k] = out.get(k, 0.0) + p["cpu_s"] - was[p["pid"]]
+    out["total"] = sum(out.values())
+    return {k: round(v * 1000 / max(1, turns), 2) for k, v in out.items()}
 
 
 def closed_soul_bytes(path: Path) -> list[int]:
@@ -244,9 +265,17 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         for level in sorted(set(active)) if turns else ():
             jobs = [(ids[(k * 7919) % souls], utterance(rng)) for k in range(souls * turns)]
             lat, res = [], []
+            procs0, host0, cpu0 = process_table(), _host_counters(rt), time.process_time()
             wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, f"{level} in flight", at0 + 1e5 * level))
+            cpu = cpu_per_turn(procs0, process_table(), len(jobs), time.process_time() - cpu0)
+            host1 = _host_counters(rt)
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
-            phases.append(_phase("turns", level, wall, lat, over))
+            phase = _phase("turns", level, wall, lat, over)
+            phase["cpu_ms_per_turn"] = cpu
+            phase["calls_per_turn"] = {m: round((host1.get(c, 0) - host0.get(c, 0)) / max(1, len(jobs)), 3)
+                                       for m, c in (("run_batch", "turn_calls"), ("recall_batch", "shard_calls:recall_batch"),
+                                                    ("apply_batch", "shard_calls:apply_batch"))}
+            phases.append(phase)
         if reactivate:  # phase 3: the next turn of souls picked at random, one at a time (most are passivated)
             before = _host_counters(rt)
             picked = rng.sample(ids, min(reactivate, souls))
@@ -281,6 +310,9 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "shard_calls": {m: counters.get(f"shard_calls:{m}", 0) for m in ("recall_batch", "apply_batch")},
         "shard_items_per_call": {m: round(counters.get(f"shard_items:{m}", 0) / counters[f"shard_calls:{m}"], 2)
                                  for m in ("recall_batch", "apply_batch") if counters.get(f"shard_calls:{m}")},
+        "turns_per_host_call": round(counters.get("turn_items", 0) / counters["turn_calls"], 2)
+        if counters.get("turn_calls") else None,
+        "cpu_ms_per_turn": best.get("cpu_ms_per_turn"),
         "active_at_end": stats.get("active"),
         "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),
                                                                                     default=0),

@@ -170,6 +170,12 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
                   f"{(res['disk_bytes_per_closed_soul_p50'] or 0) / 1024:.1f} KiB), Ray RSS "
                   f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
                   f"max open fds {res['max_open_fds']}")
+        cpu = res.get("cpu_ms_per_turn")
+        if cpu:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if k != "total")
+            out.print(f"CPU per turn at {max(res['active'])} in flight: {cpu['total']:.2f} ms ({parts}); "
+                      f"{res.get('turns_per_host_call')} turns per host call, store items per call "
+                      f"{res.get('shard_items_per_call')}")
         if res.get("reactivation_p50_ms") is not None:
             out.print(f"next turn of a random soul (1 in flight, {res['reactivated']} reactivated of "
                       f"{args.reactivate}): p50 {res['reactivation_p50_ms']:.0f} ms, "
