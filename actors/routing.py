@@ -15,16 +15,15 @@ The retry policy is written once (:meth:`Router.steps`, a generator of calls and
 blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`).
 
 Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
-as one ``run_batch`` call (:class:`AsyncBatcher`); the blocking driver sends the turns its threads submit
-together (a :class:`MicroBatcher` over the process's :class:`Crowd` of calling threads: a turn waits only while
-another calling thread is about to send one). The host runs them side by side and answers each (its result or
-its own error). A dead host fails the whole call and each turn is retried on its own, as before.
+as one ``run_batch`` call (:class:`AsyncBatcher`); the host runs them side by side and answers each (its result,
+its own error, or :class:`Later` for a straggler, which is then asked for alone). A dead host fails the whole
+call and each turn is retried on its own, as before. The blocking driver sends one turn per call: its threads
+arrive one by one, and batching them cost a wait without filling batches.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import threading
 import time
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.batching import AsyncBatcher, Crowd, MicroBatcher, parked
+from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import OutOfOrder, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
 
 from . import raycalls
@@ -78,13 +77,21 @@ class Routed:
 
 
 @dataclass(frozen=True)
+class Later:
+    """A host's answer for a turn of a batch that was still running when the others were done: the client asks
+    for it alone, with the same request id (the host returns the turn's result once it has run, never runs it
+    twice)."""
+
+
+@dataclass(frozen=True)
 class _Pause:
     seconds: float
 
 
 @dataclass(frozen=True)
 class _Batchable:
-    """A call the driver sends in a batch with others to the same actor (``run_batch``)."""
+    """A turn the coroutine driver sends in a batch with others to the same actor (``run_batch``); the blocking
+    driver sends it alone (``run``)."""
 
     name: str
     handle: Any
@@ -155,9 +162,6 @@ class Router:
         self.dedicated: dict[str, str] = dict(dedicated or {})
         self._handles: dict[str, Any] = {}
         self.locks = SoulLocks()
-        self.crowd = Crowd()  # the threads in run(): a batch of turns waits only for those about to send one
-        self._batchers: dict[tuple[str, float | None], MicroBatcher[tuple[Any, Any], Any]] = {}
-        self._guard = threading.Lock()
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSoulLocks] = \
             weakref.WeakKeyDictionary()  # per event loop, gone with it
 
@@ -197,7 +201,10 @@ class Router:
                         raise
                     yield _Pause(min(2.0, 0.1 * (attempt + 1)))
                     continue
-                return (yield ref)
+                answer = yield ref
+                if isinstance(answer, Later):  # a straggler of its batch: ask for it alone (same request id)
+                    answer = yield raycalls.call(handle, call.method, call.soul_id, *call.args)
+                return answer
             except raycalls.ACTOR_DIED:  # dead or restarting: the same request again (idempotent)
                 self._handles.pop(name, None)
                 self.dedicated.pop(call.soul_id, None)  # a dedicated actor that died may be gone for good
@@ -218,37 +225,20 @@ class Router:
                     raise TurnFailed(f"{call.method} of {call.soul_id} failed: {err}") from None
         raise TurnFailed(f"{call.method} of {call.soul_id} could not be served after {RETRIES} attempts")
 
-    def _batcher(self, name: str, timeout: float | None) -> MicroBatcher[tuple[Any, Any], Any]:
-        """The blocking driver's batcher of turns for one actor (and one answer time-out)."""
-        key = (name, timeout)
-        with self._guard:
-            b = self._batchers.get(key)
-            if b is None:
-                def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
-                    return raycalls.call(items[0][0], "run_batch", [item for _, item in items])
-                b = self._batchers[key] = MicroBatcher(send, resolve=functools.partial(raycalls.get_raw, timeout=timeout),
-                                                       max_batch=MAX_BATCH, max_wait_s=0.002, crowd=self.crowd)
-            return b
-
     def run(self, call: Routed, timeout: float | None = None) -> Any:
         """Drive :meth:`steps` blocking (the soul's calls from this process one at a time)."""
-        with self.locks.held(call.soul_id), self.crowd.member():
+        with self.locks.held(call.soul_id):
             gen = self.steps(call)
             try:
                 step = next(gen)
                 while True:
                     if isinstance(step, _Pause):
-                        with parked(self.crowd):
-                            time.sleep(step.seconds)
+                        time.sleep(step.seconds)
                         step = _resume(gen, None, None)
                         continue
                     try:
-                        if isinstance(step, _Batchable):
-                            value = self._batcher(step.name, timeout).submit([(step.handle, step.item)])[0]
-                        else:
-                            with parked(self.crowd):
-                                value = raycalls.get_raw(step, timeout)
-                        error = None
+                        ref = raycalls.call(step.handle, "run", *step.item) if isinstance(step, _Batchable) else step
+                        value, error = raycalls.get_raw(ref, timeout), None
                     except Exception as e:  # the call's own error goes into the policy
                         value, error = None, e
                     step = _resume(gen, value, error)

@@ -69,6 +69,13 @@ def to_passivate(last_used: Mapping[str, float], now: float, idle_s: float, capa
     return idle + beyond_capacity(stay, sizes or {}, capacity, max_bytes)
 
 
+def batch_answer_at(half_done_s: float, *, slack_s: float = 0.05) -> float:
+    """When a host answers a batch of turns, in seconds after it started: half its turns took ``half_done_s``;
+    a turn still running at twice that (plus ``slack_s``) is a straggler — a cold soul, a slow model call — and
+    is answered on its own later instead of holding up the others."""
+    return 2 * max(0.0, half_done_s) + slack_s
+
+
 def sweep_due(last_swept: float | None, now: float, every_s: float) -> bool:
     """Is a soul's retention sweep due (never swept, or ``every_s`` seconds since the last one)?"""
     return every_s > 0 and (last_swept is None or now - last_swept >= every_s)

@@ -12,12 +12,13 @@ their recalls and writes reach each store shard together and go as one call.
 
 from __future__ import annotations
 
+import pickle
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +46,45 @@ from . import raycalls
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
-from .routing import Moved, read_registry
-from .schedule import SizeTable, Ticker, over_capacity, to_passivate
+from .routing import Later, Moved, read_registry
+from .schedule import SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate
 from .settings import RuntimeConfig, process_capacity
+
+
+class ParkedModel(LanguageModel):
+    """A remote model as the host's turns use it: a turn waiting for the model's answer counts as parked in the
+    host's crowd, so the other turns' store calls do not wait for it. Otherwise the very same model."""
+
+    def __init__(self, inner: LanguageModel, crowd: Crowd) -> None:
+        self.inner, self.crowd = inner, crowd
+        self.model_id, self.offline = inner.model_id, inner.offline
+
+    def reply(self, request: Any) -> Any:
+        with parked(self.crowd):
+            return self.inner.reply(request)
+
+    def decide(self, exchange: Any) -> Any:
+        with parked(self.crowd):
+            return self.inner.decide(exchange)
+
+    def decide_window(self, window: Any) -> Any:
+        with parked(self.crowd):
+            return self.inner.decide_window(window)
+
+    def classify_task(self, text: str, known: tuple[str, ...]) -> Any:
+        with parked(self.crowd):
+            return self.inner.classify_task(text, known)
+
+    @property
+    def memory_model_id(self) -> str:
+        return self.inner.memory_model_id
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def __getattr__(self, name: str) -> Any:  # anything else a model offers, as it is
+        return getattr(self.inner, name)
 
 
 class RemoteMemory:
@@ -135,9 +172,10 @@ class SoulHost(ActorInfo):
         self.cfg = RuntimeConfig.from_dict(config)
         self.capacity = process_capacity(self.cfg.host_capacity)  # active souls (0 in the config: automatic)
         use_storage(self.cfg.storage)
-        self.model = model or make_model(self.cfg.model)
-        self.stores = StoreLocator(self.cfg)
         self.crowd = Crowd()  # the threads running turns: a store call waits for the others to reach it
+        model = model or make_model(self.cfg.model)
+        self.model = model if model.offline else ParkedModel(model, self.crowd)  # a remote model is a wait
+        self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores, crowd=self.crowd)
         self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-turn")
         self.active: OrderedDict[str, _Activation] = OrderedDict()
@@ -166,7 +204,8 @@ class SoulHost(ActorInfo):
                 self.active.move_to_end(soul_id)
                 act.last_used = self.clock()
         if not opener:
-            act.ready.wait()
+            with parked(self.crowd):
+                act.ready.wait()
             if act.soul is None:  # the opener failed: try again from scratch
                 return self._activate(soul_id)
             return act
@@ -193,7 +232,8 @@ class SoulHost(ActorInfo):
         activation and lock, it is activated again."""
         while True:
             act = self._activate(soul_id)
-            act.lock.acquire()
+            with parked(self.crowd):  # another call of the soul runs: this one cannot join a batch meanwhile
+                act.lock.acquire()
             with self.guard:
                 current = self.active.get(soul_id) is act
             if not current:
@@ -314,7 +354,17 @@ class SoulHost(ActorInfo):
         self.metrics.local["turn_items"] += len(items)
         if len(items) == 1:
             return [self._run_one(items[0])]
-        return [f.result() for f in [self.pool.submit(self._run_one, it) for it in items]]
+        futures = [self.pool.submit(self._run_one, it) for it in items]
+        start, pending, half_s = time.monotonic(), set(futures), None
+        while pending:  # all done, or the stragglers left behind (batch_answer_at)
+            left = None if half_s is None else start + batch_answer_at(half_s) - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            _, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            if half_s is None and 2 * (len(futures) - len(pending)) >= len(futures):
+                half_s = time.monotonic() - start
+        self.metrics.local["turn_stragglers"] += len(pending)
+        return [Later() if f in pending else f.result() for f in futures]
 
     def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
         soul_id, op = item[0], item[1]
@@ -322,6 +372,10 @@ class SoulHost(ActorInfo):
             try:
                 return self.run(*item)
             except SoulError as e:
+                try:
+                    pickle.dumps(e)
+                except Exception:  # noqa: BLE001 — it must reach its caller, not fail the batch's answer
+                    return TurnFailed(f"{op} of {soul_id} failed: {e}")
                 return e
             except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
                 return TurnFailed(f"{op} of {soul_id} failed: {e!r}")

@@ -134,7 +134,7 @@ class Ticket(Generic[In, Out]):
             with parked(self._batcher.crowd):
                 batch.done.wait()
         if batch.error is None and batch.resolved is None:
-            with batch.lock:  # the first caller resolves the batch's value for everyone
+            with parked(self._batcher.crowd), batch.lock:  # the first caller resolves (waits for the answer)
                 if batch.resolved is None and batch.error is None:
                     try:
                         resolved = self._batcher._resolve(batch.value)
@@ -187,6 +187,7 @@ class MicroBatcher(Generic[In, Out]):
     def start(self, items: Sequence[In]) -> Ticket[In, Out]:
         """Join the gathering batch; returns once the batch has been sent (not answered)."""
         items = list(items)
+        overflowed = False
         with self._lock:
             self._active += 1
             batch = self._open
@@ -194,14 +195,15 @@ class MicroBatcher(Generic[In, Out]):
             if leader:
                 if batch is not None:
                     batch.full.set()  # the gathering batch leaves now; this caller starts the next one
+                    overflowed = True
                 batch = self._open = _Batch()
             assert batch is not None
             start = len(batch.items)
             batch.items.extend(items)
             if len(batch.items) >= self.max_batch:
                 batch.full.set()
-        if not leader and self.crowd is not None and batch.full.is_set():
-            self.crowd.wake()  # the leader waits no longer
+        if self.crowd is not None and (overflowed or (not leader and batch.full.is_set())):
+            self.crowd.wake()  # a batch is full: its leader waits no longer
         if leader:
             if self.crowd is not None:  # wait for the members still working, not for a fixed moment
                 self.crowd.settle(batch.full.is_set, self.max_wait_s)

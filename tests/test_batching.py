@@ -264,3 +264,65 @@ def test_async_batcher_holds_items_while_its_calls_are_out_and_fails_a_whole_bat
     assert first == [0]
     assert sent == [[0], [1, 2, 99, 4, 5]]  # held while the one call allowed was out, then sent together
     assert all(isinstance(r, RuntimeError) for r in rest)  # the call failed: every caller of it hears so
+
+
+def test_a_member_waiting_for_an_answer_is_parked() -> None:
+    """A member whose batch was sent and who waits for its answer cannot join another batch: a leader elsewhere
+    does not wait for it."""
+    from soul_runtime.batching import Crowd
+    crowd = Crowd()
+    slow: MicroBatcher[int, int] = MicroBatcher(lambda items: items, resolve=lambda v: (time.sleep(0.5), v)[1],
+                                                max_wait_s=0.0, crowd=crowd)
+    quick: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=2.0, crowd=crowd)
+    took: dict[str, float] = {}
+    started = threading.Event()
+
+    def a() -> None:
+        with crowd.member():
+            started.set()
+            slow.submit([1])
+
+    def b() -> None:
+        started.wait()
+        time.sleep(0.05)  # a is waiting for its answer by now
+        with crowd.member():
+            t0 = time.perf_counter()
+            quick.submit([2])
+            took["b"] = time.perf_counter() - t0
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert took["b"] < 0.3  # not the 2 s a leader waits at most
+
+
+def test_a_leader_whose_batch_another_caller_filled_sends_at_once() -> None:
+    from soul_runtime.batching import Crowd
+    crowd = Crowd()
+    calls: list[list[int]] = []
+    b: MicroBatcher[int, int] = MicroBatcher(lambda items: calls.append(list(items)) or items, max_batch=4,
+                                             max_wait_s=2.0, crowd=crowd)
+    took: dict[str, float] = {}
+    led = threading.Event()
+
+    def first() -> None:
+        with crowd.member():
+            t0 = time.perf_counter()
+            led.set()
+            b.submit([1])  # leads, and waits for the other member
+            took["first"] = time.perf_counter() - t0
+
+    def second() -> None:
+        with crowd.member():
+            led.wait()
+            time.sleep(0.05)
+            b.submit([2, 3, 4, 5])  # does not fit: the first batch leaves now, this one is full by itself
+    with crowd.member():  # a third member, busy elsewhere all along: nobody may wait for it
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(5)
+    assert sorted(calls) == [[1], [2, 3, 4, 5]]
+    assert took["first"] < 1.0
