@@ -352,6 +352,7 @@ class SoulHost(ActorInfo):
             raise InvalidInput("run_batch takes a list of (soul_id, op, seq, request_id, payload) tuples")
         self.metrics.local["turn_calls"] += 1
         self.metrics.local["turn_items"] += len(items)
+        self.crowd.join(len(items))  # members from now, not from when a thread picks the turn up
         if len(items) == 1:
             return [self._run_one(items[0])]
         futures = [self.pool.submit(self._run_one, it) for it in items]
@@ -367,8 +368,9 @@ class SoulHost(ActorInfo):
         return [Later() if f in pending else f.result() for f in futures]
 
     def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
+        """One item of a batch (its caller joined the crowd for it; it leaves when done)."""
         soul_id, op = item[0], item[1]
-        with self.crowd.member():
+        try:
             try:
                 return self.run(*item)
             except SoulError as e:
@@ -379,6 +381,8 @@ class SoulHost(ActorInfo):
                 return e
             except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
                 return TurnFailed(f"{op} of {soul_id} failed: {e!r}")
+        finally:
+            self.crowd.leave()
 
     @contextmanager
     def _superseded(self, soul_id: str, act: _Activation) -> Iterator[None]:

@@ -47,15 +47,23 @@ class Crowd:
 
     @contextmanager
     def member(self) -> Iterator[None]:
-        with self._cond:
-            self.members += 1
+        self.join(1)
         try:
             yield
         finally:
-            with self._cond:
-                self.members -= 1
-                if self._leaders and self.parked >= self.members:
-                    self._cond.notify_all()
+            self.leave()
+
+    def join(self, n: int) -> None:
+        """``n`` members from now on: work handed to threads that have not started yet counts already, so a
+        leader waits for it."""
+        with self._cond:
+            self.members += n
+
+    def leave(self) -> None:
+        with self._cond:
+            self.members -= 1
+            if self._leaders and self.parked >= self.members:
+                self._cond.notify_all()
 
     @contextmanager
     def park(self) -> Iterator[None]:
