@@ -7,10 +7,12 @@ message was said, how long ago something was, and the time span a question asks 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
 
 from soul_runtime.clock import DAY
 
@@ -21,13 +23,25 @@ _NUM = r"(?P<n>\d{1,2}|a couple(?: of)?|a few|few|several|an?|one|two|three|four
 _PREP = r"(?P<prep>\b(?:since|until|till|from|by|before|after|of|on)\s+)?"
 
 
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
 def _day(ts: float) -> date:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).date()
+    """The UTC calendar day of a timestamp (the day of ``datetime.fromtimestamp(ts, timezone.utc)``, by
+    integer arithmetic: a turn dates each of its ~64 recalled memories, several times)."""
+    frac, whole = math.modf(ts)
+    us = round(frac * 1e6)  # fromtimestamp rounds to the microsecond first (half to even)
+    secs = int(whole) + (1 if us >= 1_000_000 else -1 if us < 0 else 0)
+    return date.fromordinal(_EPOCH_DAY + secs // 86_400)
 
 
 def day_text(ts: float | date) -> str:
     """``3 March 2024``."""
-    d = ts if isinstance(ts, date) else _day(ts)
+    return _day_text(ts if isinstance(ts, date) else _day(ts))
+
+
+@lru_cache(maxsize=4096)
+def _day_text(d: date) -> str:
     return f"{d.day} {d.strftime('%B')} {d.year}"
 
 

@@ -142,3 +142,17 @@ def test_what_happened_three_sessions_ago(tmp_path: Path) -> None:
     assert "kitten" not in r.reply
     soul.close()
     mem.close()
+
+
+def test_a_timestamps_day_is_the_utc_day_datetime_gives_to_the_microsecond() -> None:
+    import random
+    from datetime import datetime, timezone
+
+    from soul_runtime.timeref import _day
+
+    rng = random.Random(11)
+    near_midnight = [k * 86_400 + d for k in (-3, -1, 0, 1, 19_000, 20_500) for d in
+                     (-1e-6, -6e-7, -5e-7, -4e-7, -1e-7, 0.0, 1e-7, 4e-7, 5e-7, 6e-7)]
+    spread = [rng.uniform(-6.2e10, 2.5e11) for _ in range(5000)]
+    for ts in near_midnight + spread:
+        assert _day(ts) == datetime.fromtimestamp(ts, tz=timezone.utc).date(), ts

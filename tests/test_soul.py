@@ -95,3 +95,21 @@ def test_a_crash_between_intent_and_writes_is_completed_on_reactivation(tmp_path
     assert r.seq == 1  # the retried request returns the completed turn, applied once
     assert len(mem.episodes()) == 1
     assert estimate_tokens("x") == 1
+
+
+def test_a_buffer_checkpoint_is_plain_msgpack_and_reads_back() -> None:
+    import msgpack
+
+    from soul_runtime.loop.buffer import BufferTurn, ShortTermBuffer
+
+    for n in (0, 1, 15, 16, 300):  # a fixed-size and a 16-bit array header
+        turns = [BufferTurn("user" if i % 2 else "assistant", f"sp{i % 3}", "héllo wörld " * (i % 7), f"t/{i}",
+                            T0 + i) for i in range(n)]
+        buf = ShortTermBuffer("s9", turns, 10**9)
+        plain = msgpack.packb({"session": "s9", "max_tokens": 10**9,
+                               "turns": [[t.role, t.speaker, t.text, t.id, t.at] for t in turns]}, use_bin_type=True)
+        assert buf.to_bytes() == plain
+        back = ShortTermBuffer.from_bytes(plain)
+        assert back == buf and back.tokens() == sum(estimate_tokens(t.text) + 4 for t in turns)
+        assert [(m.role, m.content, m.id, m.speaker) for m in back.chat()] == [
+            (t.role, t.text, t.id, t.speaker) for t in turns]

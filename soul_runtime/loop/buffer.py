@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -20,9 +21,20 @@ class BufferTurn:
     id: str
     at: float
 
-    @property
+    @cached_property
     def tokens(self) -> int:
+        """Its estimated size in a context (counted once: a full buffer is counted several times a turn)."""
         return estimate_tokens(self.text) + 4
+
+    @cached_property
+    def message(self) -> ChatMessage:
+        """It as a chat message (made once and shared: both are immutable)."""
+        return ChatMessage(self.role, self.text, self.id, self.speaker)
+
+    @cached_property
+    def packed(self) -> bytes:
+        """Its msgpack encoding in a checkpoint (encoded once: every turn's checkpoint holds the whole buffer)."""
+        return bytes(msgpack.packb([self.role, self.speaker, self.text, self.id, self.at], use_bin_type=True))
 
 
 @dataclass
@@ -66,12 +78,15 @@ class ShortTermBuffer:
         return out[::-1]
 
     def chat(self, turns: list[BufferTurn] | None = None) -> tuple[ChatMessage, ...]:
-        return tuple(ChatMessage(t.role, t.text, t.id, t.speaker) for t in (self.turns if turns is None else turns))
+        return tuple([t.message for t in (self.turns if turns is None else turns)])
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb({"session": self.session, "max_tokens": self.max_tokens,
-                              "turns": [[t.role, t.speaker, t.text, t.id, t.at] for t in self.turns]},
-                             use_bin_type=True)
+        """The checkpoint: ``{"session", "max_tokens", "turns": [[role, speaker, text, id, at], ...]}`` in msgpack,
+        the turns' encodings joined as they are (each turn is encoded once, not at every checkpoint)."""
+        p = msgpack.Packer(use_bin_type=True)
+        head = p.pack_map_header(3) + p.pack("session") + p.pack(self.session) + p.pack("max_tokens")
+        head += p.pack(self.max_tokens) + p.pack("turns") + p.pack_array_header(len(self.turns))
+        return head + b"".join([t.packed for t in self.turns])
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> ShortTermBuffer:

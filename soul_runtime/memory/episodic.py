@@ -298,13 +298,16 @@ class EpisodicStore:
     def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
         """A stored episode of the same session that says the same thing (exact scan of the session's
         latest episodes: the cost does not grow with the store)."""
-        rows = self.db.execute(f"SELECT {self._COLS}, vector FROM episodes WHERE session = ? "
+        rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? "
                                f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
         if not rows:
             return None
-        sims = np.vstack([np.frombuffer(r[-1], np.float32) for r in rows]) @ np.asarray(vec, np.float32)
-        for i in np.argsort(-sims)[:3]:
-            ep = self._episode(rows[i])
+        sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
+            vec, np.float32)
+        for i in np.argsort(-sims)[:3]:  # only these few are read whole, and only when similar enough
+            if float(sims[i]) < self.cfg.merge_similarity:
+                break  # is_near_duplicate refuses it, and every one after it is less similar
+            ep = self._rows("rowid = ?", (rows[i][0],))[0]
             if is_near_duplicate(float(sims[i]), text, ep.summary, self.cfg):
                 return _Row(int(rows[i][0]), ep)
         return None
@@ -422,9 +425,9 @@ class EpisodicStore:
         scoped = {h[0] for h in scope}
         rest = [key for key in dense if key not in cands]
         if rest:
-            cands.update((r[0], (r[1], r[2], r[3])) for r in self.db.execute(
+            cands.update({r[0]: r[1:] for r in self.db.execute(
                 "SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
-                f"WHERE rowid IN ({','.join('?' * len(rest))})", rest))
+                f"WHERE rowid IN ({','.join('?' * len(rest))})", rest)})
         if not cands:
             return []
         if vectors:

@@ -136,4 +136,5 @@ class VectorIndex:
         if n == 0:
             return []
         res = self.index.search(vector, min(count, n))
-        return [(int(k), 1.0 - float(d)) for k, d in zip(res.keys, res.distances, strict=False)]
+        sims = 1.0 - np.asarray(res.distances, np.float64)  # the same doubles as 1.0 - float(d), one at a time
+        return list(zip(np.asarray(res.keys).tolist(), sims.tolist(), strict=False))
