@@ -341,16 +341,16 @@ class ShardCalls:
     """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
     turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
 
-    With the host's ``crowd`` (its threads running turns), a call waits until the other turns are parked
-    (waiting in a batch or for an answer), at most ``max_wait_s`` (50 ms), so turns that run together share
-    calls; a turn running alone never waits."""
+    A call waits until the other turns of the host's ``crowd`` (its threads running turns) are parked (waiting
+    in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls; a turn running
+    alone never waits."""
 
-    def __init__(self, stores: StoreLocator, *, max_batch: int = 32, max_wait_s: float | None = None,
-                 crowd: Crowd | None = None) -> None:
+    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05
+                 ) -> None:
         self.stores = stores
-        self.max_batch = max_batch
-        self.max_wait_s = (0.05 if crowd is not None else 0.002) if max_wait_s is None else max_wait_s
         self.crowd = crowd
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
         self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
         self._lock = threading.Lock()
 

@@ -176,7 +176,7 @@ class SoulHost(ActorInfo):
         model = model or make_model(self.cfg.model)
         self.model = model if model.offline else ParkedModel(model, self.crowd)  # a remote model is a wait
         self.stores = StoreLocator(self.cfg)
-        self.calls = ShardCalls(self.stores, crowd=self.crowd)
+        self.calls = ShardCalls(self.stores, self.crowd)
         self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-turn")
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
