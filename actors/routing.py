@@ -136,6 +136,13 @@ class AsyncSoulLocks:
             b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH)
         return b
 
+    def drop_idle(self, name: str) -> None:
+        """Forget the batcher of ``name`` if it has nothing waiting or out (a dedicated actor's, so the
+        batchers of actors that have gone do not pile up)."""
+        b = self.batchers.get(name)
+        if b is not None and b.idle:
+            del self.batchers[name]
+
     @contextmanager
     def _entry(self, soul_id: str) -> Iterator[asyncio.Lock]:
         entry = self.locks.setdefault(soul_id, [asyncio.Lock(), 0])
@@ -263,7 +270,11 @@ class Router:
                             continue
                         try:
                             if isinstance(step, _Batchable):
-                                value = await locks.batcher(step.name).submit((step.handle, step.item))
+                                try:
+                                    value = await locks.batcher(step.name).submit((step.handle, step.item))
+                                finally:
+                                    if step.name not in self.hosts:
+                                        locks.drop_idle(step.name)
                             else:
                                 value = await step
                             error = None

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
+from soul_runtime.errors import RuntimeUnavailable
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -146,8 +148,7 @@ class Ticket(Generic[In, Out]):
                 if batch.resolved is None and batch.error is None:
                     try:
                         resolved = self._batcher._resolve(batch.value)
-                        if len(resolved) != len(batch.items):
-                            raise RuntimeError(f"a batch of {len(batch.items)} items returned {len(resolved)} results")
+                        _check_count(len(batch.items), resolved)
                         batch.resolved = resolved
                     except BaseException as e:
                         batch.error = e
@@ -160,6 +161,13 @@ class Ticket(Generic[In, Out]):
                 raise r
             out.append(r)
         return out
+
+
+def _check_count(items: int, results: Sequence[Any]) -> None:
+    """A batch's answer has one result per item, or the other side speaks another protocol."""
+    if len(results) != items:
+        raise RuntimeUnavailable(f"a batch of {items} items was answered with {len(results)} results "
+                                 "(is the cluster running another version of soul-runtime?)")
 
 
 def _identity(value: Any) -> Any:
@@ -268,12 +276,21 @@ class AsyncBatcher(Generic[In, Out]):
         self.calls = 0
         self.items = 0
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits to be sent and no call is out."""
+        return not self._waiting and self._out == 0
+
     async def submit(self, item: In) -> Out:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Out] = loop.create_future()
         self._waiting.append((item, fut))
         self._schedule(loop)
-        return await fut
+        try:
+            return await fut
+        except asyncio.CancelledError:  # not sent yet: it is not sent at all (nor kept, with its loop)
+            self._waiting = [e for e in self._waiting if e[1] is not fut]
+            raise
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._scheduled and self._waiting and self._out < self.max_calls:
@@ -294,8 +311,8 @@ class AsyncBatcher(Generic[In, Out]):
         self.items += len(batch)
         try:
             results: Sequence[Out | BaseException] | BaseException = await self._send([item for item, _ in batch])
-            if not isinstance(results, BaseException) and len(results) != len(batch):
-                raise RuntimeError(f"a batch of {len(batch)} items returned {len(results)} results")
+            if not isinstance(results, BaseException):
+                _check_count(len(batch), results)
         except asyncio.CancelledError:
             self._out -= 1
             for _, fut in batch:

@@ -326,3 +326,40 @@ def test_a_leader_whose_batch_another_caller_filled_sends_at_once() -> None:
             t.join(5)
     assert sorted(calls) == [[1], [2, 3, 4, 5]]
     assert took["first"] < 1.0
+
+
+def test_async_batcher_drops_a_cancelled_unsent_item_and_refuses_a_wrong_count() -> None:
+    import asyncio
+
+    from soul_runtime.batching import AsyncBatcher
+    from soul_runtime.errors import RuntimeUnavailable, SoulError
+    sent: list[list[int]] = []
+
+    async def send(items: list[int]) -> list[int]:
+        sent.append(list(items))
+        await asyncio.sleep(0.02)
+        return items[:-1] if 7 in items else items  # one result short: another protocol
+
+    async def main() -> tuple[bool, object]:
+        b: AsyncBatcher[int, int] = AsyncBatcher(send, max_batch=32, max_calls=1)
+        first = asyncio.ensure_future(b.submit(0))
+        await asyncio.sleep(0)  # the one call allowed is out
+        held = asyncio.ensure_future(b.submit(1))
+        await asyncio.sleep(0)
+        held.cancel()  # its caller gave up before it was sent
+        await asyncio.gather(first, held, return_exceptions=True)
+        idle_after = b.idle
+        short = await asyncio.gather(b.submit(7), b.submit(8), return_exceptions=True)
+        return idle_after, short
+    idle_after, short = asyncio.run(main())
+    assert sent[0] == [0] and [1] not in sent and 1 not in sent[-1]  # the cancelled item never went out
+    assert idle_after  # and is not kept (nor its loop)
+    assert all(isinstance(r, RuntimeUnavailable) and isinstance(r, SoulError) for r in short)  # type: ignore[union-attr]
+    assert "2 items was answered with 1 results" in str(short[0])
+
+
+def test_micro_batcher_refuses_a_wrong_count_with_the_error_tree() -> None:
+    from soul_runtime.errors import RuntimeUnavailable
+    b: MicroBatcher[int, int] = MicroBatcher(lambda items: items[:-1], max_wait_s=0.0)
+    with pytest.raises(RuntimeUnavailable, match="answered with 0 results"):
+        b.start([5]).result()

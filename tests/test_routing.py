@@ -260,3 +260,23 @@ def test_a_host_answers_a_batch_without_waiting_for_its_stragglers(tmp_path: Pat
     assert host.metrics_snapshot()["turn_stragglers"] == 1
     with pytest.raises(InvalidInput):
         host.run_batch("not a list")  # type: ignore[arg-type]
+
+
+def test_the_async_driver_forgets_the_batcher_of_a_dedicated_actor_once_idle(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """A dedicated actor's batcher goes when nothing of it is waiting or out (such actors come and go); a
+    host's stays."""
+    async def run_batch(name: str, items: list[tuple[Any, ...]]) -> list[Any]:
+        await asyncio.sleep(0.001)
+        return [(name, it[0]) for it in items]
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, items: run_batch(h.name, items))
+    r = Router(["soul-host-0"], "ns", dedicated={"hot": "soul-dedicated-hot"})
+
+    async def main() -> tuple[list[Any], set[str]]:
+        out = await asyncio.gather(*(r.run_async(Routed(s, "run", ("turn", None, f"rid-{s}-{i}", {})))
+                                     for i in range(3) for s in ("hot", "cold")))
+        return out, set(r._async_locks[asyncio.get_running_loop()].batchers)
+    out, kept = asyncio.run(main())
+    assert ("soul-dedicated-hot", "hot") in out and ("soul-host-0", "cold") in out
+    assert kept == {"soul-host-0"}
