@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from . import raycalls
+from .channel import ChannelServer
 from .metrics import Metrics
 
 
 class ActorInfo:
     metrics: Metrics
+    channel: ChannelServer | None = None
+    """The actor's local channel (:mod:`actors.channel`), if it serves one."""
+
+    def serve_channel(self, methods: tuple[str, ...], enabled: bool) -> None:
+        """Serve ``methods`` on a local channel too, when running as an actor (not as the plain class)."""
+        if enabled and raycalls.current_actor() is not None:
+            try:
+                self.channel = ChannelServer(self, methods)
+            except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
+                logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
+
+    def channel_counts(self) -> dict[str, int]:
+        """Calls served on the local channel (``channel_calls``), if it has one."""
+        return {"channel_calls": self.channel.calls} if self.channel is not None else {}
+
+    def channel_address(self) -> tuple[str, str] | None:
+        """Where this actor's local channel listens (None: it has none)."""
+        return self.channel.address if self.channel is not None else None
 
     def pid(self) -> int:
         return os.getpid()
@@ -21,3 +41,8 @@ class ActorInfo:
     def metrics_snapshot(self) -> dict[str, int]:
         """What this actor counted (also exported through ray.util.metrics)."""
         return dict(self.metrics.local)
+
+
+def channel_address(handle: Any) -> Any:
+    """Ask an actor where its local channel listens (None: it has none)."""
+    return raycalls.get(raycalls.call(handle, "channel_address"), timeout=30)

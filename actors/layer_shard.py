@@ -31,7 +31,8 @@ from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
 from . import raycalls
-from .introspection import ActorInfo
+from .channel import ChannelBook, ChannelBroken, Pending
+from .introspection import ActorInfo, channel_address
 from .metrics import Metrics
 from .placement import store_name, store_of
 from .schedule import SizeTable, Ticker, over_capacity, sweep_due
@@ -67,7 +68,7 @@ class LayerShard(ActorInfo):
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 0,
                  embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
-                 storage: str = "local", capacity_bytes: int = 0) -> None:
+                 storage: str = "local", capacity_bytes: int = 0, channel: bool = False) -> None:
         use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
@@ -88,6 +89,7 @@ class LayerShard(ActorInfo):
         self.swept: dict[str, float] = {}
         self._sweeping = threading.Lock()
         self.ticker = None
+        self.serve_channel(("recall_batch", "apply_batch"), channel)  # for the hosts on this machine
         me = raycalls.current_actor() if self.retention_every_s > 0 else None
         if me is not None:  # in an actor: the sweep runs in the actor's own queue
             self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),
@@ -199,10 +201,11 @@ class LayerShard(ActorInfo):
     def ping(self) -> str:
         return self.layer.value
 
+
     def metrics_snapshot(self) -> dict[str, int]:
         """What this shard counted, and for the episodic layer its embedder's model calls with the texts they
         carried and the texts it found in its cache."""
-        out = dict(self.metrics.local)
+        out = {**self.metrics.local, **self.channel_counts()}
         if self.embedder is not None:
             out.update(embed_calls=self.embedder.model_calls, embed_texts=self.embedder.model_texts,
                        embed_cache_hits=self.embedder.cache_hits)
@@ -337,30 +340,57 @@ class LayerShard(ActorInfo):
         self._close(soul_id)
 
 
+class _ByChannel:
+    """A batch sent on a shard's local channel, with the way to send it again over Ray should the channel break."""
+
+    __slots__ = ("pending", "again")
+
+    def __init__(self, pending: Pending, again: Any) -> None:
+        self.pending, self.again = pending, again
+
+
+def _resolve(value: Any) -> Any:
+    """A batch's answer: from the channel (sent again over Ray if the channel broke meanwhile) or a Ray ref."""
+    if isinstance(value, _ByChannel):
+        try:
+            return value.pending.result()
+        except ChannelBroken:  # the shard died or restarted: Ray waits for it (the calls are idempotent)
+            value = value.again()
+    return raycalls.get(value)
+
+
 class ShardCalls:
     """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
     turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
 
     A call waits until the other turns of the host's ``crowd`` (its threads running turns) are parked (waiting
     in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls; a turn running
-    alone never waits."""
+    alone never waits.
 
-    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05
-                 ) -> None:
+    ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
+    through Ray; one whose channel broke is asked for its address again at most once per ``reask_s``."""
+
+    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05,
+                 channels: bool = False, reask_s: float = 1.0) -> None:
         self.stores = stores
         self.crowd = crowd
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
+        self.book = ChannelBook(channel_address, enabled=channels, reask_s=reask_s)
+        self._by_channel: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def counts(self) -> dict[str, int]:
-        """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``)."""
+        """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``), and how many of
+        the calls went on a local channel."""
         out: dict[str, int] = {}
         with self._lock:
             for (_, method), b in self._batchers.items():
                 out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
                 out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
+            for method, n in self._by_channel.items():
+                out[f"shard_channel_calls:{method}"] = n
         return out
 
     def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
@@ -370,8 +400,23 @@ class ShardCalls:
         with self._lock:
             b = self._batchers.get((name, method))
             if b is None:
-                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method) -> Any:
-                    return raycalls.call(self.stores.handle(_layer, _soul), _m, items)
-                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=raycalls.get, max_batch=self.max_batch,
+                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
+                        _name: str = name) -> Any:
+                    handle = self.stores.handle(_layer, _soul)
+
+                    def by_ray() -> Any:
+                        return raycalls.call(handle, _m, items)
+                    ch = self.book.client(_name, handle)
+                    if ch is not None:
+                        try:
+                            sent = _ByChannel(ch.start(_m, items), by_ray)
+                        except ChannelBroken:
+                            pass
+                        else:
+                            with self._lock:
+                                self._by_channel[_m] += 1
+                            return sent
+                    return by_ray()
+                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=_resolve, max_batch=self.max_batch,
                                                                   max_wait_s=self.max_wait_s, crowd=self.crowd)
         return b.start([item])

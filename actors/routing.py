@@ -38,6 +38,8 @@ from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import OutOfOrder, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
 
 from . import raycalls
+from .channel import ChannelBook, ChannelBroken, ChannelTimeout
+from .introspection import channel_address
 from .placement import rendezvous
 
 RETRIES = 40
@@ -124,15 +126,22 @@ class AsyncSoulLocks:
     """The same for coroutines of one event loop (asyncio.Lock wakes its waiters in order), with the loop's
     batchers of turns per host."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: ChannelBook | None = None) -> None:
         self.locks: dict[str, list[Any]] = {}
         self.batchers: dict[str, AsyncBatcher[tuple[Any, Any], Any]] = {}
+        self.channels = channels
 
     def batcher(self, name: str) -> AsyncBatcher[tuple[Any, Any], Any]:
         b = self.batchers.get(name)
         if b is None:
-            def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
-                return raycalls.call(items[0][0], "run_batch", [item for _, item in items])
+            async def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
+                handle, batch = items[0][0], [item for _, item in items]
+                if self.channels is not None and self.channels.enabled:  # a host on this machine: its channel
+                    try:
+                        return await self.channels.call_async(name, handle, "run_batch", batch)
+                    except ChannelBroken:  # none, or it broke (the host died): through Ray, the same requests
+                        pass
+                return await raycalls.call(handle, "run_batch", batch)
             b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH)
         return b
 
@@ -163,8 +172,10 @@ def _resume(gen: Generator[Any, Any, Any], value: Any, error: BaseException | No
 class Router:
     """Where a soul's calls go from this process (see the module's doc)."""
 
-    def __init__(self, hosts: list[str], namespace: str, dedicated: dict[str, str] | None = None) -> None:
+    def __init__(self, hosts: list[str], namespace: str, dedicated: dict[str, str] | None = None, *,
+                 channels: bool = False) -> None:
         self.hosts = list(hosts)
+        self.channels = ChannelBook(channel_address, enabled=channels)  # blocking turns to hosts on this machine
         self.namespace = namespace
         self.dedicated: dict[str, str] = dict(dedicated or {})
         self._handles: dict[str, Any] = {}
@@ -243,21 +254,35 @@ class Router:
                         time.sleep(step.seconds)
                         step = _resume(gen, None, None)
                         continue
-                    try:
-                        ref = raycalls.call(step.handle, "run", *step.item) if isinstance(step, _Batchable) else step
-                        value, error = raycalls.get_raw(ref, timeout), None
-                    except Exception as e:  # the call's own error goes into the policy
-                        value, error = None, e
+                    value, error = self._blocking(step, timeout)
                     step = _resume(gen, value, error)
             except StopIteration as stop:
                 return stop.value
             except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
                 raise raycalls.translate(e) from None
 
+    def _blocking(self, step: Any, timeout: float | None) -> tuple[Any, BaseException | None]:
+        """One call of the policy, waited for: a turn over its host's local channel if it has one here, else
+        through Ray. The answer, or the call's own error (for the policy)."""
+        try:
+            if isinstance(step, _Batchable):
+                ch = self.channels.client(step.name, step.handle)
+                if ch is not None:
+                    try:
+                        return ch.call("run", *step.item, timeout=timeout), None
+                    except ChannelBroken:  # the host died or restarted: through Ray (same request id)
+                        pass
+                    except ChannelTimeout:
+                        return None, TurnFailed("no answer in time")
+                step = raycalls.call(step.handle, "run", *step.item)
+            return raycalls.get_raw(step, timeout), None
+        except Exception as e:  # the call's own error goes into the policy
+            return None, e
+
     async def run_async(self, call: Routed) -> Any:
         """Drive :meth:`steps` as a coroutine (the soul's calls from this event loop one at a time)."""
         loop = asyncio.get_running_loop()
-        locks = self._async_locks.setdefault(loop, AsyncSoulLocks())
+        locks = self._async_locks.setdefault(loop, AsyncSoulLocks(self.channels))
         with locks._entry(call.soul_id) as lock:
             async with lock:
                 gen = self.steps(call)

@@ -52,7 +52,8 @@ class Runtime:
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.orchestrator, "dedicated_souls"), timeout=120)
-        self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated)
+        self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated,
+                             channels=self.cfg.local_channels)
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
@@ -94,7 +95,8 @@ class Runtime:
                 named[name] = raycalls.create(LayerShard, name, ns, (layer, cfg.data_dir, conf["soul"]["memory"],
                                                                      cfg.store_capacity, cfg.embedder, i,
                                                                      cfg.shards(layer), cfg.retention_every_s,
-                                                                     cfg.storage, cfg.store_capacity_mb * 2**20),
+                                                                     cfg.storage, cfg.store_capacity_mb * 2**20,
+                                                                     cfg.local_channels),
                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),

@@ -47,6 +47,9 @@ class RuntimeConfig:
     shard_threads: int = 8
     """Threads per store shard: different souls are served concurrently (one soul at a time each), and the
     episodic shard's embedder batches what they ask for together."""
+    local_channels: bool = True
+    """A host calls the store shards on its own machine over their local channels (a Unix socket each, see
+    :mod:`actors.channel`) instead of through Ray: ≈ 20 µs per call instead of ≈ 1 ms. False: Ray only."""
     embedder: str = "default"
     """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
     storage: str = "local"
@@ -82,6 +85,8 @@ class RuntimeConfig:
             raise ConfigError(f"namespace must be a non-empty string, got {self.namespace!r}")
         if not isinstance(self.soul, SoulConfig):
             raise ConfigError("soul must be a SoulConfig")
+        if not isinstance(self.local_channels, bool):
+            raise ConfigError(f"local_channels must be True or False, got {self.local_channels!r}")
         if self.embedder not in EMBEDDERS:
             raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {self.embedder!r}")
         if self.storage not in ("local", "shared"):

@@ -176,7 +176,7 @@ class SoulHost(ActorInfo):
         model = model or make_model(self.cfg.model)
         self.model = model if model.offline else ParkedModel(model, self.crowd)  # a remote model is a wait
         self.stores = StoreLocator(self.cfg)
-        self.calls = ShardCalls(self.stores, self.crowd)
+        self.calls = ShardCalls(self.stores, self.crowd, channels=self.cfg.local_channels)
         self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-turn")
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
@@ -186,6 +186,7 @@ class SoulHost(ActorInfo):
         self.clock = clock
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
             if self.cfg.idle_check_s > 0 else None
+        self.serve_channel(("run", "run_batch"), self.cfg.local_channels)  # for clients on this machine
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
@@ -321,8 +322,9 @@ class SoulHost(ActorInfo):
 
     # ---- turns -------------------------------------------------------------------------
     def metrics_snapshot(self) -> dict[str, int]:
-        """What this host counted, and its calls to the store shards with the items they carried."""
-        return {**self.metrics.local, **self.calls.counts()}
+        """What this host counted, its calls to the store shards with the items they carried, and the turns
+        that came over its local channel (``channel_calls``)."""
+        return {**self.metrics.local, **self.calls.counts(), **self.channel_counts()}
 
     def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
         """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number; the

@@ -170,6 +170,9 @@ def test_bench_scale_small_run(tmp_path: Path) -> None:
         assert cpu["SoulHost"] > 0 and cpu["LayerShard"] > 0
         assert 0 < calls["run_batch"] <= 1
     assert turns[0]["calls_per_turn"]["run_batch"] == 1  # one in flight: a call per turn
+    for ph in turns:  # on one machine the turns and store calls go over the local channels
+        for method, n in ph["calls_per_turn"].items():
+            assert ph["channel_calls_per_turn"][method] >= 0.9 * n
     assert res["turns_per_host_call"] >= 1 and res["max_open_fds"] > 0 and res["cluster_rss_bytes"] > 0
 
 

@@ -280,3 +280,44 @@ def test_the_async_driver_forgets_the_batcher_of_a_dedicated_actor_once_idle(mon
     out, kept = asyncio.run(main())
     assert ("soul-dedicated-hot", "hot") in out and ("soul-host-0", "cold") in out
     assert kept == {"soul-host-0"}
+
+
+def test_a_blocking_turn_goes_over_its_hosts_channel_and_falls_back_to_ray(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    """A turn to a host with a local channel goes over it; a broken channel sends the same request through Ray;
+    a host's error over the channel reaches the policy as itself (a move is followed); no answer in time fails
+    the turn."""
+    from actors.channel import ChannelBroken, ChannelTimeout
+    over_channel: list[tuple[str, tuple[Any, ...]]] = []
+    over_ray: list[tuple[str, tuple[Any, ...]]] = []
+    behaviour: dict[str, Any] = {}
+
+    class Client:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+            over_channel.append((self.name, args))
+            b = behaviour.pop(self.name, None)
+            if b is not None:
+                raise b
+            return ("by channel", self.name, args[3])
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, *args: over_ray.append((h.name, args)) or h.name)
+    monkeypatch.setattr(raycalls, "get_raw", lambda ref, timeout=None: ("by ray", ref))
+    r = Router(["soul-host-0", "soul-host-1"], "ns", channels=True)
+    monkeypatch.setattr(r.channels, "client", lambda name, handle: Client(name))
+    home = r.owner("maya")
+    assert r.run(Routed("maya", "run", ("turn", None, "rid-1", {}))) == ("by channel", home, "rid-1")
+    behaviour[home] = ChannelBroken("gone")
+    assert r.run(Routed("maya", "run", ("turn", None, "rid-2", {}))) == ("by ray", home)
+    assert over_ray == [(home, ("maya", "turn", None, "rid-2", {}))]  # the same request, through Ray
+    other = next(h for h in r.hosts if h != home)
+    behaviour[home] = Moved("maya", other)
+    assert r.run(Routed("maya", "run", ("turn", None, "rid-3", {}))) == ("by channel", other, "rid-3")
+    behaviour[other] = ChannelTimeout("slow")
+    with pytest.raises(TurnFailed, match="no answer in time"):
+        r.run(Routed("maya", "run", ("turn", None, "rid-4", {})))
+    behaviour[other] = InvalidInput("turn text is empty")
+    with pytest.raises(InvalidInput):
+        r.run(Routed("maya", "run", ("turn", None, "rid-5", {})))

@@ -199,6 +199,11 @@ def in_process(embedder: str, rng: random.Random, souls: int = 20, turns: int = 
     return out
 
 
+def _per_turn(before: dict[str, int], after: dict[str, int], turns: int,
+              names: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    return {m: round((after.get(c, 0) - before.get(c, 0)) / max(1, turns), 3) for m, c in names}
+
+
 def _host_counters(rt: Any) -> dict[str, int]:
     from actors import raycalls
     from actors.orchestrator import host_name
@@ -272,9 +277,13 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
             phase = _phase("turns", level, wall, lat, over)
             phase["cpu_ms_per_turn"] = cpu
-            phase["calls_per_turn"] = {m: round((host1.get(c, 0) - host0.get(c, 0)) / max(1, len(jobs)), 3)
-                                       for m, c in (("run_batch", "turn_calls"), ("recall_batch", "shard_calls:recall_batch"),
-                                                    ("apply_batch", "shard_calls:apply_batch"))}
+            # every call a turn makes, and of those the ones that went over a local channel instead of Ray
+            phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
+                ("run_batch", "turn_calls"), ("recall_batch", "shard_calls:recall_batch"),
+                ("apply_batch", "shard_calls:apply_batch")))
+            phase["channel_calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
+                ("run_batch", "channel_calls"), ("recall_batch", "shard_channel_calls:recall_batch"),
+                ("apply_batch", "shard_channel_calls:apply_batch")))
             phases.append(phase)
         if reactivate:  # phase 3: the next turn of souls picked at random, one at a time (most are passivated)
             before = _host_counters(rt)

@@ -1,0 +1,181 @@
+"""The local channel (a Unix socket per store shard and soul host): calls, errors, breakage and the fallback
+to Ray."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+from actors.channel import ChannelBroken, ChannelClient, ChannelServer, connect, machine_id
+from soul_runtime.errors import InvalidInput, TurnFailed
+
+
+class Target:
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    def recall_batch(self, items: list[int]) -> list[object]:
+        self.seen.append(list(items))
+        time.sleep(0.001 * len(items))
+        return [InvalidInput(f"bad {x}") if x < 0 else x * 2 for x in items]
+
+    def apply_batch(self, items: list[int]) -> object:
+        if items == [13]:
+            raise InvalidInput("thirteen refused")
+        return lambda: None  # cannot be pickled
+
+    def secret(self) -> str:
+        return "not for the channel"
+
+
+def test_calls_come_back_with_their_own_answers_and_errors() -> None:
+    target = Target()
+    server = ChannelServer(target, ("recall_batch", "apply_batch"))
+    try:
+        assert stat.S_IMODE(os.stat(server.dir).st_mode) == 0o700  # this user's processes only
+        client = connect(server.address)
+        assert isinstance(client, ChannelClient)
+        out = client.call("recall_batch", [1, -2, 3])
+        assert out[0] == 2 and out[2] == 6 and isinstance(out[1], InvalidInput)  # an item's error, as itself
+        with pytest.raises(InvalidInput, match="thirteen refused"):  # a call's error, as itself
+            client.call("apply_batch", [13])
+        with pytest.raises(TurnFailed, match="cannot be sent back"):
+            client.call("apply_batch", [1])
+        with pytest.raises(TurnFailed, match="not served"):
+            client.call("secret")
+        assert not client.broken  # errors are answers; the channel stays
+
+        # several callers at once, each on its own connection, each with its own answer
+        got: dict[int, object] = {}
+        wide = ChannelClient(server.path, max_open=8)
+
+        def one(i: int) -> None:
+            got[i] = wide.call("recall_batch", [i, i + 100])
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == {i: [2 * i, 2 * (i + 100)] for i in range(8)}
+        # started calls can be awaited later, in any order
+        a, b = client.start("recall_batch", [5]), client.start("recall_batch", [7])
+        assert (b.result(), a.result()) == ([14], [10])
+    finally:
+        server.close()
+    assert not os.path.exists(server.dir)
+
+
+def test_a_full_client_refuses_a_call_without_breaking() -> None:
+    server = ChannelServer(Target(), ("recall_batch",))
+    try:
+        client = ChannelClient(server.path, max_open=2)
+        first, second = client.start("recall_batch", [1]), client.start("recall_batch", [2])
+        with pytest.raises(ChannelBroken, match="2 calls out"):
+            client.start("recall_batch", [3])
+        assert not client.broken
+        assert (first.result(), second.result()) == ([2], [4])
+        assert client.call("recall_batch", [3]) == [6]  # a connection came back to the pool
+    finally:
+        server.close()
+
+
+def test_a_closed_server_breaks_the_channel_and_unreachable_addresses_give_none(tmp_path) -> None:
+    server = ChannelServer(Target(), ("recall_batch",))
+    client = connect(server.address)
+    assert client is not None and client.call("recall_batch", [1]) == [2]
+    pending = client.start("recall_batch", [50])  # out while the server goes away
+    server.close()
+    with pytest.raises(ChannelBroken):
+        pending.result()
+    assert client.broken
+    with pytest.raises(ChannelBroken):
+        client.start("recall_batch", [1])
+    assert connect(server.address) is None  # the socket is gone
+    assert connect(("another-machine/boot", server.path)) is None
+    assert connect(None) is None and connect("nonsense") is None
+    assert connect((machine_id(), str(tmp_path / "no-socket"))) is None
+
+
+@pytest.mark.ray
+def test_a_host_calls_its_shards_over_their_channels_and_survives_a_killed_shard(runtime, soul_id) -> None:
+    """On one machine the shards' batch calls go over the channels; a shard SIGKILLed between turns is
+    reached through Ray until its new channel is found, and no turn fails or is lost."""
+    import signal
+
+    from actors import raycalls
+    from actors.runtime import host_name
+    from actors.store_locator import StoreLocator
+
+    def channel_calls(prefix: str = "shard_channel_calls:") -> int:
+        n = 0
+        for i in range(runtime.cfg.hosts):
+            m = raycalls.get(raycalls.call(raycalls.get_actor(host_name(i), runtime.cfg.namespace), "metrics_snapshot"))
+            n += sum(v for k, v in m.items() if k.startswith(prefix))
+        return n
+
+    soul = runtime.soul(soul_id)
+    before, turns_before = channel_calls(), channel_calls("channel_calls")
+    for i in range(4):
+        soul.turn(f"I planted {i + 2} apple trees behind the barn")
+    assert channel_calls() > before  # the host's calls to the shards
+    assert channel_calls("channel_calls") >= turns_before + 3  # the blocking turns to the host (the first asks)
+    shard = StoreLocator(runtime.cfg).handle("episodic", soul_id)
+    pid = raycalls.get(raycalls.call(shard, "pid"))
+    os.kill(pid, signal.SIGKILL)
+    for i in range(6):
+        r = soul.turn(f"My sister visited on day {i + 10} of the harvest")
+        assert r.seq == 5 + i
+        time.sleep(0.3)
+    assert raycalls.get(raycalls.call(shard, "pid")) != pid  # restarted
+    assert [t.seq for t in soul.trace(last=20)] == list(range(1, 11))  # type: ignore[union-attr]
+    mid = channel_calls()
+    soul.turn("The barn roof was fixed last week")
+    assert channel_calls() > mid  # back on the new shard's channel
+
+
+def test_a_server_refuses_connections_beyond_its_limit() -> None:
+    server = ChannelServer(Target(), ("recall_batch",), max_conns=1)
+    try:
+        first = ChannelClient(server.path)
+        assert first.call("recall_batch", [1]) == [2]  # holds the one connection (idle in its pool)
+        second = ChannelClient(server.path)
+        with pytest.raises(ChannelBroken):
+            second.call("recall_batch", [2])
+        assert second.broken and not first.broken
+        assert first.call("recall_batch", [3]) == [6]
+    finally:
+        server.close()
+
+
+@pytest.mark.ray
+def test_async_turns_go_to_their_host_over_its_channel_in_batches(runtime, soul_id) -> None:
+    import asyncio
+
+    from actors import raycalls
+    from actors.runtime import host_name
+
+    def host_counts() -> tuple[int, int]:
+        calls = items = 0
+        for i in range(runtime.cfg.hosts):
+            m = raycalls.get(raycalls.call(raycalls.get_actor(host_name(i), runtime.cfg.namespace), "metrics_snapshot"))
+            calls += m.get("channel_calls", 0)
+            items += m.get("turn_items", 0)
+        return calls, items
+
+    souls = [runtime.async_soul(f"{soul_id}-{k}") for k in range(6)]
+
+    async def main() -> list[int]:
+        rs = []
+        for rnd in range(3):
+            rs += await asyncio.gather(*(s.turn(f"Round {rnd}: I fed the goats at dawn") for s in souls))
+        return [r.seq for r in rs]
+    calls0, items0 = host_counts()
+    seqs = asyncio.run(main())
+    calls1, items1 = host_counts()
+    assert sorted(seqs) == sorted([1] * 6 + [2] * 6 + [3] * 6)
+    assert items1 - items0 == 18  # every turn went in a host batch
+    assert 1 <= calls1 - calls0 < 18  # over the channels, several turns a call
