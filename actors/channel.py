@@ -5,8 +5,8 @@ store shards twice or more per turn, one call after the other. When host and sha
 host sends those calls over the shard's channel instead: the same methods with the same arguments, pickled,
 a round trip of tens of µs.
 
-- The server (:class:`ChannelServer`) listens on a socket in a directory of its own (mode 0700, so only this
-  user's processes can connect) and serves each connection on a thread of its own, one call at a time, with
+- The server (:class:`ChannelServer`) listens on a socket in this user's channel directory (mode 0700, so only
+  this user's processes can connect; a server removes the sockets that killed processes left there) and serves each connection on a thread of its own, one call at a time, with
   a fixed set of methods. An exception a method raises is sent back: a ``SoulError`` arrives as itself,
   anything else (or an answer that cannot be pickled) as :class:`TurnFailed`, as through Ray.
 - The client (:class:`ChannelClient`) keeps a pool of connections: a call takes one, writes its request and
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
+import secrets
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -61,6 +62,40 @@ def machine_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
+def socket_dir() -> str:
+    """The directory of this user's channel sockets: ``soul-channels-UID`` in the temp dir, mode 0700 (only this
+    user's processes can connect); a private fresh one if that name is taken by anything else."""
+    base = os.path.join(tempfile.gettempdir(), f"soul-channels-{os.getuid()}")
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
+        return tempfile.mkdtemp(prefix="soul-ch-")
+    return base
+
+
+def sweep_dead(directory: str) -> int:
+    """Remove the sockets of processes that are gone (a killed actor leaves its socket behind)."""
+    n = 0
+    for name in os.listdir(directory):
+        pid = name.split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(directory, name))
+                n += 1
+            except OSError:
+                pass
+        except OSError:  # alive (another user's pid: not ours to judge)
+            pass
+    return n
+
+
 def _send(sock: socket.socket, payload: Any) -> None:
     data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(_HEAD.pack(len(data)) + data)
@@ -91,8 +126,9 @@ class ChannelServer:
         self.target = target
         self.methods = frozenset(methods)
         self.max_conns = max_conns
-        self.dir = tempfile.mkdtemp(prefix="soul-ch-")  # 0700: this user's processes only
-        self.path = os.path.join(self.dir, "s")
+        self.dir = socket_dir()  # 0700: this user's processes only
+        sweep_dead(self.dir)
+        self.path = os.path.join(self.dir, f"{os.getpid()}-{secrets.token_hex(4)}")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.path)
         self._sock.listen(256)
@@ -156,7 +192,10 @@ class ChannelServer:
                 except OSError:
                     pass
                 c.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
 
 class Pending:

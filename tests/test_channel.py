@@ -66,7 +66,22 @@ def test_calls_come_back_with_their_own_answers_and_errors() -> None:
         assert (b.result(), a.result()) == ([14], [10])
     finally:
         server.close()
-    assert not os.path.exists(server.dir)
+    assert not os.path.exists(server.path)
+
+
+def test_a_new_server_removes_the_sockets_dead_processes_left() -> None:
+    import subprocess
+    import sys
+    code = ("from actors.channel import ChannelServer; import os; "
+            "s = ChannelServer(object(), ()); print(s.path, flush=True); os._exit(0)")  # dies without closing
+    left = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert os.path.exists(left)
+    server = ChannelServer(Target(), ("recall_batch",))
+    try:
+        assert not os.path.exists(left) and os.path.exists(server.path)
+        assert os.path.dirname(left) == server.dir
+    finally:
+        server.close()
 
 
 def test_a_full_client_refuses_a_call_without_breaking() -> None:
