@@ -235,8 +235,10 @@ def _phase(name: str, active: int, wall: float, lat: list[float], over: list[flo
 
 def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "fast", data_dir: str | None = None,
         host_capacity: int | None = None, store_capacity: int | None = None, seed: int = 7,
-        overhead_sample: int = 200, reactivate: int = 0, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready)."""
+        overhead_sample: int = 200, reactivate: int = 0, local_channels: bool = True,
+        progress: Progress | None = None) -> dict[str, Any]:
+    """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready). ``local_channels=False``:
+    every call through Ray (the runtime before its local channels, for comparison)."""
     import soul_runtime
 
     if souls < 1 or not active or min(active) < 1 or turns < 0 or reactivate < 0:
@@ -245,7 +247,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     embed_ms = embed_ms_per_text(embedder, rng)
     own_dir = data_dir is None
     path = Path(data_dir or tempfile.mkdtemp(prefix="soul-bench-scale-"))
-    opts: dict[str, Any] = {"embedder": embedder, "model": "offline"}
+    opts: dict[str, Any] = {"embedder": embedder, "model": "offline", "local_channels": local_channels}
     if host_capacity:
         opts["host_capacity"] = host_capacity
     if store_capacity:
@@ -307,7 +309,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     best = max(steady, key=lambda p: p["active"])
     react_phase = next((p for p in phases if p["phase"].startswith("next turn")), None)
     return {
-        "souls": souls, "active": sorted(set(active)), "turns_per_soul": turns, "embedder": embedder,
+        "souls": souls, "active": sorted(set(active)), "turns_per_soul": turns, "embedder": embedder, "local_channels": local_channels,
         "embed_ms_per_text": round(embed_ms, 3), "runtime_start_s": round(start_s, 2),
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],

@@ -154,7 +154,7 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
             prog.update(task, description=what, completed=done, total=total)
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
-                              reactivate=args.reactivate, progress=progress)
+                              reactivate=args.reactivate, local_channels=not args.ray_only, progress=progress)
     if args.json == "-":
         out.print_json(json.dumps(res))
     else:
@@ -369,6 +369,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sp.add_argument("--reactivate", type=int, default=0, metavar="K",
                     help="then the next turn of K souls picked at random, one at a time (reactivation latency)")
     sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
+    sp.add_argument("--ray-only", action="store_true",
+                    help="every call through Ray, no local channels (what the runtime did before them)")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
     sp.set_defaults(bench_fn=cmd_scale)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
