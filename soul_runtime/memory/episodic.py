@@ -412,46 +412,45 @@ class EpisodicStore:
         whole. Lexical and time-scoped hits come with their date, flags and vector (read by their own query);
         the other dense hits' dates and flags come from the covering index, in one query; a hit without a dense
         similarity gets its true one from its stored vector (one matrix product for all of them)."""
-        cands: dict[int, tuple[float, int, int]] = {}
-        vectors: dict[int, bytes] = {}
-        lex: dict[int, float] = {}
         scope = self._in_scope(query_scope(query, now))
-        for key, score, at, promoted, superseded, vec in lexical + scope:
-            if score > 0:
-                lex[key] = score
-            cands[key] = (at, promoted, superseded)
-            if key not in dense:
-                vectors[key] = vec
-        scoped = {h[0] for h in scope}
-        rest = [key for key in dense if key not in cands]
-        if rest:
-            cands.update({r[0]: r[1:] for r in self.db.execute(
-                "SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
-                f"WHERE rowid IN ({','.join('?' * len(rest))})", rest)})
-        if not cands:
+        scoped: set[int] = set()
+        hits = lexical
+        if scope:
+            scoped = {h[0] for h in scope}
+            have = {h[0] for h in lexical}
+            hits = lexical + [h for h in scope if h[0] not in have]
+        held = {h[0] for h in hits}
+        rest = [key for key in dense if key not in held]
+        rows = self.db.execute(
+            "SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
+            f"WHERE rowid IN ({','.join('?' * len(rest))})", rest).fetchall() if rest else []
+        if not hits and not rows:
             return []
-        if vectors:
-            keys = list(vectors)
-            sims = np.frombuffer(b"".join(vectors.values()), np.float32).reshape(len(keys), -1) @ query_vector
-            dense = {**dense, **dict(zip(keys, sims.tolist(), strict=True))}
-        top_lex = max(lex.values(), default=0.0) or 1.0
-        ids = list(cands)  # scored all at once: the same policies, on arrays
-        ats, promoted_, superseded_ = np.array(list(cands.values()), np.float64).reshape(len(ids), 3).T
-        scores = hybrid_score(np.array([dense.get(key, 0.0) for key in ids]),
-                              np.array([lex.get(key, 0.0) for key in ids]) / top_lex, self.cfg)
+        ids = [h[0] for h in hits] + [r[0] for r in rows]
+        sims: list[float | None] = [dense.get(h[0]) for h in hits]
+        need = [i for i, d in enumerate(sims) if d is None]
+        if need:  # hits without a dense similarity: their true one, from the stored vectors
+            got = np.frombuffer(b"".join([hits[i][5] for i in need]), np.float32).reshape(len(need), -1) @ query_vector
+            for i, sim in zip(need, got.tolist(), strict=True):
+                sims[i] = sim
+        ats, promoted_, superseded_ = np.array([h[2:5] for h in hits] + [r[1:] for r in rows],
+                                               np.float64).reshape(len(ids), 3).T
+        lex = np.array([h[1] for h in hits] + [0.0] * len(rows))  # lexical hits score > 0, the others 0
+        top_lex = float(lex.max()) or 1.0
+        scores = hybrid_score(np.array(sims + [dense[r[0]] for r in rows]), lex / top_lex, self.cfg)
         scores = scores * recency_weight(ats, now, self.cfg)
         if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
             scores = np.where([key in scoped for key in ids], 0.5 + 0.5 * scores, 0.5 * scores)
         live = np.logical_and(superseded_ == 0, in_recall(ats, promoted_ != 0, now, self.cfg))
         top = top_rounded(np.where(live & (scores >= self.cfg.min_score), scores, -np.inf), k)
-        kept = sorted((-round(float(scores[i]), 6), f"ep-{ids[i]}", ids[i]) for i in top)[:k]
+        kept = sorted((-round(float(scores[i]), 6), f"ep-{ids[i]}", i) for i in top)[:k]
         if not kept:
             return []
         shown = {r[0]: r for r in self.db.execute(
             f"SELECT rowid, summary, sources FROM episodes WHERE rowid IN ({','.join('?' * len(kept))})",
-            [key for *_, key in kept])}
-        return [RecalledItem("episodic", eid, shown[key][1], -neg, tuple(unpack(shown[key][2])), cands[key][0])
-                for neg, eid, key in kept]
+            [ids[i] for *_, i in kept])}
+        return [RecalledItem("episodic", eid, shown[ids[i]][1], -neg, tuple(unpack(shown[ids[i]][2])), float(ats[i]))
+                for neg, eid, i in kept]
 
     def _in_scope(self, scope: TimeScope | None, limit: int = 200) -> list[_Hit]:
         """The episodes a time-scoped question points at (at most ``limit``, the latest), as hits with no
@@ -488,11 +487,11 @@ class EpisodicStore:
         match = self._match(query)
         if not match:
             return []
-        rows = self.db.execute(
-            "SELECT l.rowid, l.s, e.at, e.promoted, e.superseded, e.vector FROM (SELECT rowid, "
+        rows: list[_Hit] = self.db.execute(
+            "SELECT l.rowid, -l.s, e.at, e.promoted, e.superseded, e.vector FROM (SELECT rowid, "
             "bm25(episodes_fts) AS s FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY s, rowid LIMIT ?) AS l "
             "JOIN episodes AS e ON e.rowid = l.rowid ORDER BY l.s, l.rowid", (match, limit)).fetchall()
-        return [(int(r[0]), -float(r[1]), r[2], r[3], r[4], r[5]) for r in rows if -float(r[1]) > 0]
+        return [r for r in rows if r[1] > 0]
 
     def _lexical(self, query: str, limit: int) -> dict[int, float]:
         """Row key -> BM25 score (higher is better) of the best ``limit`` lexical matches."""
@@ -638,15 +637,20 @@ def fts_tokens(words: list[str]) -> dict[str, tuple[str, ...]]:
         with _tokens_lock:
             if not _tokens_db:
                 con = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-                con.execute(f"CREATE VIRTUAL TABLE q USING fts5(x, tokenize='{FTS_TOKENIZE}')")
+                # contentless: the words are not kept, and 'delete-all' empties it at once
+                con.execute(f"CREATE VIRTUAL TABLE q USING fts5(x, tokenize='{FTS_TOKENIZE}', content='')")
                 con.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
                 _tokens_db.append(con)
             con = _tokens_db[0]
-            con.execute("DELETE FROM q")
-            con.executemany("INSERT INTO q (rowid, x) VALUES (?, ?)", list(enumerate(missing)))
             got: dict[int, list[str]] = {}
-            for term, doc in con.execute("SELECT term, doc FROM qv ORDER BY doc, offset"):
-                got.setdefault(int(doc), []).append(str(term))
+            con.execute("BEGIN")  # one transaction: FTS5 writes its segment once, not once a word
+            try:
+                con.execute("INSERT INTO q (q) VALUES ('delete-all')")
+                con.executemany("INSERT INTO q (rowid, x) VALUES (?, ?)", list(enumerate(missing)))
+                for term, doc in con.execute("SELECT term, doc FROM qv ORDER BY doc, offset"):
+                    got.setdefault(int(doc), []).append(str(term))
+            finally:
+                con.execute("COMMIT")
             if len(_tokens) > 50_000:
                 _tokens.clear()
             for i, w in enumerate(missing):
