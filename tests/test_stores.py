@@ -329,6 +329,9 @@ def test_a_query_term_is_counted_under_its_fts_token(tmp_path: Path) -> None:
     from soul_runtime.memory.policy_episodic import LexicalLimits
     assert fts_tokens(["happy", "hangar", "can't", ""]) == {"happy": ("happi",), "hangar": ("hangar",),
                                                             "can't": ("can", "t"), "": ()}
+    # each call tokenizes only the words not seen before, on a table emptied first (rows are numbered from 0)
+    assert fts_tokens(["running", "happy"]) == {"running": ("run",), "happy": ("happi",)}
+    assert fts_tokens(["jumped"]) == {"jumped": ("jump",)}
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     store = m.episodic
     store.lexical = LexicalLimits(prune_at=10, postings_budget=5)
@@ -354,6 +357,41 @@ def test_recall_scores_candidates_from_the_covering_index(tmp_path: Path) -> Non
         "WHERE rowid IN (1, 2)"))
     assert "COVERING INDEX episodes_recall" in plan
     assert [it.text for it in m.recall("flight to Osaka", 3, now=NOW + 60)] == ["Ana booked the flight to Osaka."]
+
+
+def test_a_time_scoped_hit_that_is_also_a_lexical_hit_keeps_its_lexical_score(tmp_path: Path) -> None:
+    """A question naming a time ("two sessions ago") whose words also match an episode of that session: the
+    episode is one candidate, scored with its BM25 share and its similarity, then lifted as a scoped hit; a
+    scoped episode the words do not match is scored on its similarity alone (read from its stored vector)."""
+    import numpy as np
+
+    from soul_runtime.memory.policy_episodic import hybrid_score, recency_weight
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    texts = ["Ana repaired the violet lantern.", "Ana cooked a lemon tart.", "Ana walked to the pier.",
+             "Ana painted the fence blue."]
+    for i, text in enumerate(texts):  # one episode a session; the third, "two sessions ago" from the last
+        m.write(req(f"t{i}", Extraction(episode=text, event=True), at=NOW + i * DAY, session=f"s{i}"))
+    m.write(req("t9", Extraction(episode="Ana saw another violet lantern.", event=True), at=NOW + 4 * DAY,
+                session="s1"))
+    store, now = m.episodic, NOW + 5 * DAY
+    query = "What about the violet lantern two sessions ago?"
+    items = store.recall(query, 10, now)
+    qv = store.embedder.embed([query])[0]
+    lex = store._lexical(query, 100)
+    assert set(lex) == {1, 5}  # the words match the episodes of sessions s0 and s1
+    key_of = {text: k for k, text in store.db.execute("SELECT rowid, summary FROM episodes")}
+    scoped = {key_of["Ana cooked a lemon tart."], 5}  # session s1, two before the newest (s3)
+
+    def expected(key: int) -> float:
+        (vec, at), = store.db.execute("SELECT vector, at FROM episodes WHERE rowid = ?", (key,))
+        sim = float(np.frombuffer(vec, np.float32) @ qv)
+        s = hybrid_score(np.array([sim]), np.array([lex.get(key, 0.0) / max(lex.values())]), store.cfg)[0]
+        s = s * recency_weight(at, now, store.cfg)
+        return round(float(0.5 + 0.5 * s if key in scoped else 0.5 * s), 6)
+    assert [it.id for it in items[:2]] == [f"ep-{k}" for k in sorted(scoped, key=lambda k: -expected(k))]
+    for it in items:
+        assert it.score == pytest.approx(expected(int(it.id[3:])), abs=2e-6), it.text
+    m.close()
 
 
 def test_common_words_are_searched_as_a_pair_in_a_large_store(tmp_path: Path) -> None:
