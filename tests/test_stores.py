@@ -394,6 +394,27 @@ def test_a_time_scoped_hit_that_is_also_a_lexical_hit_keeps_its_lexical_score(tm
     m.close()
 
 
+def test_the_size_lexical_pruning_reads_follows_inserts_and_deletes(tmp_path: Path) -> None:
+    """The store size the lexical query is pruned by is remembered between recalls: it follows inserts, and a
+    forget that removes the newest episodes brings a store back under ``prune_at`` (every term searched)."""
+    from soul_runtime.memory.erasure import ForgetQuery
+    from soul_runtime.memory.policy_episodic import LexicalLimits
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    store = m.episodic
+    store.lexical = LexicalLimits(prune_at=12, postings_budget=4)
+    query = "violet lantern pier"
+    for i in range(14):
+        word = ["violet", "lantern", "pier"][i % 3]
+        m.write(req(f"t{i}", Extraction(episode=f"Ana noted item {i} near the {word}.", event=True), at=NOW + i))
+        m.recall(query, 3, now=NOW + 60)
+        assert store._max_key == store.db.execute("SELECT MAX(rowid) FROM episodes").fetchone()[0] == i + 1
+    assert store._match(query) != '"violet" OR "lantern" OR "pier"'  # 14 episodes: pruned
+    m.forget_where(ForgetQuery(ids=("ep-13", "ep-14", "ep-12")))
+    assert store._match(query) == '"violet" OR "lantern" OR "pier"'  # 11: every term
+    assert store._max_key == 11
+    m.close()
+
+
 def test_common_words_are_searched_as_a_pair_in_a_large_store(tmp_path: Path) -> None:
     """Two words each too common to search alone are searched together: the episode holding both is found, at
     the cost of the episodes holding both rather than either."""

@@ -126,6 +126,9 @@ class EpisodicStore:
                                  embedder_id=self.embedder.embedder_id, params=self.index_params)
         self._unsaved = 0
         self._doc_freq: dict[str, tuple[int, int]] = {}  # term -> (episodes holding it, store size then)
+        self._max_key: int | None = None
+        """The largest episode row key (the store's size to lexical pruning), once read; kept by this instance's
+        inserts, forgotten on a delete (the soul's one owner writes its store)."""
         self._open_index()
 
     # ---- opening ---------------------------------------------------------------------
@@ -258,6 +261,8 @@ class EpisodicStore:
                 record_applied(self.db, req.turn_key, writes)
                 out[i] = writes
             self._mark(promote_turns or [], supersede_sources or [])
+        if self._max_key is not None:  # committed: the new rows' keys
+            self._max_key = max([self._max_key] + [key for op, key, _, _ in index_ops if op == "add"])
         for op, key, vec, seq in index_ops:  # the record is durable; now the cache
             if op == "add" and vec is not None:
                 self.index.add(key, vec, seq)
@@ -328,6 +333,7 @@ class EpisodicStore:
 
     def _delete(self, keys: list[int]) -> int:
         ops = []
+        self._max_key = None
         with transaction(self.db):
             for key in keys:
                 if self.db.execute("DELETE FROM episodes WHERE rowid = ?", (key,)).rowcount:
@@ -365,6 +371,7 @@ class EpisodicStore:
         texts = tuple(r[1] for r in hit)
         sources = tuple(dict.fromkeys(s for r in hit for s in unpack(r[3])))
         turn_keys = {r[4] for r in hit}
+        self._max_key = None
         with transaction(self.db):
             for r in hit:
                 self.db.execute("DELETE FROM episodes WHERE rowid = ?", (r[0],))
@@ -470,7 +477,9 @@ class EpisodicStore:
         qt = list(dict.fromkeys(terms(query)))
         if not qt:
             return ""
-        size = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
+        if self._max_key is None:
+            self._max_key = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
+        size = self._max_key
         docs: dict[str, int] = {}
         if size >= self.lexical.prune_at:  # a large store: a query that matches few episodes (LexicalLimits)
             tokens = fts_tokens(qt)
@@ -567,6 +576,7 @@ class EpisodicStore:
                                 f"{self.embedder.embedder_id}")
         if not is_empty(self.db, ("episodes", "sessions", "applied")):
             raise InvalidInput("import needs an empty soul: this one already has episodes")
+        self._max_key = None
         with transaction(self.db):
             for r in data["episodes"]:
                 if len(r[11]) != 4 * self.embedder.dim:
