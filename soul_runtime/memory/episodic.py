@@ -482,8 +482,7 @@ class EpisodicStore:
         size = self._max_key
         docs: dict[str, int] = {}
         if size >= self.lexical.prune_at:  # a large store: a query that matches few episodes (LexicalLimits)
-            tokens = fts_tokens(qt)
-            docs = {t: self._term_docs(tokens[t], size) for t in qt}
+            docs = self._term_docs(fts_tokens(qt), size)
         quoted = [['"' + t.replace('"', "") + '"' for t in c] for c in lexical_clauses(qt, docs, size, self.lexical)]
         return " OR ".join(q[0] if len(q) == 1 else "(" + " AND ".join(q) + ")" for q in quoted)
 
@@ -506,21 +505,21 @@ class EpisodicStore:
         """Row key -> BM25 score (higher is better) of the best ``limit`` lexical matches."""
         return {h[0]: h[1] for h in self._lexical_rows(query, limit)}
 
-    def _term_docs(self, tokens: tuple[str, ...], size: int) -> int:
-        """How many episodes hold a query term whose FTS5 tokens are ``tokens`` (FTS5's own count of its rarest
-        token, remembered until the store grows by a quarter); 0 for a term without tokens."""
-        if not tokens:
-            return 0
-        out = size
-        for tok in tokens:
-            hit = self._doc_freq.get(tok)
-            if hit is None or size > hit[1] * 1.25:
-                row = self.db.execute("SELECT doc FROM episodes_vocab WHERE term = ?", (tok,)).fetchone()
-                if len(self._doc_freq) > 4096:
-                    self._doc_freq.clear()
-                hit = self._doc_freq[tok] = (int(row[0]) if row else 0, size)
-            out = min(out, hit[0])
-        return out
+    def _term_docs(self, tokens: dict[str, tuple[str, ...]], size: int) -> dict[str, int]:
+        """How many episodes hold each query term, by its FTS5 tokens (``tokens``: term -> tokens): FTS5's own
+        count of its rarest token, remembered until the store grows by a quarter (the tokens not remembered are
+        read in one query); 0 for a term without tokens."""
+        stale = sorted({tok for toks in tokens.values() for tok in toks
+                        if (hit := self._doc_freq.get(tok)) is None or size > hit[1] * 1.25})
+        if stale:
+            got = dict(self.db.execute("SELECT term, doc FROM episodes_vocab WHERE term IN "
+                                       f"({','.join('?' * len(stale))})", stale).fetchall())
+            if len(self._doc_freq) + len(stale) > 4096:
+                self._doc_freq.clear()
+            for tok in stale:
+                self._doc_freq[tok] = (int(got.get(tok, 0)), size)
+        return {t: min([size] + [self._doc_freq[tok][0] for tok in toks]) if toks else 0
+                for t, toks in tokens.items()}
 
     def episodes(self, *, since: float | None = None, until: float | None = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
