@@ -118,3 +118,48 @@ def test_a_large_local_database_is_memory_mapped(tmp_path: Path, monkeypatch: py
         con.executemany("INSERT INTO filler VALUES (?)", [(bytes(2000),) for _ in range(200)])
     con.close()
     assert mapped(tmp_path / "other.sqlite") == 0
+
+
+def test_a_large_store_searches_lexically_beside_the_dense_search_and_recalls_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``PARALLEL_AT`` episodes on, the lexical query runs on a second thread while the dense search runs;
+    what is recalled is exactly what the one-thread path recalls, and an error of either search still reaches
+    the caller."""
+    import threading
+
+    from soul_runtime.memory import episodic
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    store = m.episodic
+    rng = random.Random(5)
+    for i in range(120):
+        text = f"Ana {' '.join(rng.sample(WORDS, 4))} note {i}."
+        m.write(WriteRequest(turn_key=f"t{i}", now=NOW + i * 600, actor="ana", sources=(f"m{i}",),
+                             extraction=Extraction(episode=text, event=True), session=f"s{i // 20}"))
+    now = NOW + 120 * 600 + DAY
+    queries = ["violet comet over the glacier", "the ferry to Lisbon", "chess by the willow", "nothing here at all"]
+    threads: list[str] = []
+    real = store._lexical_rows
+
+    def spied(query: str, limit: int):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return real(query, limit)
+    monkeypatch.setattr(store, "_lexical_rows", spied)
+    store.recall(queries[0], 8, now)  # learns the store's size
+    monkeypatch.setattr(episodic, "PARALLEL_AT", 10**9)
+    threads.clear()
+    alone = [store.recall(q, 8, now) for q in queries]
+    assert threads == ["MainThread"] * len(queries)
+    monkeypatch.setattr(episodic, "PARALLEL_AT", 100)
+    threads.clear()
+    timings: dict[str, float] = {}
+    beside = [store.recall(q, 8, now, timings=timings) for q in queries]
+    assert all(name.startswith("lexical") for name in threads) and len(threads) == len(queries)
+    assert beside == alone and any(alone)
+    assert timings["lexical"] > 0 and timings["dense"] > 0
+
+    def broken(query: str, limit: int):  # type: ignore[no-untyped-def]
+        raise sqlite_db.StorageError("disk went away")
+    monkeypatch.setattr(store, "_lexical_rows", broken)
+    with pytest.raises(sqlite_db.StorageError, match="disk went away"):
+        store.recall(queries[1], 8, now)
+    m.close()
