@@ -42,6 +42,8 @@ MAX_CONNS = 64
 """Connections a server serves at once (one thread and one descriptor each); more are refused."""
 MAX_OPEN = 4
 """Connections a client keeps to one server; a call beyond them goes through Ray."""
+WAIT_THREADS = 16
+"""Threads a process's coroutines wait on for channel answers; a call beyond them goes through Ray."""
 
 
 class ChannelBroken(Exception):
@@ -76,6 +78,17 @@ def socket_dir() -> str:
     return base
 
 
+def _answers(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def sweep_dead(directory: str) -> int:
     """Remove the sockets of processes that are gone (a killed actor leaves its socket behind)."""
     n = 0
@@ -83,11 +96,14 @@ def sweep_dead(directory: str) -> int:
         pid = name.split("-", 1)[0]
         if not pid.isdigit():
             continue
+        path = os.path.join(directory, name)
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
+            if _answers(path):  # a live server after all (a process of another pid namespace)
+                continue
             try:
-                os.unlink(os.path.join(directory, name))
+                os.unlink(path)
                 n += 1
             except OSError:
                 pass
@@ -111,21 +127,36 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _recv(sock: socket.socket) -> Any:
+def _recv_frame(sock: socket.socket) -> bytes:
     (n,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
-    return pickle.loads(_recv_exact(sock, n))
+    return _recv_exact(sock, n)
+
+
+def _as_sent(e: Exception) -> Exception:
+    """An error as it travels back: a SoulError as itself if it survives the trip, anything else (or a
+    SoulError that would not load again) as TurnFailed, as through Ray."""
+    if isinstance(e, SoulError):
+        try:
+            pickle.loads(pickle.dumps(e, protocol=pickle.HIGHEST_PROTOCOL))
+            return e
+        except Exception:  # noqa: BLE001 — told as text below
+            pass
+    return TurnFailed(f"remote call failed: {type(e).__name__}: {e}")
 
 
 class ChannelServer:
-    """Serves ``methods`` of ``target`` on a Unix socket (see the module's doc). ``address`` is what a client
-    needs: (machine, socket path)."""
+    """Serves ``methods`` of ``target`` on a Unix socket (see the module's doc): at most ``max_conns``
+    connections, and at most ``concurrency`` calls running at once (the rest wait, as Ray queues calls beyond
+    an actor's ``max_concurrency``). ``address`` is what a client needs: (machine, socket path)."""
 
-    def __init__(self, target: Any, methods: Sequence[str], *, max_conns: int = MAX_CONNS) -> None:
+    def __init__(self, target: Any, methods: Sequence[str], *, max_conns: int = MAX_CONNS,
+                 concurrency: int = MAX_CONNS) -> None:
         self.target = target
         self.methods = frozenset(methods)
         self.max_conns = max_conns
+        self._running = threading.BoundedSemaphore(max(1, concurrency))
         self.dir = socket_dir()  # 0700: this user's processes only
         sweep_dead(self.dir)
         self.path = os.path.join(self.dir, f"{os.getpid()}-{secrets.token_hex(4)}")
@@ -149,7 +180,7 @@ class ChannelServer:
             except OSError:
                 return
             with self._lock:
-                full = len(self._conns) >= self.max_conns
+                full = self._closed or len(self._conns) >= self.max_conns
                 if not full:
                     self._conns.add(conn)
             if full:  # its client finds the channel broken and uses Ray (fds stay bounded)
@@ -160,71 +191,85 @@ class ChannelServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             while True:
-                method, args = _recv(conn)
-                self.calls += 1
+                method, args = pickle.loads(_recv_frame(conn))
+                with self._lock:
+                    self.calls += 1
                 try:
                     if method not in self.methods:
                         raise TurnFailed(f"{method!r} is not served on this channel")
-                    answer: tuple[bool, Any] = (True, getattr(self.target, method)(*args))
+                    with self._running:
+                        answer: tuple[bool, Any] = (True, getattr(self.target, method)(*args))
                 except Exception as e:  # the call's own error goes back to its caller
-                    answer = (False, e)
+                    answer = (False, _as_sent(e))
                 try:
                     _send(conn, answer)
-                except (pickle.PicklingError, TypeError, AttributeError) as e:  # an answer that cannot travel
+                except (pickle.PicklingError, TypeError, AttributeError, struct.error) as e:  # cannot travel
                     _send(conn, (False, TurnFailed(f"{method} answered what cannot be sent back: {e}")))
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError):
-            pass  # the client went away (or spoke garbage): drop the connection
+        except Exception:  # noqa: BLE001 — the client went away (or spoke garbage): drop the connection
+            pass
         finally:
             with self._lock:
                 self._conns.discard(conn)
             conn.close()
 
     def close(self) -> None:
-        self._closed = True
-        try:
-            self._sock.close()
-        finally:
-            with self._lock:
-                conns, self._conns = list(self._conns), set()
-            for c in conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                c.close()
+        with self._lock:
+            self._closed = True
+            conns, self._conns = list(self._conns), set()
+        for c in [self._sock, *conns]:
             try:
-                os.unlink(self.path)
+                c.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked on it
             except OSError:
                 pass
+            c.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
 
 
 class Pending:
-    """A call sent on a connection; :meth:`result` reads its answer (once)."""
+    """A call sent on a connection; :meth:`result` reads its answer (once). A call dropped unread gives its
+    connection up (the answer would arrive on it later)."""
 
-    __slots__ = ("client", "conn")
+    __slots__ = ("client", "conn", "__weakref__")
 
     def __init__(self, client: ChannelClient, conn: socket.socket) -> None:
-        self.client, self.conn = client, conn
+        self.client: ChannelClient | None = client
+        self.conn = conn
 
     def result(self, timeout: float | None = None) -> Any:
+        client, self.client = self.client, None
+        if client is None:
+            raise RuntimeError("a channel call's answer is read once")
         try:
             if timeout is not None:
                 self.conn.settimeout(timeout)
-            ok, value = _recv(self.conn)
+            frame = _recv_frame(self.conn)
             if timeout is not None:
                 self.conn.settimeout(None)
         except TimeoutError:  # the answer would arrive on this connection later: it goes, the channel stays
-            self.client._drop(self.conn)
+            client._drop(self.conn)
             raise ChannelTimeout(f"no answer within {timeout} s") from None
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError, struct.error) as e:
-            self.client._broken(self.conn)
+        except Exception as e:  # noqa: BLE001 — closed, reset, a bad frame: the actor is gone or restarting
+            client._broken(self.conn)
             raise ChannelBroken(str(e)) from None
-        self.client._release(self.conn)
+        client._release(self.conn)  # the whole frame was read: the connection is clean whatever it holds
+        try:
+            ok, value = pickle.loads(frame)
+        except Exception as e:  # noqa: BLE001 — an answer this process cannot load (a class it lacks)
+            raise TurnFailed(f"remote call's answer cannot be read here: {type(e).__name__}: {e}") from None
         if not ok:  # the call's own error: ours as itself, anything else as a Ray call would report it
             if isinstance(value, SoulError):
                 raise value
             raise TurnFailed(f"remote call failed: {type(value).__name__}: {value}")
         return value
+
+    def __del__(self) -> None:
+        client = self.client
+        if client is not None:  # never read: the connection cannot carry another call
+            self.client = None
+            client._drop(self.conn)
 
 
 class ChannelClient:
@@ -239,7 +284,7 @@ class ChannelClient:
         self.broken = False
 
     def start(self, method: str, *args: Any) -> Pending:
-        """Send a call; raises :class:`ChannelBroken` if it could not be sent."""
+        """Send a call; raises :class:`ChannelBroken` if it could not be sent (send it the ordinary way)."""
         if self.broken:
             raise ChannelBroken(self.path)
         with self._lock:
@@ -249,19 +294,20 @@ class ChannelClient:
                     raise ChannelBroken(f"{self.path}: {self.max_open} calls out")
                 self._open += 1
         try:
+            data = pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL)
+            head = _HEAD.pack(len(data))
+        except Exception as e:  # noqa: BLE001 — a request the channel cannot carry: the ordinary way reports it
+            if conn is None:
+                with self._lock:
+                    self._open -= 1
+            else:
+                self._release(conn)
+            raise ChannelBroken(f"cannot send: {e}") from None
+        try:
             if conn is None:
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 conn.connect(self.path)
-            data = pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL)
-        except OSError as e:
-            self._broken(conn)
-            raise ChannelBroken(str(e)) from None
-        except Exception as e:  # a request that cannot be pickled: the ordinary way reports it
-            assert conn is not None
-            self._release(conn)
-            raise ChannelBroken(f"cannot send: {e}") from None
-        try:
-            conn.sendall(_HEAD.pack(len(data)) + data)
+            conn.sendall(head + data)
         except OSError as e:
             self._broken(conn)
             raise ChannelBroken(str(e)) from None
@@ -270,16 +316,16 @@ class ChannelClient:
     def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         return self.start(method, *args).result(timeout)
 
-    def _drop(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._open -= 1
-        conn.close()
-
     def _release(self, conn: socket.socket) -> None:
         with self._lock:
             if not self.broken:
                 self._idle.append(conn)
                 return
+            self._open -= 1
+        conn.close()
+
+    def _drop(self, conn: socket.socket) -> None:
+        with self._lock:
             self._open -= 1
         conn.close()
 
@@ -300,59 +346,87 @@ class ChannelClient:
 
 
 class ChannelBook:
-    """Clients of named actors' channels: each actor is asked for its address (``ask(handle)``, None or an
-    exception when it has none) the first time, and again at most every ``reask_s`` once its channel broke or
-    while it had none."""
+    """Clients of named actors' channels. Each actor is asked for its address (``ask(handle)``: None, or an
+    exception, when it has none) the first time; again ``reask_s`` after its channel broke (it restarted), and
+    ``reask_none_s`` after it had none reachable from here (another machine). Only one thread asks at a time
+    for an actor, and never while holding up another actor's callers; the others go the ordinary way meanwhile."""
 
     def __init__(self, ask: Callable[[Any], Any], *, enabled: bool = True, reask_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 reask_none_s: float = 60.0, threads: int = WAIT_THREADS, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         self.ask = ask
         self.enabled = enabled
         self.reask_s = reask_s
+        self.reask_none_s = reask_none_s
+        self.threads = threads
         self.clock = clock
         self._clients: dict[str, ChannelClient | None] = {}
-        self._asked: dict[str, float] = {}
-        self._asking = threading.Lock()
+        self._next_ask: dict[str, float] = {}
+        self._asking: set[str] = set()
+        self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._busy = 0  # pool threads waiting for an answer
 
     def known(self, name: str) -> ChannelClient | None:
         """The actor's channel if it is known and whole (never blocks)."""
         ch = self._clients.get(name)
         return ch if ch is not None and not ch.broken else None
 
+    def client(self, name: str, handle: Any) -> ChannelClient | None:
+        """The actor's channel, asking the actor for it if that is due (blocks for that one call)."""
+        ch = self.known(name)
+        if ch is not None or not self.enabled:
+            return ch
+        with self._lock:
+            if name in self._asking or self.clock() < self._next_ask.get(name, -1e18):
+                return None
+            self._asking.add(name)
+        try:
+            try:
+                found = connect(self.ask(handle))
+            except Exception:  # noqa: BLE001 — not up (yet), or an actor without a channel: the ordinary way
+                found = None
+            old = self._clients.get(name)
+            with self._lock:
+                self._clients[name] = found
+                self._next_ask[name] = self.clock() + (self.reask_s if found is not None or old is not None
+                                                       else self.reask_none_s)
+            if old is not None and old is not found:
+                old.close()
+            return found
+        finally:
+            with self._lock:
+                self._asking.discard(name)
+
+    def forget(self, name: str) -> None:
+        """Drop what is known of an actor that has gone (a dedicated actor): its idle connections close."""
+        with self._lock:
+            ch = self._clients.pop(name, None)
+            self._next_ask.pop(name, None)
+        if ch is not None:
+            ch.close()
+
     async def call_async(self, name: str, handle: Any, method: str, *args: Any) -> Any:
-        """``method(*args)`` over the actor's channel, from a coroutine (the wait runs on a thread of the
-        book's own); raises :class:`ChannelBroken` when there is no channel (or it broke)."""
+        """``method(*args)`` over the actor's channel, from a coroutine: the wait runs on one of the book's
+        ``threads``. Raises :class:`ChannelBroken` when there is no channel (or it broke, or every thread is
+        waiting already): send it the ordinary way."""
         import asyncio
         loop = asyncio.get_running_loop()
-        with self._asking:
+        with self._lock:
+            if self._busy >= self.threads:
+                raise ChannelBroken(f"{self.threads} channel calls out")
+            self._busy += 1
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(16, thread_name_prefix="channel-wait")
-        ch = self.known(name) or await loop.run_in_executor(self._pool, self.client, name, handle)
-        if ch is None:
-            raise ChannelBroken(f"{name} has no channel here")
-        return await loop.run_in_executor(self._pool, partial(ch.call, method, *args))
-
-    def client(self, name: str, handle: Any) -> ChannelClient | None:
-        """The actor's channel, asking the actor for it if due (blocks for that call)."""
-        ch = self._clients.get(name)
-        if ch is not None and not ch.broken:
-            return ch
-        if not self.enabled or self.clock() - self._asked.get(name, -1e18) < self.reask_s:
-            return None
-        with self._asking:
-            ch = self._clients.get(name)
-            if ch is not None and not ch.broken:
-                return ch
-            if self.clock() - self._asked.get(name, -1e18) < self.reask_s:
-                return None
-            self._asked[name] = self.clock()
-            try:
-                ch = connect(self.ask(handle))
-            except Exception:  # noqa: BLE001 — not up (yet), or an actor without a channel: the ordinary way
-                ch = None
-            self._clients[name] = ch
-            return ch
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="channel-wait")
+            pool = self._pool
+        try:
+            ch = self.known(name) or await loop.run_in_executor(pool, self.client, name, handle)
+            if ch is None:
+                raise ChannelBroken(f"{name} has no channel here")
+            return await loop.run_in_executor(pool, partial(ch.call, method, *args))
+        finally:
+            with self._lock:
+                self._busy -= 1
 
 
 def connect(address: Any, *, same_machine: Callable[[], str] = machine_id) -> ChannelClient | None:

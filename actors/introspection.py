@@ -10,17 +10,22 @@ from . import raycalls
 from .channel import ChannelServer
 from .metrics import Metrics
 
+ASK_TIMEOUT_S = 2.0
+"""How long a caller waits for an actor to say where its channel is (meanwhile, and if it does not answer in
+time, calls go through Ray, which waits for a restarting actor properly)."""
+
 
 class ActorInfo:
     metrics: Metrics
     channel: ChannelServer | None = None
     """The actor's local channel (:mod:`actors.channel`), if it serves one."""
 
-    def serve_channel(self, methods: tuple[str, ...], enabled: bool) -> None:
-        """Serve ``methods`` on a local channel too, when running as an actor (not as the plain class)."""
-        if enabled and raycalls.current_actor() is not None:
+    def serve_channel(self, methods: tuple[str, ...], concurrency: int) -> None:
+        """Serve ``methods`` on a local channel too, at most ``concurrency`` calls at once (0: no channel), when
+        running as an actor (not as the plain class)."""
+        if concurrency > 0 and raycalls.current_actor() is not None:
             try:
-                self.channel = ChannelServer(self, methods)
+                self.channel = ChannelServer(self, methods, concurrency=concurrency)
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
 
@@ -45,4 +50,4 @@ class ActorInfo:
 
 def channel_address(handle: Any) -> Any:
     """Ask an actor where its local channel listens (None: it has none)."""
-    return raycalls.get(raycalls.call(handle, "channel_address"), timeout=30)
+    return raycalls.get(raycalls.call(handle, "channel_address"), timeout=ASK_TIMEOUT_S)

@@ -68,7 +68,7 @@ class LayerShard(ActorInfo):
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 0,
                  embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
-                 storage: str = "local", capacity_bytes: int = 0, channel: bool = False) -> None:
+                 storage: str = "local", capacity_bytes: int = 0, channel: int = 0) -> None:
         use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
@@ -89,7 +89,8 @@ class LayerShard(ActorInfo):
         self.swept: dict[str, float] = {}
         self._sweeping = threading.Lock()
         self.ticker = None
-        self.serve_channel(("recall_batch", "apply_batch"), channel)  # for the hosts on this machine
+        # for the hosts on this machine, ``channel`` calls at once (the shard's threads; 0: no channel)
+        self.serve_channel(("recall_batch", "apply_batch"), channel)
         me = raycalls.current_actor() if self.retention_every_s > 0 else None
         if me is not None:  # in an actor: the sweep runs in the actor's own queue
             self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),

@@ -195,11 +195,18 @@ class Router:
             self._handles[name] = h
         return h
 
+    def _gone(self, name: str, soul_id: str) -> None:
+        self._handles.pop(name, None)
+        if self.dedicated.pop(soul_id, None) == name:
+            self.channels.forget(name)
+
     def _moved(self, soul_id: str, to: str) -> None:
         if to in self.hosts and rendezvous(soul_id, self.hosts) == to:
-            self.dedicated.pop(soul_id, None)
+            old = self.dedicated.pop(soul_id, None)
         else:
-            self.dedicated[soul_id] = to
+            old, self.dedicated[soul_id] = self.dedicated.get(soul_id), to
+        if old is not None and old != to:  # a dedicated actor the soul left: it goes away
+            self.channels.forget(old)
 
     def steps(self, call: Routed) -> Generator[Any, Any, Any]:
         """The retry policy: yields calls — object refs, or :class:`_Batchable` calls a driver may batch (send
@@ -213,8 +220,7 @@ class Router:
                     ref = _Batchable(name, handle, (call.soul_id, *call.args)) if call.method in BATCHED else \
                         raycalls.call(handle, call.method, call.soul_id, *call.args)
                 except RuntimeUnavailable:  # not found (a dedicated actor gone, a host not up yet)
-                    self._handles.pop(name, None)
-                    self.dedicated.pop(call.soul_id, None)
+                    self._gone(name, call.soul_id)
                     if attempt == RETRIES - 1:
                         raise
                     yield _Pause(min(2.0, 0.1 * (attempt + 1)))
@@ -224,8 +230,7 @@ class Router:
                     answer = yield raycalls.call(handle, call.method, call.soul_id, *call.args)
                 return answer
             except raycalls.ACTOR_DIED:  # dead or restarting: the same request again (idempotent)
-                self._handles.pop(name, None)
-                self.dedicated.pop(call.soul_id, None)  # a dedicated actor that died may be gone for good
+                self._gone(name, call.soul_id)  # a dedicated actor that died may be gone for good
                 if attempt == RETRIES - 1:
                     raise RuntimeUnavailable(f"{name} stays unavailable") from None
                 yield _Pause(min(2.0, 0.1 * (attempt + 1)))

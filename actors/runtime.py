@@ -96,7 +96,7 @@ class Runtime:
                                                                      cfg.store_capacity, cfg.embedder, i,
                                                                      cfg.shards(layer), cfg.retention_every_s,
                                                                      cfg.storage, cfg.store_capacity_mb * 2**20,
-                                                                     cfg.local_channels),
+                                                                     cfg.shard_threads if cfg.local_channels else 0),
                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),

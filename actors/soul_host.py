@@ -12,6 +12,7 @@ their recalls and writes reach each store shard together and go as one call.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import sqlite3
 import threading
@@ -87,6 +88,20 @@ class ParkedModel(LanguageModel):
         return getattr(self.inner, name)
 
 
+def _results(tickets: list[Any]) -> list[Any]:
+    """Each ticket's first result, every ticket read even when one fails (a batch's answer left unread would
+    hold its channel connection); the first error is raised."""
+    out, error = [], None
+    for t in tickets:
+        try:
+            out.append(t.result()[0])
+        except BaseException as e:  # noqa: BLE001 — raised after the others are read
+            error = error or e
+    if error is not None:
+        raise error
+    return out
+
+
 class RemoteMemory:
     """The loop's MemoryPort over store actors: the three layers in parallel, cross-layer marks on write,
     each call batched with other souls' calls to the same shard (:class:`ShardCalls`).
@@ -108,7 +123,7 @@ class RemoteMemory:
         tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
                                     (self.soul_id, query, k, float(now), task_class))
                    for s in parse_stores(stores) if self._stored(s)]
-        return merge_recalls([t.result()[0] for t in tickets], k)
+        return merge_recalls(_results(tickets), k)
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """The layers that have something to write get a call (semantic and procedural at once, then episodic
@@ -125,8 +140,14 @@ class RemoteMemory:
             return pending if isinstance(pending, list) else pending.result()[0]
 
         sem_p, proc_p = start(Store.SEMANTIC), start(Store.PROCEDURAL)
-        sem = result(sem_p)
-        epi = result(start(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws)))
+        try:
+            sem = result(sem_p)
+            epi = result(start(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws)))
+        except BaseException:
+            if not isinstance(proc_p, list):  # read, so its batch is not left unread; the first error is told
+                with contextlib.suppress(BaseException):
+                    proc_p.result()
+            raise
         proc = result(proc_p)
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
@@ -186,7 +207,8 @@ class SoulHost(ActorInfo):
         self.clock = clock
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
             if self.cfg.idle_check_s > 0 else None
-        self.serve_channel(("run", "run_batch"), self.cfg.local_channels)  # for clients on this machine
+        # for clients on this machine, as many calls at once as Ray runs
+        self.serve_channel(("run", "run_batch"), self.cfg.host_threads if self.cfg.local_channels else 0)
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from actors.channel import ChannelBroken, ChannelClient, ChannelServer, connect, machine_id
+from actors.channel import ChannelBook, ChannelBroken, ChannelClient, ChannelServer, ChannelTimeout, connect, machine_id
 from soul_runtime.errors import InvalidInput, TurnFailed
 
 
@@ -99,11 +99,15 @@ def test_a_full_client_refuses_a_call_without_breaking() -> None:
 
 
 def test_a_closed_server_breaks_the_channel_and_unreachable_addresses_give_none(tmp_path) -> None:
-    server = ChannelServer(Target(), ("recall_batch",))
+    target = Target()
+    server = ChannelServer(target, ("recall_batch", "apply_batch"))
     client = connect(server.address)
     assert client is not None and client.call("recall_batch", [1]) == [2]
-    pending = client.start("recall_batch", [50])  # out while the server goes away
+    release = threading.Event()
+    target.apply_batch = lambda items: release.wait(5)  # type: ignore[method-assign]
+    pending = client.start("apply_batch", [50])  # out, unanswered, while the server goes away
     server.close()
+    release.set()
     with pytest.raises(ChannelBroken):
         pending.result()
     assert client.broken
@@ -194,3 +198,130 @@ def test_async_turns_go_to_their_host_over_its_channel_in_batches(runtime, soul_
     assert sorted(seqs) == sorted([1] * 6 + [2] * 6 + [3] * 6)
     assert items1 - items0 == 18  # every turn went in a host batch
     assert 1 <= calls1 - calls0 < 18  # over the channels, several turns a call
+
+
+
+class Odd(Exception):
+    def __init__(self, *, code: int) -> None:  # pickles, but cannot be loaded again
+        super().__init__(f"odd {code}")
+
+
+def test_errors_travel_as_through_ray_and_a_bad_answer_keeps_the_channel() -> None:
+    class Raising:
+        def recall_batch(self, kind: str) -> object:
+            if kind == "odd":
+                raise Odd(code=3)
+            if kind == "zero":
+                return 1 / 0
+            return kind
+    server = ChannelServer(Raising(), ("recall_batch",))
+    try:
+        client = ChannelClient(server.path, max_open=1)
+        with pytest.raises(TurnFailed, match="ZeroDivisionError"):  # not ours: as TurnFailed
+            client.call("recall_batch", "zero")
+        with pytest.raises(TurnFailed, match="Odd: odd 3"):  # would not load on this side
+            client.call("recall_batch", "odd")
+        assert client.call("recall_batch", "fine") == "fine" and not client.broken  # the one connection is reused
+    finally:
+        server.close()
+
+
+def test_a_call_left_unread_or_timed_out_gives_its_connection_up() -> None:
+    import gc
+    release = threading.Event()
+
+    class Slow:
+        def recall_batch(self, items: list[int]) -> list[int]:
+            release.wait(5)
+            return items
+    server = ChannelServer(Slow(), ("recall_batch",))
+    try:
+        client = ChannelClient(server.path, max_open=2)
+        abandoned = client.start("recall_batch", [1])
+        del abandoned  # its caller failed elsewhere and never reads it
+        gc.collect()
+        with pytest.raises(ChannelTimeout):
+            client.call("recall_batch", [2], timeout=0.05)
+        assert not client.broken
+        release.set()
+        first, second = client.start("recall_batch", [3]), client.start("recall_batch", [4])  # both slots free
+        assert (first.result(), second.result()) == ([3], [4])
+    finally:
+        release.set()
+        server.close()
+
+
+def test_the_book_asks_an_actor_again_only_when_due_and_forgets_one_gone() -> None:
+    now = [100.0]
+    asked: list[str] = []
+    server = ChannelServer(Target(), ("recall_batch",))
+    answers = {"shard-a": server.address, "far": ("another-machine/boot", "/x")}
+
+    def ask(handle: str) -> object:
+        asked.append(handle)
+        if handle == "down":
+            raise TimeoutError("no answer")
+        return answers[handle]
+    book = ChannelBook(ask, clock=lambda: now[0], reask_s=1.0, reask_none_s=60.0)
+    try:
+        assert book.client("far", "far") is None and book.client("down", "down") is None
+        now[0] += 30
+        assert book.client("far", "far") is None and asked.count("far") == 1  # none here: asked again after 60 s
+        now[0] += 31
+        book.client("far", "far")
+        assert asked.count("far") == 2
+        ch = book.client("shard-a", "shard-a")
+        assert ch is not None and book.client("shard-a", "shard-a") is ch and asked.count("shard-a") == 1
+        ch._broken(None)  # it broke (the actor restarted): asked again 1 s after the last ask, not before
+        assert book.client("shard-a", "shard-a") is None and asked.count("shard-a") == 1
+        now[0] += 1.5
+        again = book.client("shard-a", "shard-a")
+        assert again is not None and again is not ch and asked.count("shard-a") == 2
+        book.forget("shard-a")
+        assert book.known("shard-a") is None
+        off = ChannelBook(ask, enabled=False)
+        assert off.client("shard-a", "shard-a") is None and asked.count("shard-a") == 2
+    finally:
+        server.close()
+
+
+def test_a_batch_whose_channel_breaks_mid_call_is_sent_again_through_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors import layer_shard, raycalls
+    from actors.channel import Pending
+
+    class Broken(Pending):
+        def __init__(self) -> None:
+            pass
+
+        def result(self, timeout: float | None = None) -> object:
+            raise ChannelBroken("reset by peer")
+
+        def __del__(self) -> None:
+            pass
+    again: list[str] = []
+    monkeypatch.setattr(raycalls, "get", lambda ref, timeout=None: ["by ray", ref])
+    value = layer_shard._ByChannel(Broken(), lambda: again.append("sent") or "ref")
+    assert layer_shard._resolve(value) == ["by ray", "ref"] and again == ["sent"]
+
+
+def test_an_async_batch_goes_through_ray_when_its_host_has_no_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from actors import raycalls
+    from actors.routing import AsyncSoulLocks
+
+    class NoChannel:
+        enabled = True
+
+        async def call_async(self, name: str, handle: object, method: str, *args: object) -> object:
+            raise ChannelBroken("none here")
+
+    async def by_ray(items: list[tuple[object, ...]]) -> list[object]:
+        return [("ray", it[0]) for it in items]
+    monkeypatch.setattr(raycalls, "call", lambda h, method, items: by_ray(items))
+    locks = AsyncSoulLocks(NoChannel())  # type: ignore[arg-type]
+
+    async def main() -> list[object]:
+        b = locks.batcher("soul-host-0")
+        return list(await asyncio.gather(b.submit(("h", ("a",))), b.submit(("h", ("b",)))))
+    assert asyncio.run(main()) == [("ray", "a"), ("ray", "b")]
