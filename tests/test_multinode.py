@@ -35,9 +35,12 @@ SCRIPT = textwrap.dedent("""
              (("episodic", 2), ("semantic", 1), ("procedural", 1)) for i in range(n)]
     where = {n: raycalls.get(raycalls.call(raycalls.get_actor(n, "mn"), "where")) for n in names}
     nodes = {w["node"] for w in where.values()}
-    souls = [f"soul-{i}" for i in range(6)]
     head = cluster.head_node.node_id
-    owner_of = {s: where[rt.placement(s)["host"]]["node"] for s in souls}
+    node_of = lambda s: where[rt.placement(s)["host"]]["node"]
+    souls = [f"soul-{i}" for i in range(5)]
+    # and a soul whose host is on a worker (Ray places the hosts; the ids hash to them)
+    souls.append(next((f"soul-{i}" for i in range(5, 200) if node_of(f"soul-{i}") != head), "soul-5"))
+    owner_of = {s: node_of(s) for s in souls}
     target = next((s for s in souls if owner_of[s] != head), None)  # a soul whose host is on a worker
     victim = next(w for w in workers if w.node_id == owner_of[target]) if target else workers[0]
     acked = {s: [] for s in souls}
