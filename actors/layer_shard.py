@@ -7,10 +7,12 @@ Ray may retry them after a restart.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ from .settings import process_capacity
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
+MAX_CLOSING = 64
+"""Evicted stores at most waiting for a shard's closing thread; beyond, an eviction closes its victim itself."""
+log = logging.getLogger(__name__)
 
 
 def embed_threads(cpus: int, episodic_shards: int) -> int:
@@ -79,6 +84,8 @@ class LayerShard(ActorInfo):
         self.sizes = SizeTable()  # memory of each open store, as of its last use
         self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
+        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"{layer}-close")  # evicted stores (see _evict)
+        self._closing = 0  # evicted stores waiting for the closer
         # the episodic shards share the cores: each embeds with its share of them (at least one thread)
         self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards))
                                          ) if self.layer is Store.EPISODIC else None
@@ -181,15 +188,52 @@ class LayerShard(ActorInfo):
 
     def _evict(self) -> None:
         """Close the least recently used stores beyond capacity (a count and, if set, bytes of memory), skipping
-        any a thread holds or waits for."""
+        any a thread holds or waits for.
+
+        A victim leaves the LRU at once, with its soul's lock taken; it is closed on the shard's closing thread,
+        off the path of the call that made room (closing a store that was written saves its small vector index
+        and checkpoints its WAL: fsyncs), and its lock is released when the close is done, so a call for that
+        soul waits for the close and then opens it afresh. Beyond ``MAX_CLOSING`` stores waiting to close, the
+        caller closes the victim itself (open files stay bounded)."""
         while True:
             with self.guard:
                 if not over_capacity(self.open, self.sizes, self.capacity, self.capacity_bytes):
                     return
                 victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
-            if victim is None:
-                return
-            self._close(victim)
+                if victim is None:
+                    return
+                entry = self.locks[victim]
+                entry.users += 1
+                taken = entry.lock.acquire(blocking=False)  # nobody holds or waits for it (users was 0)
+                assert taken
+                st = self.open.pop(victim)
+                self.sizes.pop(victim, None)
+                inline = self._closing >= MAX_CLOSING
+                self._closing += 0 if inline else 1
+            if inline:
+                self._close_taken(victim, entry, st)
+            else:
+                self._closer.submit(self._close_taken, victim, entry, st, True)
+
+    def _close_taken(self, soul_id: str, entry: _SoulLock, st: LayerStore, queued: bool = False) -> None:
+        """Close an evicted store whose soul lock the evictor took; then release that lock."""
+        try:
+            st.close()
+        except Exception as e:  # noqa: BLE001 — its data is on disk (the index is rebuilt from it if need be)
+            log.warning("closing %s's %s store failed: %r", soul_id, self.layer.value, e)
+        finally:
+            entry.lock.release()
+            with self.guard:
+                self._closing -= 1 if queued else 0
+                entry.users -= 1
+                if entry.users == 0 and soul_id not in self.open:
+                    del self.locks[soul_id]
+
+    def settle(self) -> int:
+        """Wait until every evicted store is closed; returns how many stores are open."""
+        self._closer.submit(lambda: None).result()
+        with self.guard:
+            return len(self.open)
 
     def _close(self, soul_id: str) -> None:
         with self._claimed(soul_id):

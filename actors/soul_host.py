@@ -48,8 +48,11 @@ from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
 from .routing import Later, Moved, read_registry
-from .schedule import SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate
+from .schedule import SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
+
+MAX_CLOSING = 64
+"""Evictions at most waiting for a host's closing thread; beyond, an eviction closes its souls itself."""
 
 
 class ParkedModel(LanguageModel):
@@ -203,6 +206,8 @@ class SoulHost(ActorInfo):
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
         self.sizes = SizeTable()  # memory of each active soul, as of its last turn
         self.guard = threading.Lock()
+        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
+        self._closing = 0  # batches of them waiting for the closer
         self.metrics = Metrics.create()
         self.clock = clock
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
@@ -246,7 +251,7 @@ class SoulHost(ActorInfo):
         finally:
             act.ready.set()
         self.metrics.activation()
-        self._evict()
+        self._evict(aside=True)
         return act
 
     @contextmanager
@@ -272,7 +277,7 @@ class SoulHost(ActorInfo):
                     self.sizes[soul_id] = size
                 over = bool(over_capacity(self.active, self.sizes, self.capacity, self.cfg.host_capacity_mb * 2**20))
             if over:  # a soul an eviction skipped because it was in a turn goes now
-                self._evict()
+                self._evict(aside=True)
             return
 
     def _size(self, act: _Activation) -> int:
@@ -284,12 +289,21 @@ class SoulHost(ActorInfo):
         except sqlite3.Error:  # closed by forget or a failed turn: it is about to go anyway
             return 0
 
-    def _evict(self) -> int:
+    def _evict(self, *, aside: bool = False) -> int:
         """Passivate idle souls and souls beyond capacity (least recently used first; the policy is
-        :func:`to_passivate`); the files close outside the host's lock. Souls in a turn are skipped."""
+        :func:`to_passivate`); the files close outside the host's lock. Souls in a turn are skipped.
+
+        With nothing to passivate - within capacity, and the least recently activated soul not idle - this
+        returns without a pass over the active souls (it runs on every activation). ``aside``: the victims close
+        on the host's closing thread (a turn that activated a soul does not wait for another soul's checkpoint);
+        each victim's lock is held until its files are closed."""
         now = self.clock()
         victims: list[tuple[_Activation, str]] = []
         with self.guard:
+            oldest = next(iter(self.active.values()), None)
+            if (oldest is None or now - oldest.last_used <= self.cfg.idle_passivate_s) and within_capacity(
+                    len(self.active), self.sizes.total, self.capacity, self.cfg.host_capacity_mb * 2**20):
+                return 0
             last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
             for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes,
                                     self.cfg.host_capacity_mb * 2**20):
@@ -298,13 +312,33 @@ class SoulHost(ActorInfo):
                     del self.active[sid]
                     self.sizes.pop(sid, None)
                     victims.append((act, "idle" if now - last[sid] > self.cfg.idle_passivate_s else "capacity"))
-        for act, reason in victims:
-            try:
-                act.live.close()
-                self.metrics.passivation(reason)
-            finally:
-                act.lock.release()
+        if aside and victims:
+            with self.guard:
+                inline = self._closing >= MAX_CLOSING
+                self._closing += 0 if inline else 1
+            if not inline:
+                self._closer.submit(self._close_victims, victims, True)
+                return len(victims)
+        self._close_victims(victims)
         return len(victims)
+
+    def _close_victims(self, victims: list[tuple[_Activation, str]], queued: bool = False) -> None:
+        """Close passivated souls whose locks :meth:`_evict` took, and release the locks."""
+        try:
+            for act, reason in victims:
+                try:
+                    act.live.close()
+                    self.metrics.passivation(reason)
+                finally:
+                    act.lock.release()
+        finally:
+            if queued:
+                with self.guard:
+                    self._closing -= 1
+
+    def settle(self) -> None:
+        """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
+        self._closer.submit(lambda: None).result()
 
     def passivate(self, soul_id: str) -> bool:
         with self.guard:

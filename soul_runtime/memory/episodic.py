@@ -159,7 +159,11 @@ class EpisodicStore:
                                 "re-embed (export/import) to switch embedders")
 
     def _last_seq(self) -> int:
-        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM index_log").fetchone()[0])
+        """The last change-log number ever given out. AUTOINCREMENT keeps it in ``sqlite_sequence`` after a
+        flush emptied the log (``MAX(seq)`` would then be 0, and every saved index look newer than the record:
+        each opening rebuilt and rewrote it)."""
+        r = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'index_log'").fetchone()
+        return int(r[0]) if r else 0
 
     def _open_index(self) -> None:
         last = self._last_seq()
