@@ -117,21 +117,33 @@ class RemoteMemory:
         self.soul_id = soul_id
         self.calls = calls
         self.dir = directory
+        self._fencing: tuple[int, list[Any] | None] | None = None  # the activation's fence, sent and not yet seen done
 
     def _stored(self, layer: Store) -> bool:
         return self.dir is None or (self.dir / f"{layer.value}.sqlite").exists()
 
     def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
                task_class: str | None = None) -> list[RecalledItem]:
+        """The layers' recalls, in parallel; an activation's fence still in flight goes alongside (a read needs
+        no fence), and is seen done before the recall returns."""
         tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
                                     (self.soul_id, query, k, float(now), task_class))
                    for s in parse_stores(stores) if self._stored(s)]
+        try:
+            self.fenced()
+        except BaseException:
+            try:
+                _results(tickets)  # read all the same (an unread answer would hold its channel connection)
+            except BaseException:  # noqa: BLE001 — the fence's error is the one to report
+                pass
+            raise
         return merge_recalls(_results(tickets), k)
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """The layers that have something to write get a call (semantic and procedural at once, then episodic
         with the semantic layer's marks); the others answer here without a call (``answer_without_store``)."""
         plain = [to_plain(r) for r in reqs]
+        self.fenced()
 
         def start(layer: Store, marks: dict[str, list[str]] | None = None) -> Any:
             answer = answer_without_store(layer, reqs, marks)
@@ -156,20 +168,38 @@ class RemoteMemory:
 
 
     def forget(self, *, stores: Any = None) -> dict[str, int]:
+        self.fenced()
         layers = [s.value for s in parse_stores(stores)]
         refs = [raycalls.call(self.calls.stores.handle(layer, self.soul_id), "forget", self.soul_id) for layer in layers]
         return {layer: int(n) for layer, n in zip(layers, raycalls.get(refs), strict=True)}
 
     def fence(self, epoch: int) -> None:
         """Fence the soul's layers for a new activation; a layer with no file has nothing to fence (its shard
-        would say so too; its first write carries the epoch), so a new soul costs no call here."""
-        refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
+        would say so too; its first write carries the epoch), so a new soul costs no call here.
+
+        The calls are sent now and seen done (:meth:`fenced`) before anything else of this memory returns or
+        writes: the first recall travels beside them instead of after them (a round trip less per activation),
+        and no write of this owner goes out before its fence is up."""
+        refs = self._fence_calls(epoch)
+        self._fencing = (epoch, refs) if refs else None
+
+    def _fence_calls(self, epoch: int) -> list[Any]:
+        return [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
                 for s in LAYERS if self._stored(s)]
-        if refs:
-            with parked(self.calls.crowd):
-                raycalls.get(refs)
+
+    def fenced(self) -> None:
+        """Wait for the activation's fence. A failure (a newer owner: StaleOwner; a shard lost) is raised, and
+        the next call of this activation sends the fence again: nothing passes a layer not yet fenced."""
+        if self._fencing is None:
+            return
+        epoch, refs = self._fencing
+        self._fencing = (epoch, None)  # until seen done
+        with parked(self.calls.crowd):
+            raycalls.get(refs if refs is not None else self._fence_calls(epoch))
+        self._fencing = None
 
     def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
+        self.fenced()
         refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "forget_where", self.soul_id, query)
                 for s in LAYERS]
         return {s.value: e for s, e in zip(LAYERS, raycalls.get(refs), strict=True)}
@@ -312,6 +342,8 @@ class SoulHost(ActorInfo):
                     del self.active[sid]
                     self.sizes.pop(sid, None)
                     victims.append((act, "idle" if now - last[sid] > self.cfg.idle_passivate_s else "capacity"))
+        for _, reason in victims:  # passivated now (out of the active souls); their files close next
+            self.metrics.passivation(reason)
         if aside and victims:
             with self.guard:
                 inline = self._closing >= MAX_CLOSING
@@ -325,10 +357,9 @@ class SoulHost(ActorInfo):
     def _close_victims(self, victims: list[tuple[_Activation, str]], queued: bool = False) -> None:
         """Close passivated souls whose locks :meth:`_evict` took, and release the locks."""
         try:
-            for act, reason in victims:
+            for act, _ in victims:
                 try:
                     act.live.close()
-                    self.metrics.passivation(reason)
                 finally:
                     act.lock.release()
         finally:
@@ -479,6 +510,9 @@ class SoulHost(ActorInfo):
         data = unpack_export(blob)
         with self._hold(soul_id) as act:  # all layers are checked first, so a refused import changes nothing
             act.live.settle()
+            memory = act.live.memory
+            if isinstance(memory, RemoteMemory):
+                memory.fenced()
             empty = raycalls.get([raycalls.call(self.stores.handle(s.value, soul_id), "read", soul_id, "is_empty")
                                   for s in LAYERS])
             if not all(empty):

@@ -242,3 +242,70 @@ def test_a_shard_closes_stores_beyond_its_memory_budget(tmp_path: Path) -> None:
     for sid in souls:
         unlimited.read(sid, "stats")
     assert len(unlimited.open) == 4  # no byte budget: the count alone decides
+
+
+def test_an_evicted_store_closes_off_the_callers_path_and_its_soul_waits_for_the_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call that makes room does not wait for the evicted store's close (it runs on the shard's closing
+    thread); a call for the evicted soul waits for that close, then reopens the store with its data."""
+    import threading
+
+    from soul_runtime.memory.semantic import SemanticStore
+    shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 1, "default", 0, 1, 0.0)
+    facts = {sid: shard.read(sid, "stats") for sid in ("a", "b")}  # b's opening evicted a
+    shard.settle()
+    gate, closing = threading.Event(), threading.Event()
+    real_close = SemanticStore.close
+
+    def slow_close(self: SemanticStore) -> None:
+        closing.set()
+        assert gate.wait(10)
+        real_close(self)
+    monkeypatch.setattr(SemanticStore, "close", slow_close)
+    assert shard.read("a", "stats") == facts["a"]  # evicts b, whose close now hangs at the gate: a call returns
+    assert closing.wait(10) and list(shard.open) == ["a"]
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(shard.read("b", "stats")))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not got  # b's call waits for b's close
+    gate.set()
+    waiter.join(10)
+    assert got == [facts["b"]] and shard.settle() == 1 and list(shard.open) == ["b"]
+    assert set(shard.locks) <= {"b"}  # no lock entry left behind for a closed store
+
+
+def test_a_host_closes_evicted_souls_off_the_activating_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """An activation beyond capacity passivates the least recently used soul on the host's closing thread:
+    the activating call does not wait for it, the victim leaves the active souls at once, and it is
+    passivated (counted, files closed) once the closer ran; with nothing due, no pass over the souls."""
+    import threading
+
+    from soul_runtime.loop.soul import Soul as SoulClass
+    clock = Clock()
+    h = host(tmp_path, clock, monkeypatch, host_capacity=2)
+    for sid in ("a", "b"):
+        h.last_seq(sid)
+    gate = threading.Event()
+    real_close = SoulClass.close
+
+    closed: list[str] = []
+
+    def slow_close(self: SoulClass) -> None:
+        assert gate.wait(10)
+        real_close(self)
+        closed.append(self.soul_id)
+    monkeypatch.setattr(SoulClass, "close", slow_close)
+    assert h.last_seq("c") == 0  # returns while a's close waits at the gate
+    assert h.active_souls() == ["b", "c"] and h.metrics.local["passivations:capacity"] == 1 and closed == []
+    gate.set()
+    h.settle()
+    assert closed == ["a"] and h.last_seq("a") == 0  # reactivates from its closed files
+    h.settle()
+    assert h.active_souls() == ["c", "a"] and closed == ["a", "b"]
+    clock.t += 30  # nobody idle (60 s), within capacity: nothing to do
+    assert h._evict() == 0 and h.active_souls() == ["c", "a"]
+    clock.t += 31  # c idle for 61 s: the same call passivates it
+    h.last_seq("a")
+    assert h._evict() == 1 and h.active_souls() == ["a"]

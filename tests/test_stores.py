@@ -196,6 +196,41 @@ def test_index_catches_up_with_writes_it_missed(tmp_path: Path) -> None:
     m2.close()
 
 
+def test_reopening_a_store_loads_its_saved_index(tmp_path: Path) -> None:
+    """A closed store's index is loaded as saved when the store reopens (no rebuild, no rewrite), also after
+    the save emptied the change log; writes after the reopening are saved and loaded in turn."""
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.write(req("a", Extraction(episode="first episode here", event=True)))
+    m.close()  # saves the index and empties the change log
+    idx = tmp_path / "episodic.usearch"
+    saved = (idx.stat().st_ino, idx.stat().st_mtime_ns, idx.read_bytes())
+    m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
+    assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 1
+    assert (idx.stat().st_ino, idx.stat().st_mtime_ns, idx.read_bytes()) == saved  # not rewritten
+    assert m2.recall("first episode", 1, now=NOW + 60)[0].text == "first episode here"
+    m2.write(req("b", Extraction(episode="second episode there", event=True)))
+    m2.close()
+    m3 = SoulMemory(tmp_path, embedder=HashEmbedder())
+    assert not m3.episodic.index.rebuilt and m3.stats()["indexed"] == 2
+    m3.close()
+
+
+def test_an_index_ahead_of_its_record_is_rebuilt(tmp_path: Path) -> None:
+    """An index that holds changes its record does not (the database restored from an older copy) is not
+    trusted: it is rebuilt from the record."""
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.write(req("a", Extraction(episode="first episode here", event=True)))
+    m.close()
+    older = (tmp_path / "episodic.sqlite").read_bytes()
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m.write(req("b", Extraction(episode="second episode there", event=True)))
+    m.close()
+    (tmp_path / "episodic.sqlite").write_bytes(older)
+    m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
+    assert m2.episodic.index.rebuilt and m2.stats()["indexed"] == m2.stats()["episodes"] == 1
+    m2.close()
+
+
 def test_switching_embedders_is_refused(tmp_path: Path) -> None:
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     m.close()
