@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,7 @@ class SoulHost(ActorInfo):
         self.guard = threading.Lock()
         self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self._closing = 0  # batches of them waiting for the closer
+        self._opening = 0  # activations being opened (in ``active`` without a soul yet)
         self.metrics = Metrics.create()
         self.clock = clock
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
@@ -258,6 +260,7 @@ class SoulHost(ActorInfo):
             opener = act is None
             if act is None:
                 act = self.active[soul_id] = _Activation(None, last_used=self.clock())
+                self._opening += 1
             else:
                 self.active.move_to_end(soul_id)
                 act.last_used = self.clock()
@@ -279,6 +282,8 @@ class SoulHost(ActorInfo):
                     self.sizes.pop(soul_id, None)
             raise
         finally:
+            with self.guard:
+                self._opening -= 1
             act.ready.set()
         self.metrics.activation()
         self._evict(aside=True)
@@ -324,24 +329,36 @@ class SoulHost(ActorInfo):
         :func:`to_passivate`); the files close outside the host's lock. Souls in a turn are skipped.
 
         With nothing to passivate - within capacity, and the least recently activated soul not idle - this
-        returns without a pass over the active souls (it runs on every activation). ``aside``: the victims close
+        returns without a pass over the active souls (it runs on every activation); over capacity with no soul
+        idle it takes the oldest souls from the front of the LRU (what :func:`to_passivate` picks then, the bytes
+        from the running total) without a pass either. ``aside``: the victims close
         on the host's closing thread (a turn that activated a soul does not wait for another soul's checkpoint);
         each victim's lock is held until its files are closed."""
         now = self.clock()
         victims: list[tuple[_Activation, str]] = []
         with self.guard:
             oldest = next(iter(self.active.values()), None)
-            if (oldest is None or now - oldest.last_used <= self.cfg.idle_passivate_s) and within_capacity(
-                    len(self.active), self.sizes.total, self.capacity, self.cfg.host_capacity_mb * 2**20):
+            idle = oldest is not None and now - oldest.last_used > self.cfg.idle_passivate_s
+            max_bytes = self.cfg.host_capacity_mb * 2**20
+            if not idle and within_capacity(len(self.active), self.sizes.total, self.capacity, max_bytes):
                 return 0
-            last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
-            for sid in to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes,
-                                    self.cfg.host_capacity_mb * 2**20):
+            if not idle:  # over capacity (count or bytes): the oldest open souls beyond it, from the LRU's front
+                live = (sid for sid, a in self.active.items() if a.soul is not None)
+                n_live = len(self.active) - self._opening
+                due = list(islice(live, max(0, n_live - self.capacity)))
+                used = self.sizes.total - sum(self.sizes.get(sid, 0) for sid in due)
+                while max_bytes > 0 and used > max_bytes and len(due) < n_live - 1:  # the newest always stays
+                    due.append(next(live))
+                    used -= self.sizes.get(due[-1], 0)
+            else:
+                last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
+                due = to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes, max_bytes)
+            for sid in due:
                 act = self.active[sid]
                 if not act.live.busy and act.lock.acquire(blocking=False):  # memory work still running: later
                     del self.active[sid]
                     self.sizes.pop(sid, None)
-                    victims.append((act, "idle" if now - last[sid] > self.cfg.idle_passivate_s else "capacity"))
+                    victims.append((act, "idle" if now - act.last_used > self.cfg.idle_passivate_s else "capacity"))
         for _, reason in victims:  # passivated now (out of the active souls); their files close next
             self.metrics.passivation(reason)
         if aside and victims:

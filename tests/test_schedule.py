@@ -309,3 +309,26 @@ def test_a_host_closes_evicted_souls_off_the_activating_call(tmp_path: Path, mon
     clock.t += 31  # c idle for 61 s: the same call passivates it
     h.last_seq("a")
     assert h._evict() == 1 and h.active_souls() == ["a"]
+
+
+def test_a_host_over_capacity_by_count_takes_its_oldest_souls_without_a_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An activation beyond capacity passivates the least recently used souls straight from the front of the
+    LRU (no pass over every active soul, which grew with the capacity); idle souls still go by the policy."""
+    clock = Clock()
+    h = host(tmp_path, clock, monkeypatch, host_capacity=3)
+    for sid in ("a", "b", "c"):
+        h.last_seq(sid)
+        clock.t += 1
+    h.last_seq("a")  # a is the most recent now: b is the oldest
+
+    def no_pass(*a: object, **k: object) -> list[str]:
+        raise AssertionError("a pass over every active soul")
+    real = soul_host.to_passivate
+    monkeypatch.setattr(soul_host, "to_passivate", no_pass)
+    h.last_seq("d")
+    h.settle()
+    assert h.active_souls() == ["c", "a", "d"] and h.metrics.local["passivations:capacity"] == 1
+    monkeypatch.setattr(soul_host, "to_passivate", real)
+    clock.t += 600  # c, a and d idle past idle_passivate_s (60 s): the policy decides
+    assert h._evict() == 3 and h.active_souls() == []
