@@ -203,8 +203,13 @@ class WriteRequest:
     """The writer's fencing token (its activation of the soul); a layer refuses an epoch older than one it saw."""
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes})
+
+
 def to_plain(obj: Any) -> Any:
     """A dataclass tree as plain dicts/lists (msgpack-ready)."""
+    if type(obj) in _LEAVES:  # most of a tree (exact types: an enum or a dataclass is never one of these)
+        return obj
     if isinstance(obj, enum.Enum):
         return obj.value
     if hasattr(obj, "__dataclass_fields__"):

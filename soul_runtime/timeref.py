@@ -63,6 +63,28 @@ def _on(prep: str | None, when: str) -> str:
     return f"{prep}{when}" if prep else f"on {when}"
 
 
+_RULE_PATTERNS = tuple(re.compile(p, re.I) for p in (
+    _PREP + r"\bthe day before yesterday\b",
+    _PREP + r"\byesterday\b",
+    _PREP + r"\blast night\b",
+    _PREP + r"\btomorrow\b",
+    _PREP + r"\b(?:last|this past)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b",
+    _PREP + r"\b(?:next|this coming)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b",
+    _PREP + r"\b" + _NUM + r"\s+(?P<unit>days?|weeks?|weekends?|months?|years?)\s+ago\b",
+    r"\b(?:last|this past)\s+(?P<unit>week|weekend)\b",
+    r"\bnext\s+(?P<unit>week|weekend)\b",
+    r"\blast month\b",
+    r"\bnext month\b",
+    r"\bthis month\b",
+    r"\blast year\b",
+    r"\bnext year\b",
+    r"\bthis year\b",
+))
+_RELATIVE = re.compile(r"yesterday|last|tomorrow|next|this|ago", re.I)
+"""A word that every match of a rule holds: a text without one has no relative date to resolve."""
+_DOUBLE_PREP = re.compile(r"\b(in|on) (?:in|on) ")
+
+
 def _rules(d: date) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
     anchor = day_text(d)
 
@@ -91,38 +113,34 @@ def _rules(d: date) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str
         return f"{(m.group('prep') or '')}{words}{m.group('unit')} before {anchor}"
 
     y, mo = d.year, d.month
-    return [
-        (re.compile(_PREP + r"\bthe day before yesterday\b", re.I),
-         lambda m: _on(m.group("prep"), day_text(d - timedelta(days=2)))),
-        (re.compile(_PREP + r"\byesterday\b", re.I), lambda m: _on(m.group("prep"), day_text(d - timedelta(days=1)))),
-        (re.compile(_PREP + r"\blast night\b", re.I),
-         lambda m: f"{m.group('prep') or ''}the night of {day_text(d - timedelta(days=1))}"),
-        (re.compile(_PREP + r"\btomorrow\b", re.I), lambda m: _on(m.group("prep"), day_text(d + timedelta(days=1)))),
-        (re.compile(_PREP + r"\b(?:last|this past)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b", re.I),
-         lambda m: weekday(m, False)),
-        (re.compile(_PREP + r"\b(?:next|this coming)\s+(?P<wd>" + "|".join(_WEEKDAYS) + r")\b", re.I),
-         lambda m: weekday(m, True)),
-        (re.compile(_PREP + r"\b" + _NUM + r"\s+(?P<unit>days?|weeks?|weekends?|months?|years?)\s+ago\b", re.I), ago),
-        (re.compile(r"\b(?:last|this past)\s+(?P<unit>week|weekend)\b", re.I),
-         lambda m: f"the {m.group('unit').lower()} before {anchor}"),
-        (re.compile(r"\bnext\s+(?P<unit>week|weekend)\b", re.I),
-         lambda m: f"the {m.group('unit').lower()} after {anchor}"),
-        (re.compile(r"\blast month\b", re.I), lambda m: f"in {_month_text(*_shift_month(d, -1))}"),
-        (re.compile(r"\bnext month\b", re.I), lambda m: f"in {_month_text(*_shift_month(d, 1))}"),
-        (re.compile(r"\bthis month\b", re.I), lambda m: f"in {_month_text(y, mo)}"),
-        (re.compile(r"\blast year\b", re.I), lambda m: f"in {y - 1}"),
-        (re.compile(r"\bnext year\b", re.I), lambda m: f"in {y + 1}"),
-        (re.compile(r"\bthis year\b", re.I), lambda m: f"in {y}"),
-    ]
+    replace: tuple[Callable[[re.Match[str]], str], ...] = (
+        lambda m: _on(m.group("prep"), day_text(d - timedelta(days=2))),
+        lambda m: _on(m.group("prep"), day_text(d - timedelta(days=1))),
+        lambda m: f"{m.group('prep') or ''}the night of {day_text(d - timedelta(days=1))}",
+        lambda m: _on(m.group("prep"), day_text(d + timedelta(days=1))),
+        lambda m: weekday(m, False),
+        lambda m: weekday(m, True),
+        ago,
+        lambda m: f"the {m.group('unit').lower()} before {anchor}",
+        lambda m: f"the {m.group('unit').lower()} after {anchor}",
+        lambda m: f"in {_month_text(*_shift_month(d, -1))}",
+        lambda m: f"in {_month_text(*_shift_month(d, 1))}",
+        lambda m: f"in {_month_text(y, mo)}",
+        lambda m: f"in {y - 1}",
+        lambda m: f"in {y + 1}",
+        lambda m: f"in {y}",
+    )
+    return list(zip(_RULE_PATTERNS, replace, strict=True))
 
 
 def resolve_relative(text: str, at: float) -> str:
     """``text`` with relative dates ("yesterday", "last Friday", "two weeks ago", "last year") written
     as absolute ones, reckoned from ``at`` (when the text was said, UTC epoch seconds)."""
     d = _day(at)
-    for rx, fn in _rules(d):
-        text = rx.sub(lambda m, fn=fn: _keep_case(m, fn(m)), text)  # type: ignore[misc]
-    return re.sub(r"\b(in|on) (?:in|on) ", r"\1 ", text)
+    if _RELATIVE.search(text):  # else no rule matches: nothing to reckon
+        for rx, fn in _rules(d):
+            text = rx.sub(lambda m, fn=fn: _keep_case(m, fn(m)), text)  # type: ignore[misc]
+    return _DOUBLE_PREP.sub(r"\1 ", text)
 
 
 def _keep_case(m: re.Match[str], new: str) -> str:
@@ -157,30 +175,45 @@ _ORD = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6
         "ninth": 9, "tenth": 10}
 
 
+_SCOPE_WORDS = re.compile(r"ago|last|previous|yesterday|today|this morning")
+"""A word that every time a question can point at holds (in lower case)."""
+_SESSIONS_AGO = re.compile(_NUM + r"\s+(?:sessions?|conversations?|chats?|talks?)\s+ago\b")
+_LAST_SESSION = re.compile(r"\b(?:last|previous) (?:session|conversation|chat|time we (?:talked|spoke|chatted))\b")
+_DAY_BEFORE = re.compile(r"\bthe day before yesterday\b")
+_YESTERDAY = re.compile(r"\byesterday\b|\blast night\b")
+_TODAY = re.compile(r"\b(?:earlier )?today\b|\bthis morning\b")
+_UNITS_AGO = re.compile(_NUM + r"\s+(?P<unit>days?|weeks?|months?)\s+ago\b")
+_LAST_WEEK = re.compile(r"\blast week\b")
+_LAST_MONTH = re.compile(r"\blast month\b")
+
+
 def query_scope(query: str, now: float) -> TimeScope | None:
     """ "what happened three sessions ago" → ``TimeScope(sessions_ago=3)``; "last session" → 1;
     "yesterday", "last week", "last month", "N days/weeks ago" → a time range before ``now``."""
     q = query.lower().replace("\u2019", "'")
-    m = re.search(_NUM + r"\s+(?:sessions?|conversations?|chats?|talks?)\s+ago\b", q)
+    if not _SCOPE_WORDS.search(q):  # none of the patterns below can match
+        _day(now)  # a ``now`` out of range fails here as it does below
+        return None
+    m = _SESSIONS_AGO.search(q)
     if m:
         return TimeScope(sessions_ago=_n(m.group("n")))
-    if re.search(r"\b(?:last|previous) (?:session|conversation|chat|time we (?:talked|spoke|chatted))\b", q):
+    if _LAST_SESSION.search(q):
         return TimeScope(sessions_ago=1)
     d = _day(now)
     start = datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
-    if re.search(r"\bthe day before yesterday\b", q):
+    if _DAY_BEFORE.search(q):
         return TimeScope(since=start - 2 * DAY, until=start - DAY)
-    if re.search(r"\byesterday\b|\blast night\b", q):
+    if _YESTERDAY.search(q):
         return TimeScope(since=start - DAY, until=start)
-    if re.search(r"\b(?:earlier )?today\b|\bthis morning\b", q):
+    if _TODAY.search(q):
         return TimeScope(since=start, until=start + DAY)
-    m = re.search(_NUM + r"\s+(?P<unit>days?|weeks?|months?)\s+ago\b", q)
+    m = _UNITS_AGO.search(q)
     if m:
         n, unit = _n(m.group("n")), m.group("unit").rstrip("s")
         span = {"day": 1, "week": 7, "month": 30}[unit]
         return TimeScope(since=start - (n + 1) * span * DAY, until=start - (n - 1) * span * DAY + DAY)
-    if re.search(r"\blast week\b", q):
+    if _LAST_WEEK.search(q):
         return TimeScope(since=start - 14 * DAY, until=start)
-    if re.search(r"\blast month\b", q):
+    if _LAST_MONTH.search(q):
         return TimeScope(since=start - 62 * DAY, until=start)
     return None

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soul_runtime.models.base import Usage
+from soul_runtime.models.base import USAGE_KEYS, Usage, usage_count
 from soul_runtime.records import MemoryWrite, RecalledItem
 
 
@@ -55,26 +55,48 @@ class TurnTrace:
                    reply=d.get("reply", ""), pending=bool(d.get("pending", False)))
 
 
+def _counts(u: Usage) -> list[Any]:
+    """A usage's counts in the order of ``USAGE_KEYS``."""
+    return [u.calls, u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens]
+
+
+def _plain(counts: list[Any]) -> dict[str, int]:
+    return dict(zip(USAGE_KEYS, map(int, counts), strict=True))
+
+
 def usage_report(parts: Iterable[tuple[str, str, Usage]]) -> dict[str, Any]:
-    """A trace's ``usage`` from ``(phase, model id, usage)`` of each model call (phase: reply | memory)."""
-    total, phases = Usage(), {"reply": Usage(), "memory": Usage()}
-    models: dict[str, Usage] = {}
+    """A trace's ``usage`` from ``(phase, model id, usage)`` of each model call (phase: reply | memory).
+
+    The same as summing the :class:`Usage` of each group and taking ``to_dict()`` of the sums (a turn makes
+    two of these reports, without the intermediate objects)."""
+    total = [0] * 5
+    phases: dict[str, list[Any]] = {"reply": [0] * 5, "memory": [0] * 5}
+    models: dict[str, list[Any]] = {}
     for phase, model, u in parts:
-        total = total + u
-        phases[phase] = phases.get(phase, Usage()) + u
-        if model:
-            models[model] = models.get(model, Usage()) + u
-    return {**total.to_dict(), **{k: v.to_dict() for k, v in phases.items()},
-            "by_model": {k: v.to_dict() for k, v in models.items()}}
+        c = _counts(u)
+        groups = (total, phases.setdefault(phase, [0] * 5)) + ((models.setdefault(model, [0] * 5),) if model else ())
+        for g in groups:
+            for i in range(5):
+                g[i] = g[i] + c[i]
+    return {**_plain(total), **{k: _plain(v) for k, v in phases.items()},
+            "by_model": {k: _plain(v) for k, v in models.items()}}
+
+
+_NONE: dict[str, Any] = {}
+
+
+def _sum(a: Any, b: Any) -> dict[str, int]:
+    """``(Usage.from_dict(a) + Usage.from_dict(b)).to_dict()``, a non-dict counting as no usage."""
+    ga = (a if isinstance(a, dict) else _NONE).get
+    gb = (b if isinstance(b, dict) else _NONE).get
+    return {k: usage_count(ga(k, 0)) + usage_count(gb(k, 0)) for k in USAGE_KEYS}
 
 
 def add_usage(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two usage reports summed (a soul's running total): totals, phases and models."""
-    def u(d: Any) -> Usage:
-        return Usage.from_dict(d) if isinstance(d, dict) else Usage()
-    out: dict[str, Any] = (u(a) + u(b)).to_dict()
+    out: dict[str, Any] = _sum(a, b)
     for phase in ("reply", "memory"):
-        out[phase] = (u(a.get(phase)) + u(b.get(phase))).to_dict()
+        out[phase] = _sum(a.get(phase), b.get(phase))
     ma, mb = a.get("by_model") or {}, b.get("by_model") or {}
-    out["by_model"] = {m: (u(ma.get(m)) + u(mb.get(m))).to_dict() for m in sorted({*ma, *mb})}
+    out["by_model"] = {m: _sum(ma.get(m), mb.get(m)) for m in sorted({*ma, *mb})}
     return out

@@ -60,14 +60,23 @@ class Usage:
         return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     def to_dict(self) -> dict[str, int]:
-        return {k: int(getattr(self, k)) for k in USAGE_KEYS}
+        return {"calls": int(self.calls), "input_tokens": int(self.input_tokens),  # the order of USAGE_KEYS
+                "output_tokens": int(self.output_tokens), "cache_read_tokens": int(self.cache_read_tokens),
+                "cache_write_tokens": int(self.cache_write_tokens)}
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> Usage:
-        def num(k: str) -> int:
-            v = d.get(k, 0)
-            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
-        return cls(**{k: num(k) for k in USAGE_KEYS})
+        get = d.get
+        return cls(usage_count(get("input_tokens", 0)), usage_count(get("output_tokens", 0)),
+                   usage_count(get("calls", 0)), usage_count(get("cache_read_tokens", 0)),
+                   usage_count(get("cache_write_tokens", 0)))
+
+
+def usage_count(v: object) -> int:
+    """A count read from a usage dict: an int or float (not a bool) as an int, anything else 0."""
+    if type(v) is int:  # the usual case, without the checks below
+        return v
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
 @dataclass(frozen=True)
