@@ -8,7 +8,7 @@ import unicodedata
 from soul_runtime.errors import InvalidInput
 
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
-_CONTROL = {chr(c) for c in range(32) if chr(c) not in "\t\n\r"} | {"\x7f"}
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab, newline, return; DEL
 
 STOPWORDS = frozenset(
     """a an the and or but if then so of to in on at by for with from as is are was were be been being am do does
@@ -36,9 +36,9 @@ def check_text(text: object, *, what: str = "text", max_chars: int = 100_000, al
         raise InvalidInput(f"{what} is empty")
     if len(text) > max_chars:
         raise InvalidInput(f"{what} is too long: {len(text)} characters (limit {max_chars})")
-    bad = next((c for c in text if c in _CONTROL), None)
+    bad = _CONTROL.search(text)
     if bad is not None:
-        raise InvalidInput(f"{what} contains a control character (U+{ord(bad):04X})")
+        raise InvalidInput(f"{what} contains a control character (U+{ord(bad.group()):04X})")
     return text
 
 
@@ -57,6 +57,17 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def lacks_words(text: str, words: tuple[str, ...]) -> bool:
+    """True when ``text`` certainly holds none of ``words`` (lower case) in any letter case: it is ASCII, where a
+    case-insensitive pattern and ``str.lower`` agree, and its lower case contains none of them. A pattern that
+    needs one of ``words`` to match cannot match such a text, so it need not be run. Non-ASCII text is never
+    ruled out here (Unicode case folding has equivalences that ``lower`` does not make)."""
+    if not text.isascii():
+        return False
+    low = text.lower()
+    return not any(w in low for w in words)
+
+
 def collapse(text: str) -> str:
     """White space folded to single spaces, ends stripped."""
     return " ".join(text.split())
@@ -69,8 +80,12 @@ def normalise(text: str) -> str:
 
 def fold(text: str) -> str:
     """:func:`normalise`, then straight quotes, possessive 's dropped, punctuation out: for word matching."""
-    t = re.sub(r"'s\b", "", normalise(text).replace("\u2019", "'").replace("\u2018", "'"))
-    return collapse(re.sub(r"[^\w\s'-]", " ", t).replace("'", ""))
+    t = _POSSESSIVE.sub("", normalise(text).replace("\u2019", "'").replace("\u2018", "'"))
+    return collapse(_PUNCT.sub(" ", t).replace("'", ""))
+
+
+_POSSESSIVE = re.compile(r"'s\b")
+_PUNCT = re.compile(r"[^\w\s'-]")
 
 
 def stem(w: str) -> str:

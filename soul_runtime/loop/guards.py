@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from soul_runtime.models.base import ChatMessage, Exchange
 from soul_runtime.records import Extraction, FactCandidate
-from soul_runtime.text import normalise
+from soul_runtime.text import lacks_words, normalise
 
 _INSTRUCTION = re.compile(
     r"\b(ignore|disregard|forget|override)\b[^.]{0,40}\b(previous|prior|above|earlier|all|your)\b[^.]{0,30}"
@@ -85,14 +85,27 @@ _DANGEROUS_STEP = re.compile(
 _RECITED = re.compile(r"from memory \[", re.IGNORECASE)
 
 
+# A literal of every branch of _INSTRUCTION: a text with none of these cannot match it (the search costs
+# hundreds of microseconds a text; most texts are ruled out by this instead).
+_INSTRUCTION_WORDS = (
+    "ignor", "disregard", "forget", "override", "from now on", "going forward", "you", "always", "never",
+    "system prompt", "new instructions", "act ", "pretend", "jailbreak", "mode", "remember that", "do anything now",
+    "fact", "memory", "procedure", "obey", "orders", "instructions", "commands", "unfiltered", "uncensored", "without",
+    "with no", "vergiss", "missachte", "übergehe", "jetzt", "sofort", "du musst", "olvida", "omite", "oubli", "dimentica",
+    "esqueça", "esqueca", "adelante", "a partir de", "maintenant", "désormais", "d'ora in poi")
+_FORGED_MARKS = (":", "[", "]", "<", ">", "=")
+"""Every branch of _FORGED needs one of these characters (none of them has another case)."""
+
+
 def is_instruction(text: str) -> bool:
     """Does the text try to instruct the agent (rather than tell it something)?"""
-    return bool(_INSTRUCTION.search(text.replace("\u2019", "'")))
+    t = text.replace("\u2019", "'")
+    return not lacks_words(t, _INSTRUCTION_WORDS) and bool(_INSTRUCTION.search(t))
 
 
 def is_forged(text: str) -> bool:
     """Does the text impersonate the system, a tool call or a memory line, or inject script?"""
-    return bool(_FORGED.search(text))
+    return any(c in text for c in _FORGED_MARKS) and bool(_FORGED.search(text))
 
 
 @functools.lru_cache(maxsize=8192)  # pure; a soul's recent history is checked again each turn

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from soul_runtime import text
-from soul_runtime.text import collapse, singular
+from soul_runtime.text import collapse, lacks_words, singular
 from soul_runtime.text import fold as normalise
 
 GENERIC_SPEAKERS = frozenset({"", "user", "human", "you", "me", "speaker", "unknown"})
@@ -165,9 +165,16 @@ _INSTRUCTION = re.compile(
     r"\bdeveloper mode\b|\bjailbreak\b|\bdo anything now\b", re.I | re.M)
 
 
+# A literal of every branch of _INSTRUCTION: a text with none of these cannot match it.
+_INSTRUCTION_WORDS = ("ignore", "disregard", "forget", "override", "bypass", "system prompt", "from now on", "henceforth",
+                      "you", "act as", "pretend", "new instruction", "remember that you", "developer mode", "jailbreak",
+                      "do anything now")
+
+
 @memo
 def is_instruction(text: str) -> bool:
-    return bool(_INSTRUCTION.search(text.replace("\u2019", "'")))
+    t = text.replace("\u2019", "'")
+    return not lacks_words(t, _INSTRUCTION_WORDS) and bool(_INSTRUCTION.search(t))
 
 
 def echoes(text: str, sources: tuple[str, ...] | list[str]) -> bool:
