@@ -141,6 +141,8 @@ def test_instruction_word_prefilters_never_hide_a_match(data: st.DataObject) -> 
     for rx, check in ((guards._INSTRUCTION, guards.is_instruction), (rules._INSTRUCTION, rules.is_instruction)):
         text = data.draw(st.from_regex(rx, alphabet=_ASCII))
         assert check(text) == bool(rx.search(text.replace("\u2019", "'"))), text
+    text = data.draw(st.from_regex(rules._HYPOTHETICAL, alphabet=_ASCII))
+    assert rules.is_hypothetical(text), text  # it holds a match of the pattern
     forged = data.draw(st.from_regex(guards._FORGED))
     assert guards.is_forged(forged) == bool(guards._FORGED.search(forged)), forged
 

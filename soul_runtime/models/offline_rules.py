@@ -130,12 +130,17 @@ def is_hearsay(sentence: str) -> bool:
     return bool(_HEARSAY.match(sentence.strip()))
 
 
+_HYPOTHETICAL = re.compile(r"\b(?:might|could|would) be\b|\b(?:we|i|they|you)(?:'re| are|'m| am)? (?:might|may|could|"
+                           r"would|should|thinking (?:about|of)|considering|planning (?:to|on)|hoping to|want to|wants to)\b",
+                           re.I)
+_HYPOTHETICAL_WORDS = ("might", "could", "would", "may", "should", "thinking", "considering", "planning", "hoping", "want")
+"""A literal of every branch of _HYPOTHETICAL: a text with none of these cannot match it."""
+
+
 def is_hypothetical(sentence: str) -> bool:
     return bool(re.match(r"^(?:if|maybe|perhaps|what if|suppose|imagine|hopefully|i wonder|i wish)\b",
-                         sentence.strip(), re.I)) or bool(re.search(r"\b(?:might|could|would) be\b|\b(?:we|i|they|you)"
-                                                                    r"(?:'re| are|'m| am)? (?:might|may|could|would|should|"
-                                                                    r"thinking (?:about|of)|considering|planning (?:to|on)|"
-                                                                    r"hoping to|want to|wants to)\b", sentence, re.I))
+                         sentence.strip(), re.I)) or (not lacks_words(sentence, _HYPOTHETICAL_WORDS)
+                                                      and bool(_HYPOTHETICAL.search(sentence)))
 
 
 def is_chit_sentence(sentence: str) -> bool:
