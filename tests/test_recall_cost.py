@@ -53,19 +53,25 @@ def test_top_rounded_keeps_what_a_full_sort_keeps() -> None:
         assert len(top_rounded(scores, k)) <= len(every)
 
 
+def _filled(path: Path, n: int, *, seed: int, limits: LexicalLimits | None = None) -> tuple[SoulMemory, float]:
+    """A soul's memory with ``n`` episodes of four random words each, a day before the returned time."""
+    m = SoulMemory(path, embedder=HashEmbedder())
+    if limits is not None:
+        m.episodic.lexical = limits
+    rng = random.Random(seed)
+    for i in range(n):
+        text = f"Ana {' '.join(rng.sample(WORDS, 4))} note {i}."
+        m.write(WriteRequest(turn_key=f"t{i}", now=NOW + i * 600, actor="ana", sources=(f"m{i}",),
+                             extraction=Extraction(episode=text, event=True), session=f"s{i // 20}"))
+    return m, NOW + n * 600 + DAY
+
+
 def test_lexical_and_dense_hits_are_scored_on_their_true_similarities(tmp_path: Path) -> None:
     """In a store larger than the candidate lists, a lexical-only hit gets its exact dense similarity (from its
     stored vector) and its BM25 score normalised by the best one; the candidates' rows are read in a handful of
     statements, not one per candidate."""
-    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m, now = _filled(tmp_path, 240, seed=3, limits=LexicalLimits(prune_at=50, postings_budget=40))
     store = m.episodic
-    store.lexical = LexicalLimits(prune_at=50, postings_budget=40)
-    rng = random.Random(3)
-    for i in range(240):
-        text = f"Ana {' '.join(rng.sample(WORDS, 4))} note {i}."
-        m.write(WriteRequest(turn_key=f"t{i}", now=NOW + i * 600, actor="ana", sources=(f"m{i}",),
-                             extraction=Extraction(episode=text, event=True), session=f"s{i // 20}"))
-    now = NOW + 240 * 600 + DAY
     query = "violet comet over the glacier"
     qv = store.embedder.embed([query])[0]
     seen: list = []
@@ -128,14 +134,8 @@ def test_a_large_store_searches_lexically_beside_the_dense_search_and_recalls_th
     import threading
 
     from soul_runtime.memory import episodic
-    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    m, now = _filled(tmp_path, 120, seed=5)
     store = m.episodic
-    rng = random.Random(5)
-    for i in range(120):
-        text = f"Ana {' '.join(rng.sample(WORDS, 4))} note {i}."
-        m.write(WriteRequest(turn_key=f"t{i}", now=NOW + i * 600, actor="ana", sources=(f"m{i}",),
-                             extraction=Extraction(episode=text, event=True), session=f"s{i // 20}"))
-    now = NOW + 120 * 600 + DAY
     queries = ["violet comet over the glacier", "the ferry to Lisbon", "chess by the willow", "nothing here at all"]
     threads: list[str] = []
     real = store._lexical_rows
