@@ -134,15 +134,20 @@ def _recv_frame(sock: socket.socket) -> bytes:
     return _recv_exact(sock, n)
 
 
+def travels(value: Any) -> bool:
+    """Does ``value`` survive a trip to another process (pickled, and loaded again)?"""
+    try:
+        pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        return True
+    except Exception:  # noqa: BLE001 — any failure means no
+        return False
+
+
 def _as_sent(e: Exception) -> Exception:
     """An error as it travels back: a SoulError as itself if it survives the trip, anything else (or a
     SoulError that would not load again) as TurnFailed, as through Ray."""
-    if isinstance(e, SoulError):
-        try:
-            pickle.loads(pickle.dumps(e, protocol=pickle.HIGHEST_PROTOCOL))
-            return e
-        except Exception:  # noqa: BLE001 — told as text below
-            pass
+    if isinstance(e, SoulError) and travels(e):
+        return e
     return TurnFailed(f"remote call failed: {type(e).__name__}: {e}")
 
 
@@ -232,7 +237,7 @@ class Pending:
     """A call sent on a connection; :meth:`result` reads its answer (once). A call dropped unread gives its
     connection up (the answer would arrive on it later)."""
 
-    __slots__ = ("client", "conn", "__weakref__")
+    __slots__ = ("client", "conn")
 
     def __init__(self, client: ChannelClient, conn: socket.socket) -> None:
         self.client: ChannelClient | None = client
@@ -367,6 +372,10 @@ class ChannelBook:
         self._pool: ThreadPoolExecutor | None = None
         self._busy = 0  # pool threads waiting for an answer
 
+    def _due(self, name: str) -> bool:
+        """May the actor be asked for its address now (enabled, nobody asking, its next ask reached)?"""
+        return self.enabled and name not in self._asking and self.clock() >= self._next_ask.get(name, -1e18)
+
     def known(self, name: str) -> ChannelClient | None:
         """The actor's channel if it is known and whole (never blocks)."""
         ch = self._clients.get(name)
@@ -378,7 +387,7 @@ class ChannelBook:
         if ch is not None or not self.enabled:
             return ch
         with self._lock:
-            if name in self._asking or self.clock() < self._next_ask.get(name, -1e18):
+            if not self._due(name):
                 return None
             self._asking.add(name)
         try:
@@ -412,7 +421,10 @@ class ChannelBook:
         waiting already): send it the ordinary way."""
         import asyncio
         loop = asyncio.get_running_loop()
+        known = self.known(name)
         with self._lock:
+            if known is None and not self._due(name):  # none here, and not to be asked yet: no thread hop
+                raise ChannelBroken(f"{name} has no channel here")
             if self._busy >= self.threads:
                 raise ChannelBroken(f"{self.threads} channel calls out")
             self._busy += 1
@@ -420,7 +432,7 @@ class ChannelBook:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="channel-wait")
             pool = self._pool
         try:
-            ch = self.known(name) or await loop.run_in_executor(pool, self.client, name, handle)
+            ch = known or await loop.run_in_executor(pool, self.client, name, handle)
             if ch is None:
                 raise ChannelBroken(f"{name} has no channel here")
             return await loop.run_in_executor(pool, partial(ch.call, method, *args))
@@ -429,12 +441,12 @@ class ChannelBook:
                 self._busy -= 1
 
 
-def connect(address: Any, *, same_machine: Callable[[], str] = machine_id) -> ChannelClient | None:
+def connect(address: Any) -> ChannelClient | None:
     """A client for a server's ``address``, or None when it is not reachable from here (another machine, no
     server, no socket)."""
     if not (isinstance(address, (tuple, list)) and len(address) == 2):
         return None
     machine, path = address
-    if machine != same_machine() or not isinstance(path, str) or not os.path.exists(path):
+    if machine != machine_id() or not isinstance(path, str) or not os.path.exists(path):
         return None
     return ChannelClient(path)

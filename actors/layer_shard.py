@@ -12,7 +12,6 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,11 @@ from .channel import ChannelBook, ChannelBroken, Pending
 from .introspection import ActorInfo, channel_address
 from .metrics import Metrics
 from .placement import store_name, store_of
-from .schedule import SizeTable, Ticker, over_capacity, sweep_due
+from .schedule import Closer, SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
 from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
-MAX_CLOSING = 64
-"""Evicted stores at most waiting for a shard's closing thread; beyond, an eviction closes its victim itself."""
 log = logging.getLogger(__name__)
 
 
@@ -84,8 +81,7 @@ class LayerShard(ActorInfo):
         self.sizes = SizeTable()  # memory of each open store, as of its last use
         self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
-        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"{layer}-close")  # evicted stores (see _evict)
-        self._closing = 0  # evicted stores waiting for the closer
+        self._closer = Closer(f"{layer}-close")  # evicted stores (see _evict)
         # the episodic shards share the cores: each embeds with its share of them (at least one thread)
         self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards))
                                          ) if self.layer is Store.EPISODIC else None
@@ -193,7 +189,7 @@ class LayerShard(ActorInfo):
         A victim leaves the LRU at once, with its soul's lock taken; it is closed on the shard's closing thread,
         off the path of the call that made room (closing a store that was written saves its small vector index
         and checkpoints its WAL: fsyncs), and its lock is released when the close is done, so a call for that
-        soul waits for the close and then opens it afresh. Beyond ``MAX_CLOSING`` stores waiting to close, the
+        soul waits for the close and then opens it afresh. Beyond ``schedule.MAX_CLOSING`` stores waiting to close, the
         caller closes the victim itself (open files stay bounded)."""
         while True:
             with self.guard:
@@ -208,14 +204,9 @@ class LayerShard(ActorInfo):
                 assert taken
                 st = self.open.pop(victim)
                 self.sizes.pop(victim, None)
-                inline = self._closing >= MAX_CLOSING
-                self._closing += 0 if inline else 1
-            if inline:
-                self._close_taken(victim, entry, st)
-            else:
-                self._closer.submit(self._close_taken, victim, entry, st, True)
+            self._closer.run(self._close_taken, victim, entry, st)
 
-    def _close_taken(self, soul_id: str, entry: _SoulLock, st: LayerStore, queued: bool = False) -> None:
+    def _close_taken(self, soul_id: str, entry: _SoulLock, st: LayerStore) -> None:
         """Close an evicted store whose soul lock the evictor took; then release that lock."""
         try:
             st.close()
@@ -224,14 +215,13 @@ class LayerShard(ActorInfo):
         finally:
             entry.lock.release()
             with self.guard:
-                self._closing -= 1 if queued else 0
                 entry.users -= 1
                 if entry.users == 0 and soul_id not in self.open:
                     del self.locks[soul_id]
 
     def settle(self) -> int:
         """Wait until every evicted store is closed; returns how many stores are open."""
-        self._closer.submit(lambda: None).result()
+        self._closer.settle()
         with self.guard:
             return len(self.open)
 
@@ -413,16 +403,16 @@ class ShardCalls:
     alone never waits.
 
     ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
-    through Ray; one whose channel broke is asked for its address again at most once per ``reask_s``."""
+    through Ray; one whose channel broke is asked for its address again at most once a second."""
 
     def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05,
-                 channels: bool = False, reask_s: float = 1.0) -> None:
+                 channels: bool = False) -> None:
         self.stores = stores
         self.crowd = crowd
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
-        self.book = ChannelBook(channel_address, enabled=channels, reask_s=reask_s)
+        self.book = ChannelBook(channel_address, enabled=channels)
         self._by_channel: Counter[str] = Counter()
         self._lock = threading.Lock()
 

@@ -1,4 +1,5 @@
-"""What runs by itself: idle passivation in the soul hosts and retention sweeps in the store shards.
+"""What runs by itself: idle passivation in the soul hosts, retention sweeps in the store shards, and the closing
+of what an eviction set aside.
 
 The decisions are pure functions of an explicit ``now`` (tested with a made-up
 clock); :class:`Ticker` is only the thread that calls them every so often.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
@@ -79,6 +81,42 @@ def batch_answer_at(half_done_s: float, *, slack_s: float = 0.05) -> float:
 def sweep_due(last_swept: float | None, now: float, every_s: float) -> bool:
     """Is a soul's retention sweep due (never swept, or ``every_s`` seconds since the last one)?"""
     return every_s > 0 and (last_swept is None or now - last_swept >= every_s)
+
+
+MAX_CLOSING = 64
+"""Closings at most waiting for an actor's closing thread; beyond, the evicting caller closes itself."""
+
+
+class Closer:
+    """Closes what an eviction took out (a soul, a store) on a thread of its own, off the path of the call that
+    made room (closing saves an index and checkpoints a WAL: fsyncs). Beyond ``max_waiting`` closings waiting,
+    the caller closes itself, so open files stay bounded."""
+
+    def __init__(self, name: str, max_waiting: int = MAX_CLOSING) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self.max_waiting = max_waiting
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            inline = self._waiting >= self.max_waiting
+            self._waiting += 0 if inline else 1
+        if inline:
+            fn(*args)
+        else:
+            self._pool.submit(self._queued, fn, args)
+
+    def _queued(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def settle(self) -> None:
+        """Wait until everything handed over so far is closed."""
+        self._pool.submit(lambda: None).result()
 
 
 class Ticker:

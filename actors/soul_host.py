@@ -13,7 +13,6 @@ their recalls and writes reach each store shard together and go as one call.
 from __future__ import annotations
 
 import contextlib
-import pickle
 import sqlite3
 import threading
 import time
@@ -45,15 +44,13 @@ from soul_runtime.models.choice import make_model
 from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, WriteRequest, to_plain
 
 from . import raycalls
+from .channel import travels
 from .introspection import ActorInfo
 from .layer_shard import ShardCalls, StoreLocator, soul_dir
 from .metrics import Metrics
 from .routing import Later, Moved, read_registry
-from .schedule import SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
+from .schedule import Closer, SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
-
-MAX_CLOSING = 64
-"""Evictions at most waiting for a host's closing thread; beyond, an eviction closes its souls itself."""
 
 
 class ParkedModel(LanguageModel):
@@ -133,10 +130,8 @@ class RemoteMemory:
         try:
             self.fenced()
         except BaseException:
-            try:
+            with contextlib.suppress(BaseException):  # the fence's error is the one to report
                 _results(tickets)  # read all the same (an unread answer would hold its channel connection)
-            except BaseException:  # noqa: BLE001 — the fence's error is the one to report
-                pass
             raise
         return merge_recalls(_results(tickets), k)
 
@@ -237,8 +232,7 @@ class SoulHost(ActorInfo):
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
         self.sizes = SizeTable()  # memory of each active soul, as of its last turn
         self.guard = threading.Lock()
-        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
-        self._closing = 0  # batches of them waiting for the closer
+        self._closer = Closer(f"{name}-close")  # souls passivated aside
         self._opening = 0  # activations being opened (in ``active`` without a soul yet)
         self.metrics = Metrics.create()
         self.clock = clock
@@ -362,31 +356,23 @@ class SoulHost(ActorInfo):
         for _, reason in victims:  # passivated now (out of the active souls); their files close next
             self.metrics.passivation(reason)
         if aside and victims:
-            with self.guard:
-                inline = self._closing >= MAX_CLOSING
-                self._closing += 0 if inline else 1
-            if not inline:
-                self._closer.submit(self._close_victims, victims, True)
-                return len(victims)
-        self._close_victims(victims)
+            self._closer.run(self._close_victims, victims)
+        else:
+            self._close_victims(victims)
         return len(victims)
 
-    def _close_victims(self, victims: list[tuple[_Activation, str]], queued: bool = False) -> None:
+    @staticmethod
+    def _close_victims(victims: list[tuple[_Activation, str]]) -> None:
         """Close passivated souls whose locks :meth:`_evict` took, and release the locks."""
-        try:
-            for act, _ in victims:
-                try:
-                    act.live.close()
-                finally:
-                    act.lock.release()
-        finally:
-            if queued:
-                with self.guard:
-                    self._closing -= 1
+        for act, _ in victims:
+            try:
+                act.live.close()
+            finally:
+                act.lock.release()
 
     def settle(self) -> None:
         """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
-        self._closer.submit(lambda: None).result()
+        self._closer.settle()
 
     def passivate(self, soul_id: str) -> bool:
         with self.guard:
@@ -479,12 +465,8 @@ class SoulHost(ActorInfo):
         try:
             try:
                 return self.run(*item)
-            except SoulError as e:
-                try:
-                    pickle.dumps(e)
-                except Exception:  # noqa: BLE001 — it must reach its caller, not fail the batch's answer
-                    return TurnFailed(f"{op} of {soul_id} failed: {e}")
-                return e
+            except SoulError as e:  # it must reach its caller, not fail the batch's answer
+                return e if travels(e) else TurnFailed(f"{op} of {soul_id} failed: {e}")
             except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
                 return TurnFailed(f"{op} of {soul_id} failed: {e!r}")
         finally:

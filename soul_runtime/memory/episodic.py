@@ -424,7 +424,7 @@ class EpisodicStore:
             query_vector = self.embedder.embed([query])[0]
         t1 = clock()
         n = max(CANDIDATES, 3 * k)
-        if (self._max_key or 0) >= PARALLEL_AT:  # beside the dense search, on a second thread
+        if self._size() >= PARALLEL_AT:  # beside the dense search, on a second thread
             lex_s = [0.0]
 
             def lexical_rows() -> list[_Hit]:
@@ -513,14 +513,19 @@ class EpisodicStore:
             f"SELECT rowid, at, promoted, superseded, vector FROM episodes WHERE {where} "
             "ORDER BY at DESC, rowid DESC LIMIT ?", (*params, limit))]
 
+    def _size(self) -> int:
+        """The store's size as lexical pruning and the parallel search read it: its highest episode key (kept
+        from the last read and committed inserts; read again after any delete)."""
+        if self._max_key is None:
+            self._max_key = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
+        return self._max_key
+
     def _match(self, query: str) -> str:
         """The FTS5 MATCH expression of ``query`` (see :func:`lexical_clauses`); empty when nothing to match."""
         qt = list(dict.fromkeys(terms(query)))
         if not qt:
             return ""
-        if self._max_key is None:
-            self._max_key = int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0])
-        size = self._max_key
+        size = self._size()
         docs: dict[str, int] = {}
         if size >= self.lexical.prune_at:  # a large store: a query that matches few episodes (LexicalLimits)
             docs = self._term_docs(fts_tokens(qt), size)
