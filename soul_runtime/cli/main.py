@@ -531,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "head to this machine)")
     sp.add_argument("--state-dir", help="where the head is recorded (default DATA_DIR/cluster, where the local "
                                         "runtime of the data dir is recorded too)")
+    from soul_runtime.cli.service import register as register_service
+    register_service(add)
     from soul_runtime.cli.bench import register
     register(sub, fmt)
     return p

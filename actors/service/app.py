@@ -1,0 +1,38 @@
+"""The service's ASGI app as one replica builds it: the JSON API, ``/mcp/``, and the runtime it talks to."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from .http_api import Backend, build_app
+from .mcp_tools import build_mcp, http_endpoint, http_resolver
+from .souls_api import TenantSouls
+
+
+def build_service(data_dir: str, namespace: str = "souls", address: str = "auto") -> FastAPI:
+    """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
+    Ray cluster the replica runs in)."""
+
+    def connect() -> Any:
+        import soul_runtime
+        return soul_runtime.connect(address, data_dir=data_dir, namespace=namespace)
+
+    backend = Backend(data_dir, connect)
+
+    async def souls_for(tenant: str) -> TenantSouls:
+        rt = await backend.runtime()
+        return TenantSouls(rt, tenant, backend.ledger, souls=rt.souls)
+
+    mcp = build_mcp(http_resolver(backend.tenant_of, souls_for), data_dir)
+    mcp_app, manager = http_endpoint(mcp, backend.tenant_of)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return build_app(backend, mcp_app, lifespan)

@@ -1,0 +1,59 @@
+"""The service on Ray Serve: one deployment (FastAPI ingress) whose replicas are Ray actors that reserve no CPU.
+
+The node's cores belong to the soul hosts and shards; a replica only parses HTTP and awaits the runtime's
+async handles, so it takes ``num_cpus=0`` and many requests at once (``max_ongoing_requests``, default
+:data:`MAX_ONGOING`: Serve's own default of 5 per replica would cap a node far below what its hosts serve).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+APP_NAME = "soul-runtime"
+DEPLOYMENT = "soul-service"
+REPLICAS = 1
+MAX_ONGOING = 1000
+DRAIN_S = 60.0
+"""How long a stopping replica waits for its requests in flight before it is killed."""
+
+
+class SoulService:
+    def __init__(self, data_dir: str, namespace: str = "souls") -> None:
+        self.data_dir, self.namespace = data_dir, namespace
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from .app import build_service
+        return build_service(self.data_dir, self.namespace)
+
+
+def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICAS,
+                max_ongoing: int = MAX_ONGOING) -> Any:
+    """The bound Serve application."""
+    dep: Any = serve.deployment(serve.ingress()(SoulService), name=DEPLOYMENT, num_replicas=replicas,
+                           max_ongoing_requests=max_ongoing, max_queued_requests=-1,
+                           ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
+                           graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
+    return dep.bind(data_dir, namespace)
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
+    with ``args: {data_dir, namespace?, replicas?, max_ongoing?}``."""
+    return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
+                       int(args.get("max_ongoing", MAX_ONGOING)))
+
+
+def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
+          max_ongoing: int = MAX_ONGOING) -> None:
+    """Start Serve's proxy on host:port and deploy the app; returns once it is up."""
+    serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30})
+    serve.run(application(data_dir, namespace, replicas, max_ongoing), name=APP_NAME, route_prefix="/",
+              blocking=False)
+
+
+def stop() -> None:
+    """Drain and remove the app, then Serve's controller and proxies."""
+    serve.delete(APP_NAME)
+    serve.shutdown()

@@ -1,0 +1,175 @@
+"""``soul tenants``, ``soul serve`` and ``soul mcp``: soul-runtime as a service for tenants with API keys."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from soul_runtime.errors import InvalidInput, RuntimeUnavailable
+from soul_runtime.tenants import TenantTable, check_tenant, souls_of
+
+SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json and MCP (/mcp/) over HTTP on Ray Serve, for the
+tenants of `soul tenants` (Authorization: Bearer KEY). Runs in the foreground until SIGINT/SIGTERM, then
+drains the requests in flight and stops the Serve app, its proxy and controller (the runtime stays up).
+Without --address it serves the data dir's local runtime; if that runtime is replaced meanwhile (a command
+started under other code or another model setting replaces it), the app goes with it and `soul serve` exits
+with status 3: start it again."""
+
+MCP_HELP = """Serve one soul's memory over MCP on stdin/stdout (for Claude Desktop, Claude Code and other MCP
+clients): tools remember, recall, facts and forget. With --tenant the soul is that tenant's (the same soul as
+the HTTP API's); without, the runtime's soul of that id."""
+
+
+def _table(ctx: Any) -> TenantTable:
+    if not ctx.local_data():
+        raise InvalidInput("tenants are kept in the data dir: run `soul tenants` where the data dir is visible "
+                           "(on a cluster, on the head)")
+    return TenantTable(ctx.data_dir)
+
+
+def cmd_tenants(ctx: Any) -> int:
+    from soul_runtime.cli import render
+    a = ctx.args
+    table = _table(ctx)
+    if a.action == "list":
+        rows = [{"name": t.name, "status": "active" if t.active else "revoked", "created_at": t.created_at,
+                 "revoked_at": t.revoked_at, "souls": len(souls_of(ctx.data_dir, t.name))} for t in table.tenants()]
+        ctx.emit(rows, render.kv_table("tenants", {str(r["name"]): f"{r['status']}, {r['souls']} souls" for r in rows})
+                 if rows else "no tenants")
+        return 0
+    if not a.name:
+        raise InvalidInput(f"soul tenants {a.action} needs a tenant NAME")
+    name = check_tenant(a.name)
+    if a.action == "add":
+        key = table.add(name)
+        ctx.emit({"tenant": name, "key": key},
+                 f"added tenant '{name}'; its API key is shown only now (the data dir keeps a hash of it).\n"
+                 f"Send it as 'Authorization: Bearer KEY'. key: {key}")
+    elif a.action == "revoke":
+        t = table.revoke(name)
+        ctx.emit({"tenant": name, "revoked_at": t.revoked_at},
+                 f"revoked the key of tenant '{name}' (its souls stay; `soul tenants remove {name} --forget` deletes them)")
+    elif a.action == "remove":
+        table.get(name)
+        have = souls_of(ctx.data_dir, name)
+        if have and not a.forget:
+            raise InvalidInput(f"tenant '{name}' has {len(have)} souls: add --forget to delete them with it, or "
+                               f"revoke its key instead")
+        table.revoke(name)  # no request of it is accepted from here on
+        gone = _erase(ctx, name) if a.forget else []
+        table.remove(name)
+        ctx.emit({"tenant": name, "souls_deleted": gone},
+                 f"removed tenant '{name}'" + (f" and deleted its {len(gone)} souls" if a.forget else ""))
+    return 0
+
+
+def _erase(ctx: Any, tenant: str) -> list[str]:
+    from actors import local_runtime as bg
+    from actors.service.tenant_admin import erase_souls
+    if ctx.address is None and not bg.running(ctx.data_dir):
+        return erase_souls(None, ctx.data_dir, tenant)  # no runtime holds the data dir: the files go directly
+    with ctx.runtime() as rt:
+        return erase_souls(rt, ctx.data_dir, tenant)
+
+
+def _wait_healthy(url: str, timeout: float, stop: threading.Event) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                if r.status == 200:
+                    return
+        except Exception as e:  # not up yet
+            last = str(e)
+        time.sleep(0.5)
+    if not stop.is_set():
+        raise RuntimeUnavailable(f"the service did not answer {url} within {timeout:.0f} s ({last})")
+
+
+def cmd_serve(ctx: Any) -> int:
+    from actors import local_runtime as bg
+    a = ctx.args
+    if not 1 <= a.replicas <= 64:
+        raise InvalidInput("--replicas must be in 1..64")
+    stop = threading.Event()
+    why: list[str] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        why.append(signal.Signals(signum).name)
+        stop.set()
+    with ctx.runtime() as rt:
+        from actors.service import serve_app
+        host = "127.0.0.1" if a.host == "localhost" else a.host
+        local = ctx.address is None
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, on_signal)
+        t0 = time.perf_counter()
+        with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
+            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing)
+            _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300, stop)
+        code = 0
+        if not stop.is_set():
+            ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
+                      "start_seconds": round(time.perf_counter() - t0, 1)},
+                     f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json; {a.replicas} replica(s), "
+                     f"up to {a.max_ongoing} requests each) in {time.perf_counter() - t0:.0f} s; Ctrl-C stops")
+            import sys
+            sys.stdout.flush()
+            while not stop.wait(2.0):
+                if local and not bg.running(ctx.data_dir):
+                    ctx.err.print("soul: error: the local runtime went away (replaced after a code or model change, "
+                                  "or `soul down`); the service stopped with it: start `soul serve` again")
+                    code = 3
+                    break
+        if code == 0:
+            with ctx.err.status("Draining requests in flight and stopping the service…", spinner="dots"):
+                serve_app.stop()
+            ctx.err.print(f"stopped ({why[0] if why else 'done'})")
+    return code
+
+
+def cmd_mcp(ctx: Any) -> int:
+    import anyio
+
+    from actors.service.mcp_tools import build_mcp, fixed_resolver
+    from actors.service.souls_api import TenantSouls
+    from soul_runtime.text import check_id
+    a = ctx.args
+    tenant = check_tenant(a.tenant) if a.tenant else None
+    sid = check_id(a.soul, what="soul id")
+    if tenant is not None:
+        table = _table(ctx)
+        if not table.get(tenant).active:
+            raise InvalidInput(f"tenant '{tenant}' is revoked")
+    with ctx.runtime() as rt:
+        souls = TenantSouls(rt, tenant)
+        souls.scope.soul(sid)  # the id is checked before the server starts
+        server = build_mcp(fixed_resolver(souls, sid), ctx.data_dir, soul_optional=True)
+        anyio.run(server.run_stdio_async)
+    return 0
+
+
+def register(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sp = add("tenants", cmd_tenants, "tenants of the HTTP service and their API keys",
+             description="add NAME: a new tenant; its API key is the last word of the last line (shown once, "
+             "stored hashed). list; revoke NAME: the key stops working, the souls stay; remove NAME --forget: "
+             "the tenant and all its souls, deleted on disk.")
+    sp.add_argument("action", choices=("add", "list", "revoke", "remove"))
+    sp.add_argument("name", nargs="?", help="tenant name: 1-32 of a-z, 0-9, '-'")
+    sp.add_argument("--forget", action="store_true", help="remove: delete all the tenant's souls too")
+    sp = add("serve", cmd_serve, "serve the HTTP API and MCP on Ray Serve (foreground)", description=SERVE_HELP)
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sp.add_argument("--replicas", type=int, default=1, help="service replicas (Ray actors, no CPU each; default 1)")
+    sp.add_argument("--max-ongoing", type=int, default=1000,
+                    help="requests one replica takes at once (default 1000)")
+    sp = add("mcp", cmd_mcp, "serve one soul over MCP on stdio (for desktop agents)", description=MCP_HELP)
+    sp.add_argument("--soul", required=True, help="the soul id")
+    sp.add_argument("--tenant", help="the tenant whose soul it is (as in the HTTP API)")
+
