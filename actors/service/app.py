@@ -18,8 +18,8 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
     Ray cluster the replica runs in)."""
 
     def connect() -> Any:
-        import soul_runtime
-        return soul_runtime.connect(address, data_dir=data_dir, namespace=namespace)
+        from ..runtime import connect as connect_runtime
+        return connect_runtime(address, data_dir=data_dir, namespace=namespace)
 
     backend = Backend(data_dir, connect)
 
