@@ -70,10 +70,11 @@ def cmd_tenants(ctx: Any) -> int:
 
 def _erase(ctx: Any, tenant: str) -> list[str]:
     from actors import local_runtime as bg
-    from actors.service.tenant_admin import erase_souls
     if ctx.address is None and not bg.running(ctx.data_dir):
+        from actors.service.tenant_admin import erase_souls
         return erase_souls(None, ctx.data_dir, tenant)  # no runtime holds the data dir: the files go directly
-    with ctx.runtime() as rt:
+    with ctx.runtime() as rt:  # (Ray is imported once the runtime's auth settings are in the environment)
+        from actors.service.tenant_admin import erase_souls
         return erase_souls(rt, ctx.data_dir, tenant)
 
 

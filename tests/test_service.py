@@ -1,0 +1,420 @@
+"""The HTTP service end to end: a real ``soul serve`` process (Ray Serve on the data dir's local runtime) on a free
+127.0.0.1 port, reached with httpx and with the ``mcp`` SDK's own clients (streamable HTTP and stdio)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.ray
+
+SOUL = shutil.which("soul")
+TENANTS = ("acme", "beta")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
+    env.update(extra)
+    return env
+
+
+def _soul(env: dict[str, str], *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess[str]:
+    assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
+    p = subprocess.run([SOUL, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        raise AssertionError(f"soul {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[dict[str, Any]]:
+    base = Path(tempfile.mkdtemp(prefix="sv", dir="/tmp"))
+    data = base / "data"
+    env = _env(SOUL_DATA_DIR=str(data))
+    keys = {t: json.loads(_soul(env, "tenants", "add", t, "--json").stdout)["key"] for t in TENANTS}
+    port = _free_port()
+    log = open(base / "serve.log", "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen([SOUL, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, (base / "serve.log").read_text()
+        try:
+            if httpx.get(url + "/healthz", timeout=10).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() - t0 < 300, (base / "serve.log").read_text()
+        time.sleep(0.5)
+    srv = {"url": url, "keys": keys, "env": env, "data": data, "proc": proc, "base": base,
+           "start_s": round(time.monotonic() - t0, 1)}
+    try:
+        yield srv
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+        _soul(env, "down", check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _client(srv: dict[str, Any], tenant: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {srv['keys'][tenant]}"} if tenant else {}
+    return httpx.Client(base_url=srv["url"], headers=headers, timeout=120)
+
+
+def test_health_openapi_and_keys(server: dict[str, Any]) -> None:
+    anon = _client(server)
+    assert anon.get("/healthz").json() == {"status": "ok"}
+    spec = anon.get("/openapi.json").json()
+    paths = set(spec["paths"])
+    assert {"/v1/souls", "/v1/souls/{soul_id}/turns", "/v1/souls/{soul_id}/observe", "/v1/souls/{soul_id}/recall",
+            "/v1/souls/{soul_id}/facts", "/v1/souls/{soul_id}/facts/{entity}/{attribute}/history",
+            "/v1/souls/{soul_id}/episodes", "/v1/souls/{soul_id}/procedures", "/v1/souls/{soul_id}/traces",
+            "/v1/souls/{soul_id}/traces/{seq}", "/v1/souls/{soul_id}/stats", "/v1/souls/{soul_id}/export",
+            "/v1/souls/{soul_id}/import", "/v1/souls/{soul_id}", "/v1/souls/{soul_id}/forget"} <= paths
+    assert "TurnIn" in spec["components"]["schemas"]
+    for headers in ({}, {"Authorization": "Bearer soul_wrong"}, {"Authorization": server["keys"]["acme"]},
+                    {"Authorization": f"Basic {server['keys']['acme']}"}):
+        for method, path in (("GET", "/v1/souls"), ("POST", "/v1/souls/maya/turns"), ("GET", "/v1/souls/maya/facts"),
+                             ("DELETE", "/v1/souls/maya"), ("POST", "/mcp/")):
+            r = anon.request(method, path, headers=headers, json={"text": "hi"})
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.json()["error"]["type"] == "Unauthorized" and r.headers["www-authenticate"] == "Bearer"
+    assert not (server["data"] / "souls").exists() or not any((server["data"] / "souls").iterdir())
+
+
+def test_every_route(server: dict[str, Any]) -> None:
+    c = _client(server, "acme")
+    sid = f"maya-{uuid.uuid4().hex[:6]}"
+    v = f"/v1/souls/{sid}"
+    t1 = c.post(v + "/turns", json={"text": "The production database for Tendril is Postgres 15.", "user": "Maya",
+                                    "at": "2026-03-02T09:00:00Z"})
+    assert t1.status_code == 200, t1.text
+    body = t1.json()
+    assert body["turn_id"] == f"{sid}/1" and body["seq"] == 1 and body["writes"] and not body["writes_pending"]
+    assert "acme" not in t1.text
+    obs = c.post(v + "/observe", json={"messages": [
+        {"speaker": "Maya", "text": "Correct, Tendril runs Postgres 15 in production.", "id": "c2"},
+        {"speaker": "Maya", "text": "We rolled back the cache deploy after the latency spike.", "id": "c3"}],
+        "at": "2026-03-02T09:05:00Z"})
+    assert obs.status_code == 200 and obs.json()["seq"] == 2, obs.text
+    items = c.get(v + "/recall", params={"q": "Tendril production database", "k": 5}).json()["items"]
+    assert items and any("Postgres 15" in i["text"] for i in items)
+    sem = c.get(v + "/recall", params=[("q", "Tendril database"), ("store", "semantic")]).json()["items"]
+    assert {i["store"] for i in sem} <= {"semantic"}
+    facts = c.get(v + "/facts").json()["facts"]
+    fact = next(f for f in facts if f["value"] == "Postgres 15")
+    hist = c.get(f"{v}/facts/{fact['entity']}/{fact['attribute']}/history").json()["versions"]
+    assert [h["value"] for h in hist] == ["Postgres 15"]
+    assert c.get(v + "/facts", params={"entity": fact["entity"]}).json()["facts"]
+    assert c.get(v + "/episodes").json()["episodes"]
+    assert c.get(v + "/procedures").json() == {"procedures": []}
+    traces = c.get(v + "/traces", params={"last": 5}).json()["traces"]
+    assert [t["turn_id"] for t in traces] == [f"{sid}/1", f"{sid}/2"] and traces[0]["soul_id"] == sid
+    one = c.get(v + "/traces/2").json()
+    assert one["kind"] == "observe" and one["turn_id"] == f"{sid}/2"
+    assert c.get(v + "/stats").json()["facts"] >= 1
+    assert sid in c.get("/v1/souls").json()["souls"]
+
+    # Idempotency-Key: answered once; another body with the same key is refused and changes nothing
+    k = {"Idempotency-Key": "order-42"}
+    a = c.post(v + "/turns", json={"text": "Ship the release on Friday."}, headers=k).json()
+    b = c.post(v + "/turns", json={"text": "Ship the release on Friday."}, headers=k).json()
+    assert a["turn_id"] == b["turn_id"] == f"{sid}/3" and a["reply"] == b["reply"]
+    r = c.post(v + "/turns", json={"text": "Ship it on Monday."}, headers=k)
+    assert r.status_code == 422 and r.json()["error"]["type"] == "IdempotencyConflict"
+    assert c.post(v + "/turns", json={"text": "x"}, headers={"Idempotency-Key": "k" * 201}).status_code == 400
+    assert len(c.get(v + "/traces", params={"last": 50}).json()["traces"]) == 3
+
+    # export -> import into a new soul; the ids in the export carry no tenant prefix
+    blob = c.get(v + "/export")
+    assert blob.status_code == 200 and blob.headers["content-type"] == "application/octet-stream"
+    assert b"acme" not in blob.content and sid.encode() in blob.content
+    copy = f"{sid}-copy"
+    r = c.post(f"/v1/souls/{copy}/import", content=blob.content, headers={"content-type": "application/octet-stream"})
+    assert r.status_code == 201, r.text
+    assert [f["value"] for f in c.get(f"/v1/souls/{copy}/facts").json()["facts"]] == [f["value"] for f in facts]
+    again = c.post(f"/v1/souls/{copy}/import", content=blob.content, headers={"content-type": "application/octet-stream"})
+    assert again.status_code == 400 and again.json()["error"]["type"] == "InvalidInput"
+    assert c.post(f"/v1/souls/{sid}-x/import", content=b"not an export",
+                  headers={"content-type": "application/octet-stream"}).status_code == 400
+    assert c.post(f"/v1/souls/{sid}-x/import", json={"a": 1}).status_code == 400
+
+    # forget single memories, then the whole soul
+    ep = c.get(v + "/episodes").json()["episodes"][0]
+    gone = c.post(v + "/forget", json={"query": "latency spike"})
+    assert gone.status_code == 200 and gone.json()["deleted"], gone.text
+    assert all("latency spike" not in e["summary"] for e in c.get(v + "/episodes").json()["episodes"])
+    assert ep
+    erased = c.delete(f"/v1/souls/{copy}").json()["erased"]
+    assert erased["semantic"] >= 1
+    assert c.get(f"/v1/souls/{copy}/facts").json() == {"facts": []}
+    assert c.get(f"/v1/souls/{copy}/traces").json() == {"traces": []}
+    # after the erase the same key may be used again on the erased soul
+    assert c.post(f"/v1/souls/{copy}/turns", json={"text": "Ship it on Monday."}, headers=k).status_code == 200
+
+
+def _state(c: httpx.Client, sid: str) -> tuple[Any, ...]:
+    v = f"/v1/souls/{sid}"
+    return (c.get(v + "/export").content, c.get(v + "/traces", params={"last": 100}).json(),
+            c.get(v + "/facts").json(), sorted(c.get("/v1/souls").json()["souls"]))
+
+
+def test_bad_input_is_refused_and_changes_nothing(server: dict[str, Any]) -> None:
+    c = _client(server, "acme")
+    sid = f"bad-{uuid.uuid4().hex[:6]}"
+    v = f"/v1/souls/{sid}"
+    assert c.post(v + "/turns", json={"text": "Our staging cluster is in Frankfurt."}).status_code == 200
+    before = _state(c, sid)
+    j = {"content-type": "application/json"}
+    cases: list[tuple[str, str, dict[str, Any], int]] = [
+        ("POST", v + "/turns", {"content": b"{not json", "headers": j}, 400),
+        ("POST", v + "/turns", {"content": b"", "headers": j}, 422),
+        ("POST", v + "/turns", {"json": {"text": 5}}, 422),
+        ("POST", v + "/turns", {"json": {"text": "hi", "wait_writes": "yes"}}, 422),
+        ("POST", v + "/turns", {"json": {"text": "hi", "extra": 1}}, 422),
+        ("POST", v + "/turns", {"json": ["text"]}, 422),
+        ("POST", v + "/turns", {"json": {"text": "   "}}, 400),
+        ("POST", v + "/turns", {"json": {"text": "bad\x00char"}}, 400),
+        ("POST", v + "/turns", {"json": {"text": "hi", "at": "not a time"}}, 400),
+        ("POST", v + "/turns", {"json": {"text": "hi", "at": True}}, 422),
+        ("POST", v + "/observe", {"json": {"messages": []}}, 400),
+        ("POST", v + "/observe", {"json": {"messages": [{"speaker": "a", "text": "b"}]}}, 422),
+        ("POST", v + "/observe", {"json": {"messages": [{"speaker": "a", "text": "b", "id": "x y"}]}}, 400),
+        ("POST", v + "/observe", {"json": {"messages": [{"speaker": "a", "text": "b", "id": "m", "at": 1e30}]}}, 400),
+        ("POST", v + "/forget", {"json": {}}, 400),
+        ("POST", v + "/forget", {"json": {"ids": "ep-1"}}, 422),
+        ("GET", v + "/recall", {"params": {"q": "x", "k": 0}}, 422),
+        ("GET", v + "/recall", {"params": {"q": "x", "k": "many"}}, 422),
+        ("GET", v + "/recall", {"params": {"q": "x", "store": "nowhere"}}, 400),
+        ("GET", v + "/traces/0", {}, 422),
+        ("GET", v + "/traces/abc", {}, 422),
+        ("GET", v + "/traces/99", {}, 404),
+        ("GET", v + "/facts/none/none/history", {}, 404),
+        ("GET", "/v1/souls/" + "x" * 96 + "/facts", {}, 400),
+        ("GET", "/v1/souls/-bad/facts", {}, 400),
+        ("POST", "/v1/souls/a%20b/turns", {"json": {"text": "hi"}}, 400),
+        ("GET", v + "/nothing-here", {}, 404),
+    ]
+    for method, path, kw, code in cases:
+        r = c.request(method, path, **kw)
+        assert r.status_code == code, (method, path, kw, r.status_code, r.text)
+        err = r.json()["error"]
+        assert set(err) == {"type", "message"} and err["message"] and "acme" not in r.text, r.text
+        assert str(server["data"]) not in r.text
+    assert _state(c, sid) == before
+
+
+ROUTES = ("turn", "observe", "recall", "facts", "traces", "trace1", "episodes", "stats", "history", "export", "list")
+
+
+def _read(c: httpx.Client, sid: str, op: str) -> httpx.Response:
+    v = f"/v1/souls/{sid}"
+    return {"recall": lambda: c.get(v + "/recall", params={"q": "project codename"}),
+            "facts": lambda: c.get(v + "/facts"), "traces": lambda: c.get(v + "/traces", params={"last": 50}),
+            "trace1": lambda: c.get(v + "/traces/1"), "episodes": lambda: c.get(v + "/episodes"),
+            "stats": lambda: c.get(v + "/stats"), "history": lambda: c.get(v + "/facts/user/codename/history"),
+            "export": lambda: c.get(v + "/export")}[op]()
+
+
+def _norm(r: httpx.Response, sid: str) -> tuple[int, Any]:
+    """A read's status and answer with the soul id replaced, and sizes on disk left out."""
+    if r.headers.get("content-type") == "application/octet-stream":
+        return r.status_code, r.content.replace(sid.encode(), b"SOUL")
+    data = json.loads(r.text.replace(sid, "SOUL"))
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if not k.endswith("_bytes")}
+    return r.status_code, data
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(TENANTS), st.sampled_from(("maya", "zed", "a.b@c")),
+                          st.sampled_from(ROUTES)), min_size=2, max_size=9))
+def test_tenants_are_apart(server: dict[str, Any], steps: list[tuple[str, str, str]]) -> None:
+    """Random sequences of routes, tenants and souls: a tenant never sees another's souls, words, ids or name, and
+    a soul only another tenant has written reads exactly like one nobody has written."""
+    run = uuid.uuid4().hex[:6]
+    clients = {t: _client(server, t) for t in TENANTS}
+    wrote: dict[tuple[str, str], int] = {}
+    touched: dict[str, set[str]] = {t: set() for t in TENANTS}
+    words = {t: f"zq{t}{run}" for t in TENANTS}  # every text a tenant writes holds its own word
+    for tenant, name, op in steps:
+        c, sid = clients[tenant], f"{name}-{run}"
+        others = [o for o in TENANTS if o != tenant]
+        touched[tenant].add(sid)
+        n = wrote.get((tenant, sid), 0)
+        if op == "turn":
+            r = c.post(f"/v1/souls/{sid}/turns", json={"text": f"Our project codename is {words[tenant]}."})
+        elif op == "observe":
+            r = c.post(f"/v1/souls/{sid}/observe", json={"messages": [
+                {"speaker": "user", "text": f"The project codename is {words[tenant]}.", "id": f"m{n}"}]})
+        elif op == "list":
+            r = c.get("/v1/souls")
+            mine = set(r.json()["souls"])
+            assert {s for (t, s) in wrote if t == tenant} <= mine
+            assert all(s.endswith(run) is False or s in touched[tenant] for s in mine), (mine, touched)
+        else:
+            r = _read(c, sid, op)
+            if n == 0:  # the tenant never wrote this soul (perhaps the other one did): it reads as a new soul
+                fresh = f"new{uuid.uuid4().hex[:6]}"
+                assert _norm(r, sid) == _norm(_read(c, fresh, op), fresh), (op, r.text)
+        if op in ("turn", "observe"):
+            assert r.status_code == 200, r.text
+            wrote[(tenant, sid)] = n + 1
+            assert r.json()["turn_id"] == f"{sid}/{n + 1}"
+        text = r.text if r.headers.get("content-type") != "application/octet-stream" else r.content.decode("latin-1")
+        for o in others:
+            assert words[o] not in text and f"{o}:" not in text, (tenant, op, text[:300])
+        assert f"{tenant}:" not in text
+        if op == "traces":
+            assert len(r.json()["traces"]) == n
+
+
+def test_mcp_over_streamable_http(server: dict[str, Any]) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    sid = f"mcp-{uuid.uuid4().hex[:6]}"
+
+    async def session(tenant: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {server['keys'][tenant]}"})
+        out = []
+        async with Client(streamable_http_client(server["url"] + "/mcp/", http_client=http)) as c:
+            out.append(await c.list_tools())
+            for name, args in calls:
+                out.append(await c.call_tool(name, args))
+        return out
+
+    got = anyio.run(session, "acme", [("remember", {"soul_id": sid, "text": "My dog is called Biscuit."}),
+                                      ("recall", {"soul_id": sid, "query": "what is my dog called", "k": 3}),
+                                      ("facts", {"soul_id": sid}),
+                                      ("recall", {"soul_id": "no such id!", "query": "x"})])
+    tools = {t.name: t for t in got[0].tools}
+    assert set(tools) >= {"remember", "recall", "facts", "forget"}
+    assert "before answering" in tools["recall"].description and "forget" in tools["forget"].description
+    assert not got[1].is_error and got[1].structured_content["turn_id"] == f"{sid}/1"
+    items = got[2].structured_content["items"]
+    assert any("Biscuit" in i["text"] for i in items)
+    assert got[4].is_error and "InvalidInput" in got[4].content[0].text
+    # the HTTP API sees the same soul; the other tenant does not
+    assert any("Biscuit" in i["text"] for i in _client(server, "acme").get(
+        f"/v1/souls/{sid}/recall", params={"q": "dog"}).json()["items"])
+    other = anyio.run(session, "beta", [("recall", {"soul_id": sid, "query": "what is my dog called"})])
+    assert other[1].structured_content == {"items": []}
+    gone = anyio.run(session, "acme", [("forget", {"soul_id": sid, "query": "Biscuit"}),
+                                       ("recall", {"soul_id": sid, "query": "dog"})])
+    assert gone[1].structured_content["deleted"]
+    assert all("Biscuit" not in i["text"] for i in gone[2].structured_content["items"])
+
+
+def test_mcp_over_stdio(server: dict[str, Any]) -> None:
+    from mcp import Client, StdioServerParameters
+    sid = f"desk-{uuid.uuid4().hex[:6]}"
+    c = _client(server, "beta")
+    assert c.post(f"/v1/souls/{sid}/turns", json={"text": "I prefer tea over coffee."}).status_code == 200
+    assert SOUL
+
+    async def session() -> list[Any]:
+        params = StdioServerParameters(command=SOUL, args=["mcp", "--soul", sid, "--tenant", "beta"],
+                                       env=server["env"])
+        async with Client(params) as cl:
+            return [await cl.call_tool("recall", {"query": "tea or coffee"}),
+                    await cl.call_tool("remember", {"text": "My sister lives in Lisbon."}),
+                    await cl.call_tool("recall", {"query": "x", "soul_id": "someone-else"})]
+
+    got = anyio.run(session)
+    assert any("tea" in i["text"] for i in got[0].structured_content["items"])
+    assert not got[1].is_error and got[1].structured_content["turn_id"] == f"{sid}/2"
+    assert got[2].is_error
+    assert any("Lisbon" in i["text"] for i in c.get(f"/v1/souls/{sid}/recall", params={"q": "sister"}).json()["items"])
+
+
+def test_tenant_removed_with_its_souls(server: dict[str, Any]) -> None:
+    env, data = server["env"], server["data"]
+    key = json.loads(_soul(env, "tenants", "add", "gamma", "--json").stdout)["key"]
+    c = httpx.Client(base_url=server["url"], headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    for sid in ("one", "two"):
+        assert c.post(f"/v1/souls/{sid}/turns", json={"text": f"The {sid} service runs on port 8080."},
+                      headers={"Idempotency-Key": "k"}).status_code == 200
+    assert (data / "souls" / "gamma:one").is_dir()
+    assert _soul(env, "tenants", "remove", "gamma", check=False).returncode == 2  # has souls: needs --forget
+    out = json.loads(_soul(env, "tenants", "remove", "gamma", "--forget", "--json").stdout)
+    assert sorted(out["souls_deleted"]) == ["one", "two"]
+    assert not [p for p in (data / "souls").iterdir() if p.name.startswith("gamma:")]
+    assert c.get("/v1/souls").status_code == 401
+    key2 = json.loads(_soul(env, "tenants", "add", "gamma", "--json").stdout)["key"]
+    c2 = httpx.Client(base_url=server["url"], headers={"Authorization": f"Bearer {key2}"}, timeout=120)
+    assert c2.get("/v1/souls/one/traces").json() == {"traces": []}  # nothing of the old souls is served
+    assert c2.get("/v1/souls/one/facts").json() == {"facts": []}
+    r = c2.post("/v1/souls/one/turns", json={"text": "Something else."}, headers={"Idempotency-Key": "k"})
+    assert r.status_code == 200 and r.json()["turn_id"] == "one/1"
+
+
+def test_stopped_mid_request_loses_no_acknowledged_turn(server: dict[str, Any]) -> None:
+    """Runs last: SIGTERM while turns are in flight; every turn answered 200 is in the soul's record."""
+    key = server["keys"]["acme"]
+    run = uuid.uuid4().hex[:6]
+    souls = [f"stop-{run}-{i}" for i in range(6)]
+    acked: list[dict[str, Any]] = []
+    failed: list[str] = []
+
+    async def client(sid: str, n: int) -> None:
+        async with httpx.AsyncClient(base_url=server["url"], headers={"Authorization": f"Bearer {key}"},
+                                     timeout=120) as c:
+            for i in range(n):
+                try:
+                    r = await c.post(f"/v1/souls/{sid}/turns", json={"text": f"Note {i}: the build {run}-{i} passed."})
+                except httpx.HTTPError as e:
+                    failed.append(type(e).__name__)
+                    return
+                if r.status_code == 200:
+                    acked.append({"soul": sid, **r.json()})
+                else:
+                    failed.append(str(r.status_code))
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(client(s, 40)) for s in souls]
+        while len(acked) < 12:
+            await asyncio.sleep(0.02)
+        server["proc"].send_signal(signal.SIGTERM)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert server["proc"].wait(120) == 0
+    assert len(acked) >= 12 and failed, (len(acked), failed)  # stopped with turns still to send
+    for sid in souls:
+        p = _soul(server["env"], "trace", f"acme:{sid}", "--last", "500", "--json", check=False)
+        stored = {t["turn_id"]: t for t in json.loads(p.stdout)} if p.returncode == 0 else {}
+        for a in (a for a in acked if a["soul"] == sid):
+            t = stored.get(f"acme:{a['turn_id']}")
+            assert t is not None and t["reply"] == a["reply"], (a, sorted(stored))
