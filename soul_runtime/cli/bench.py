@@ -314,6 +314,24 @@ def cmd_acts(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import serve as bench_serve
+    try:
+        delays = [float(x) for x in args.delays.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--delays must be comma-separated seconds, got {args.delays!r}") from None
+    if args.turns < 1 or not delays or min(delays) < 0:
+        raise argparse.ArgumentTypeError("--turns must be >= 1 and --delays >= 0")
+    with out.status("running", spinner="dots") as st:
+        res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
+                              replicas=args.replicas, progress=lambda s: st.update(s))
+    out.print(bench_serve.table(res))
+    out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``soul bench locomo|latency|embedders|scale|claude|client|cli|phrasing|acts`` to the CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
@@ -355,6 +373,14 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     ap.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
     ap.add_argument("--json", metavar="FILE")
     ap.set_defaults(bench_fn=cmd_acts)
+    sv = bsub.add_parser("serve", help="HTTP service turns/s and p50/p99 beside the Python async API (same run)")
+    sv.add_argument("--levels", type=_levels, default=[1, 64, 300], help="concurrent clients (default 1,64,300)")
+    sv.add_argument("--turns", type=int, default=3, help="counted turns per client (default 3)")
+    sv.add_argument("--delays", default="0,1", help="stand-in model delays in seconds (default 0,1)")
+    sv.add_argument("--embedder", choices=("default", "fast"), default="fast")
+    sv.add_argument("--replicas", type=int, default=1)
+    sv.add_argument("--json", metavar="FILE")
+    sv.set_defaults(bench_fn=cmd_serve)
     ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")

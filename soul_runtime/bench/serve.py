@@ -1,0 +1,162 @@
+"""``soul bench serve``: turns over the HTTP service beside the Python async API, in the same run.
+
+One local runtime (a fresh data dir), its hosts on the real Anthropic adapter talking to the local Messages-API
+stand-in (:mod:`soul_runtime.bench.messages_api`, every message kept), and the service on Ray Serve on a free
+127.0.0.1 port, as ``soul serve`` runs it. For each stand-in delay (the instant stand-in, 0 s, and a slow model)
+and each level M of concurrency: M clients, each with a soul of its own, send one warm-up turn (the soul's
+activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other, through
+
+* the Python async API (``rt.async_soul(id).turn``), the baseline, and
+* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx connections),
+
+alternately per level. Reported: turns/s (counted turns / wall time of the counted phase), client latency p50/p99, and
+the ratios HTTP / Python. A turn waits for its writes (two model calls: the reply and the memory decision).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from soul_runtime.bench.claude_path import keep_everything
+from soul_runtime.bench.messages_api import MessagesApiServer
+from soul_runtime.bench.scale import percentile
+
+Progress = Callable[[str], None]
+TEXTS = ("I moved the billing service to the new vendor last week, ticket {n}.",
+         "The deadline for the weekly report is the {n}th.",
+         "My manager asked for an update on the data pipeline by Friday ({n}).")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[None]]) -> dict[str, Any]:
+    """Every client's warm-up turn (the soul's activation, not counted), then ``turns`` turns per client, timed."""
+    await asyncio.gather(*(turn(i, 0) for i in range(clients)))
+    lat: list[float] = []
+
+    async def one(i: int) -> None:
+        for k in range(1, turns + 1):
+            t0 = time.perf_counter()
+            await turn(i, k)
+            lat.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    wall = time.perf_counter() - t0
+    n = clients * turns
+    return {"clients": clients, "turns": n, "wall_s": round(wall, 3), "turns_per_s": round(n / wall, 2),
+            "p50_ms": round(1000 * percentile(lat, 50), 2), "p99_ms": round(1000 * percentile(lat, 99), 2)}
+
+
+def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
+        embedder: str = "fast", replicas: int = 1, progress: Progress | None = None) -> dict[str, Any]:
+    say = progress or (lambda s: None)
+    data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
+    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    api = MessagesApiServer(responder=keep_everything, delay_s=0.0)
+    out: dict[str, Any] = {"levels": list(levels), "turns_per_client": turns, "delays_s": list(delays),
+                           "embedder": embedder, "replicas": replicas, "rows": []}
+    from actors import local_runtime as bg
+    try:
+        with api:
+            os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url)
+            say("starting a local runtime")
+            address, _ = bg.attach(data)  # before Ray is imported: its auth settings come from here
+            import httpx
+
+            from actors.runtime import connect
+            from actors.service import serve_app
+            from soul_runtime.tenants import TenantTable
+            rt = connect(address, data_dir=data, embedder=embedder)
+            key = TenantTable(data).add("bench")
+            port = _free_port()
+            say("starting Ray Serve")
+            t0 = time.perf_counter()
+            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas)
+            base = f"http://127.0.0.1:{port}"
+            while True:
+                try:
+                    if httpx.get(base + "/healthz", timeout=30).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            out["serve_start_s"] = round(time.perf_counter() - t0, 1)
+            out["hosts"] = rt.cfg.hosts
+            out["host_threads"] = rt.cfg.host_threads
+            try:
+                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say))
+            finally:
+                serve_app.stop()
+                rt.shutdown_actors()
+                rt.close(flush=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        bg.stop(data)
+        shutil.rmtree(data, ignore_errors=True)
+    return out
+
+
+async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
+               api: MessagesApiServer, out: dict[str, Any], say: Progress) -> None:
+    import httpx
+    limits = httpx.Limits(max_connections=max(levels) + 8, max_keepalive_connections=max(levels) + 8)
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=600,
+                                 limits=limits) as http:
+        models: set[str] = set()
+        for d in delays:
+            api.delay_s = d
+            for m in levels:
+                tag = f"d{int(d * 1000)}-m{m}"
+
+                async def py(i: int, k: int, tag: str = tag) -> None:
+                    res = await rt.async_soul(f"py-{tag}-{i}").turn(TEXTS[k % 3].format(n=k))
+                    models.add(res.model)
+
+                async def web(i: int, k: int, tag: str = tag) -> None:
+                    r = await http.post(f"/v1/souls/web-{tag}-{i}/turns", json={"text": TEXTS[k % 3].format(n=k)})
+                    if r.status_code != 200:
+                        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                row: dict[str, Any] = {"delay_s": d, "clients": m}
+                for name, fn in (("python", py), ("http", web)):
+                    say(f"{d:g} s stand-in, {m} clients, {name}")
+                    row[name] = await _level(m, turns, fn)
+                p, h = row["python"], row["http"]
+                row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
+                    if p["turns_per_s"] and h["turns_per_s"] else None
+                row["http_minus_python_p50_ms"] = round(h["p50_ms"] - p["p50_ms"], 2)
+                out["rows"].append(row)
+        out["models"] = sorted(models)
+    instant = {r["clients"]: r["http"]["turns_per_s"] for r in out["rows"] if r["delay_s"] == 0}
+    for r in out["rows"]:
+        if r["delay_s"] and instant.get(r["clients"]) and r["http"]["turns_per_s"]:
+            r["http_vs_instant_http_turns_per_s"] = round(r["http"]["turns_per_s"] / instant[r["clients"]], 3)
+
+
+def table(res: dict[str, Any]) -> Any:
+    from rich.table import Table
+    t = Table(title=f"HTTP service vs Python async API (same run; {res['turns_per_client']} turns per client after a "
+                    f"warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts)")
+    for c in ("stand-in", "clients", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
+              "http p50/p99 ms", "http - python p50 ms"):
+        t.add_column(c, justify="right")
+    for r in res["rows"]:
+        p, h = r["python"], r["http"]
+        t.add_row(f"{r['delay_s']:g} s", str(r["clients"]), str(p["turns_per_s"]), str(h["turns_per_s"]),
+                  f"{r['http_vs_python_turns_per_s']}x", f"{p['p50_ms']} / {p['p99_ms']}",
+                  f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]))
+    return t
