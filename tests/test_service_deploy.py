@@ -1,0 +1,45 @@
+"""The service's deployment as Serve and KubeRay see it: options, the RayService manifest (no Ray started)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((ROOT / "cluster" / name).read_text()) if d]
+
+
+def test_rayservice_builds_the_app_and_replaces_the_raycluster_on_the_same_volume() -> None:
+    (svc,) = _docs("rayservice.yaml")
+    assert svc["kind"] == "RayService" and svc["spec"]["upgradeStrategy"] == {"type": "None"}
+    conf = yaml.safe_load(svc["spec"]["serveConfigV2"])
+    (app,) = conf["applications"]
+    module, _, fn = app["import_path"].partition(":")
+    built = getattr(importlib.import_module(module), fn)(app["args"])
+    dep = built._bound_deployment
+    assert dep.name == "soul-service" and dep.num_replicas == app["args"]["replicas"]
+    assert dep.max_ongoing_requests == 1000 and dep.ray_actor_options["num_cpus"] == 0
+    assert conf["http_options"]["port"] == 8000
+    # the same data dir, volume and secret as the RayCluster it replaces
+    raycluster = next(d for d in _docs("kuberay.yaml") if d["kind"] == "RayCluster")
+    head = svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    old = raycluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["volumes"] == old["volumes"]
+    env = {e["name"]: e.get("value") for e in head["containers"][0]["env"]}
+    assert env["SOUL_DATA_DIR"] == app["args"]["data_dir"] == "/data/souls"
+    assert head["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/souls"
+    worker = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    old_worker = raycluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["volumes"] == old_worker["volumes"] == old["volumes"] and worker["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/souls"
+
+
+def test_serve_app_defaults() -> None:
+    from actors.service import serve_app
+    dep = serve_app.application("/tmp/nowhere")._bound_deployment
+    assert dep.ray_actor_options == {"num_cpus": 0}
+    assert dep.num_replicas == serve_app.REPLICAS and dep.max_ongoing_requests == serve_app.MAX_ONGOING > 5
