@@ -46,8 +46,16 @@ def app_builder(args: dict[str, Any]) -> Any:
 
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
-          max_ongoing: int = MAX_ONGOING) -> None:
-    """Start Serve's proxy on host:port and deploy the app; returns once it is up."""
+          max_ongoing: int = MAX_ONGOING, *, replace: bool = False) -> None:
+    """Start Serve's proxy on host:port and deploy the app; returns once it is up. Refused when the runtime
+    already serves the app (another ``soul serve`` on it: Serve has one proxy per node and one app of a name)
+    unless ``replace``: then that app and its Serve are stopped first."""
+    if APP_NAME in serve.status().applications:
+        if not replace:
+            from soul_runtime.errors import InvalidInput
+            raise InvalidInput("this runtime serves the HTTP API already (another `soul serve`, or one that was "
+                               "killed); stop that one first, or pass --replace")
+        stop()
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30})
     serve.run(application(data_dir, namespace, replicas, max_ongoing), name=APP_NAME, route_prefix="/",
               blocking=False)

@@ -78,6 +78,16 @@ def _erase(ctx: Any, tenant: str) -> list[str]:
         return erase_souls(rt, ctx.data_dir, tenant)
 
 
+def _listening(host: str, port: int) -> bool:
+    import socket
+    try:
+        with socket.create_connection(("127.0.0.1" if host in ("0.0.0.0", "::", "localhost") else host, port),
+                                      timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_healthy(url: str, timeout: float, stop: threading.Event) -> None:
     deadline = time.monotonic() + timeout
     last = ""
@@ -98,6 +108,12 @@ def cmd_serve(ctx: Any) -> int:
     a = ctx.args
     if not 1 <= a.replicas <= 64:
         raise InvalidInput("--replicas must be in 1..64")
+    if not 1 <= a.max_ongoing <= 100_000:
+        raise InvalidInput("--max-ongoing must be in 1..100000")
+    if not 1 <= a.port <= 65535:
+        raise InvalidInput("--port must be in 1..65535")
+    if ctx.address is None and _listening(a.host, a.port):
+        raise InvalidInput(f"port {a.port} on {a.host} is in use (another `soul serve`?); choose another --port")
     stop = threading.Event()
     why: list[str] = []
 
@@ -112,8 +128,14 @@ def cmd_serve(ctx: Any) -> int:
             signal.signal(s, on_signal)
         t0 = time.perf_counter()
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
-            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing)
-            _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300, stop)
+            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
+                            replace=a.replace)
+            try:
+                _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300,
+                              stop)
+            except BaseException:
+                serve_app.stop()  # nothing of a service that never answered is left on the runtime
+                raise
         code = 0
         if not stop.is_set():
             ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
@@ -170,6 +192,8 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--replicas", type=int, default=1, help="service replicas (Ray actors, no CPU each; default 1)")
     sp.add_argument("--max-ongoing", type=int, default=1000,
                     help="requests one replica takes at once (default 1000)")
+    sp.add_argument("--replace", action="store_true",
+                    help="stop the service another `soul serve` left on the runtime (one that was killed) first")
     sp = add("mcp", cmd_mcp, "serve one soul over MCP on stdio (for desktop agents)", description=MCP_HELP)
     sp.add_argument("--soul", required=True, help="the soul id")
     sp.add_argument("--tenant", help="the tenant whose soul it is (as in the HTTP API)")
