@@ -380,6 +380,14 @@ def test_tenant_removed_with_its_souls(server: dict[str, Any]) -> None:
     assert r.status_code == 200 and r.json()["turn_id"] == "one/1"
 
 
+def test_one_service_per_runtime(server: dict[str, Any]) -> None:
+    busy = _soul(server["env"], "serve", "--port", server["url"].rsplit(":", 1)[1], check=False)
+    assert busy.returncode == 2 and "in use" in busy.stderr
+    again = _soul(server["env"], "serve", "--port", str(_free_port()), check=False)
+    assert again.returncode == 2 and "serves the HTTP API already" in again.stderr, again.stderr
+    assert _client(server).get("/healthz").status_code == 200  # the running service is untouched
+
+
 def test_stopped_mid_request_loses_no_acknowledged_turn(server: dict[str, Any]) -> None:
     """Runs last: SIGTERM while turns are in flight; every turn answered 200 is in the soul's record."""
     key = server["keys"]["acme"]
