@@ -27,7 +27,7 @@ from .orchestrator import host_name
 from .placement import store_name
 from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir
-from .store_locator import StoreLocator
+from .shard_client import StoreLocator
 
 if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
     from soul_runtime.loop.soul import TurnResult  # attaching to running actors imports neither

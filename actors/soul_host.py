@@ -46,11 +46,12 @@ from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, Write
 from . import raycalls
 from .channel import travels
 from .introspection import ActorInfo
-from .layer_shard import ShardCalls, StoreLocator, soul_dir
+from .layer_shard import soul_dir
 from .metrics import Metrics
-from .routing import Later, Moved, read_registry
+from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import Closer, SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
+from .shard_client import ShardCalls, StoreLocator
 
 
 class ParkedModel(LanguageModel):
@@ -239,7 +240,7 @@ class SoulHost(ActorInfo):
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
             if self.cfg.idle_check_s > 0 else None
         # for clients on this machine, as many calls at once as Ray runs
-        self.serve_channel(("run", "run_batch"), self.cfg.host_threads if self.cfg.local_channels else 0)
+        self.serve_channel(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
