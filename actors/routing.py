@@ -4,7 +4,7 @@ A soul lives on the host its id hashes to (rendezvous over the hosts), or on its
 its one owner and orders its calls: one at a time under the soul's lock, numbered by the soul itself, a
 retried request id answered from the record. This module, in every client process:
 
-- routes: the hash, plus the runtime's dedicated souls (read from the orchestrator once, then learnt from
+- routes: the hash, plus the runtime's dedicated souls (read from the controller once, then learnt from
   :class:`Moved` answers: a host that no longer holds a soul names the actor that does);
 - orders: one call per soul in flight from this process (a lock per soul, :class:`KeyedLocks`), so a crowd of
   submitters of one soul waits here, not on the host's threads, and other souls on that host are not held up;
@@ -55,7 +55,7 @@ BATCHED = frozenset({"run"})
 """The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
 MAX_BATCH = 16
 REGISTRY = "dedicated.json"
-"""The data dir's record of dedicated souls (soul id -> actor name), written by the orchestrator."""
+"""The data dir's record of dedicated souls (soul id -> actor name), written by the controller."""
 
 
 def read_registry(data_dir: str) -> dict[str, str]:

@@ -393,13 +393,13 @@ class SoulHost(ActorInfo):
 
     def move(self, soul_id: str, to: str) -> bool:
         """From now on ``to`` serves the soul: calls here are refused with :class:`Moved` naming it; the
-        turn in progress finishes first and the soul is passivated (the orchestrator's dedicate)."""
+        turn in progress finishes first and the soul is passivated (the controller's dedicate)."""
         with self.guard:
             self.moved[soul_id] = to
         return self.passivate(soul_id)
 
     def unmove(self, soul_id: str) -> None:
-        """This actor serves the soul again (the orchestrator's undedicate)."""
+        """This actor serves the soul again (the controller's undedicate)."""
         with self.guard:
             self.moved.pop(soul_id, None)
 
@@ -418,8 +418,9 @@ class SoulHost(ActorInfo):
         return {**self.metrics.local, **self.calls.counts(), **self.channel_counts()}
 
     def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
-        """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number; the
-        orchestrator holds the soul's order, so only one call of a soul runs at a time)."""
+        """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number). The
+        soul's lock here lets one call of a soul run at a time, in the order they take it (a client's router
+        sends one call per soul at a time from each process); the soul itself checks ``seq``."""
         t0 = time.perf_counter()
         with self._hold(soul_id) as act, self._superseded(soul_id, act):
             act.last_used = self.clock()
