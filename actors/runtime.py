@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import msgpack
-
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError, InvalidInput
@@ -261,11 +259,10 @@ class _Plans:
     def export(self) -> _Plan[bytes]:
         refs = [self._read(s.value, "export") for s in LAYERS]
 
-        from soul_runtime.memory.soul_memory import EXPORT_FORMAT
+        from soul_runtime.memory.export import pack_export
 
         def pack(parts: list[dict[str, Any]]) -> bytes:
-            data = {"format": EXPORT_FORMAT, **{s.value: p for s, p in zip(LAYERS, parts, strict=True)}}
-            return bytes(msgpack.packb(data, use_bin_type=True))
+            return pack_export(dict(zip(LAYERS, parts, strict=True)))
         return _Plan(refs, pack)
 
     def import_(self, blob: bytes) -> _Plan[None]:

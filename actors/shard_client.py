@@ -41,6 +41,19 @@ def _resolve(reply: Reply) -> Any:
         raise raycalls.translate(e) from None
 
 
+def results(replies: list[Reply]) -> list[Any]:
+    """Every reply's answer, each read even when one fails; the first error is raised (as the project's own)."""
+    out, error = [], None
+    for r in replies:
+        try:
+            out.append(_resolve(r))
+        except Exception as e:  # noqa: BLE001 — raised after the others are read
+            error = error or e
+    if error is not None:
+        raise error
+    return out
+
+
 class ShardCalls:
     """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
     turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
@@ -96,4 +109,4 @@ class ShardCalls:
         return b.start([item])
 
 
-__all__ = ["SHARD_CHANNEL_METHODS", "ShardCalls", "StoreLocator", "store_name"]
+__all__ = ["SHARD_CHANNEL_METHODS", "ShardCalls", "StoreLocator", "results", "store_name"]
