@@ -21,7 +21,7 @@ from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
 from soul_runtime.text import check_id, check_text
 
-from . import raycalls
+from . import client_session, raycalls
 from .controller import host_name
 from .placement import store_name
 from .routing import Routed, Router
@@ -420,7 +420,7 @@ class AsyncSoulHandle:
 
 def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
             config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None,
-            connect_attempts: int = raycalls.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
+            connect_attempts: int = client_session.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
     """Connect to soul-runtime.
 
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the
