@@ -197,9 +197,9 @@ class LayerShard(ActorInfo):
             entry.lock.release()
             self.locks.release(soul_id, entry)
 
-    def settle(self) -> int:
+    def wait_closed(self) -> int:
         """Wait until every evicted store is closed; returns how many stores are open."""
-        self._closer.settle()
+        self._closer.wait_closed()
         with self.guard:
             return len(self.open)
 

@@ -80,7 +80,7 @@ class Runtime:
         controller = raycalls.create(RuntimeController, CONTROLLER, ns, (conf, SoulHost),
                                        **self._opts(max_task_retries=-1, max_concurrency=1000))
         # concurrent first connects: everyone gets the winner's actor
-        self.controller = raycalls.settle({CONTROLLER: controller}, ns, timeout=300)[CONTROLLER]
+        self.controller = raycalls.confirm_created({CONTROLLER: controller}, ns, timeout=300)[CONTROLLER]
         # before any other actor exists: the same routing as the running actors and as the data dir was
         # created with, or ConfigError (two processes must never open one soul's files); automatic host and
         # shard counts come back resolved (the data dir's recorded layout, else the cluster's CPUs)
@@ -100,7 +100,7 @@ class Runtime:
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
                                                   **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1))
-        named = raycalls.settle(named, ns, timeout=300)
+        named = raycalls.confirm_created(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = list(named.values()) + [self.controller]
 

@@ -114,7 +114,7 @@ class Closer:
             with self._lock:
                 self._waiting -= 1
 
-    def settle(self) -> None:
+    def wait_closed(self) -> None:
         """Wait until everything handed over so far is closed."""
         self._pool.submit(lambda: None).result()
 

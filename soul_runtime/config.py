@@ -7,6 +7,7 @@ default; the README's configuration reference is generated from these fields.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -28,8 +29,9 @@ class MemoryConfig:
     recency_floor: float = 0.9
     """Lowest recency weight (so old but exact matches still surface): a question about last spring is as
     legitimate as one about yesterday, so age only breaks near-ties."""
-    decay_days: float = 365.0
-    """Episodes older than this drop out of recall unless promoted."""
+    recall_horizon_days: float = 365.0
+    """Episodes older than this drop out of recall unless promoted (they stay stored; retention is
+    ``episodic_ttl_days``)."""
     merge_similarity: float = 0.95
     """Cosine similarity above which a new episode merges into a stored one (same session)."""
     dense_weight: float = 0.5
@@ -52,15 +54,24 @@ class MemoryConfig:
     subject_only_score: float = 0.1
     """Recall score of a fact that matches a query by the name of its subject alone (no word of its attribute or
     value): it is background about someone the question names, ranked after what matches what is asked."""
+    decay_days: float | None = None
+    """Deprecated name of ``recall_horizon_days`` (read for one more version; warns)."""
 
     def __post_init__(self) -> None:
+        if self.decay_days is not None:
+            warnings.warn("MemoryConfig(decay_days=...) is deprecated: use recall_horizon_days", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "recall_horizon_days", self.decay_days)
+            object.__setattr__(self, "decay_days", None)
         for f in fields(self):
+            if f.name == "decay_days":
+                continue
             v = getattr(self, f.name)
             _check(isinstance(v, (int, float)) and not isinstance(v, bool), f"{f.name} must be a number, got {v!r}")
             _check(math.isfinite(v), f"{f.name} must be finite, got {v!r}")
             _check(v >= 0, f"{f.name} must be >= 0, got {v!r}")
         _check(self.half_life_days > 0, "half_life_days must be > 0")
-        _check(self.decay_days > 0, "decay_days must be > 0")
+        _check(self.recall_horizon_days > 0, "recall_horizon_days must be > 0")
         _check(0.0 <= self.recency_floor <= 1.0, "recency_floor must be in [0, 1]")
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
@@ -125,7 +136,7 @@ class SoulConfig:
             raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory)},
+        return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory) if f.name != "decay_days"},
                 "turn": {f.name: getattr(self.turn, f.name) for f in fields(self.turn)},
                 "persona": self.persona}
 
