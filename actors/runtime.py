@@ -141,15 +141,17 @@ class Runtime:
                 "data_dir": self.cfg.data_dir, "namespace": self.cfg.namespace}
 
     def shutdown_actors(self) -> None:
-        """Stop this runtime's actors (for detached actors on a cluster)."""
+        """Stop this runtime's actors and kill them (for detached actors on a cluster): each one's stop step
+        runs first (:mod:`actors.introspection`) — the dedicated soul actors and hosts (their souls' last memory
+        work reaches the shards), then the shards (their open stores close), then the controller."""
         names = self._names()
-        refs = []
-        for name in names:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is not None and name.startswith("soul-store"):
-                refs.append(raycalls.call(h, "flush"))
-        raycalls.get(refs, timeout=60)
-        for name in names:
+        dedicated = list(raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=60).values())
+        hosts = dedicated + [n for n in names if n.startswith("soul-host")]
+        shards = [n for n in names if n.startswith("soul-store")]
+        for group in (hosts, shards, [CONTROLLER]):
+            handles = [h for h in (raycalls.get_actor(n, self.cfg.namespace) for n in group) if h is not None]
+            raycalls.get([raycalls.call(h, "stop") for h in handles], timeout=120)
+        for name in dedicated + names:
             h = raycalls.get_actor(name, self.cfg.namespace)
             if h is not None:
                 raycalls.kill(h)

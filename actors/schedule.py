@@ -118,6 +118,10 @@ class Closer:
         """Wait until everything handed over so far is closed."""
         self._pool.submit(lambda: None).result()
 
+    def stop(self) -> None:
+        """Close what was handed over, then end the closing thread."""
+        self._pool.shutdown(wait=True)
+
 
 class Ticker:
     """A daemon thread calling ``fn`` every ``every_s`` seconds until :meth:`stop`; an error in ``fn`` is

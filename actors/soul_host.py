@@ -218,6 +218,19 @@ class SoulHost(ActorInfo):
         """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
         self._closer.wait_closed()
 
+    def stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`): the idle ticker, the channel, then every active soul is
+        passivated (its last memory work lands first) and the closing thread ends. Returns how many souls were
+        passivated."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        super().stop()
+        n = sum(self.passivate(sid) for sid in self.active_souls())
+        self._closer.stop()
+        self.pool.shutdown(wait=False)
+        return n
+
     def passivate(self, soul_id: str) -> bool:
         with self.guard:
             act = self.active.get(soul_id)
