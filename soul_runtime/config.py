@@ -54,18 +54,16 @@ class MemoryConfig:
     subject_only_score: float = 0.1
     """Recall score of a fact that matches a query by the name of its subject alone (no word of its attribute or
     value): it is background about someone the question names, ranked after what matches what is asked."""
-    decay_days: float | None = None
-    """Deprecated name of ``recall_horizon_days`` (read for one more version; warns)."""
+
+    @property
+    def decay_days(self) -> float:
+        """Deprecated name of ``recall_horizon_days`` (kept for one more version)."""
+        warnings.warn("MemoryConfig.decay_days is deprecated: use recall_horizon_days", DeprecationWarning,
+                      stacklevel=2)
+        return self.recall_horizon_days
 
     def __post_init__(self) -> None:
-        if self.decay_days is not None:
-            warnings.warn("MemoryConfig(decay_days=...) is deprecated: use recall_horizon_days", DeprecationWarning,
-                          stacklevel=3)
-            object.__setattr__(self, "recall_horizon_days", self.decay_days)
-            object.__setattr__(self, "decay_days", None)
         for f in fields(self):
-            if f.name == "decay_days":
-                continue
             v = getattr(self, f.name)
             _check(isinstance(v, (int, float)) and not isinstance(v, bool), f"{f.name} must be a number, got {v!r}")
             _check(math.isfinite(v), f"{f.name} must be finite, got {v!r}")
@@ -80,6 +78,20 @@ class MemoryConfig:
                      "max_episode_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+
+
+_memory_config_init = MemoryConfig.__init__
+
+
+def _init_with_deprecated_names(self: MemoryConfig, *args: Any, decay_days: float | None = None, **kw: Any) -> None:
+    if decay_days is not None:
+        warnings.warn("MemoryConfig(decay_days=...) is deprecated: use recall_horizon_days", DeprecationWarning,
+                      stacklevel=2)
+        kw.setdefault("recall_horizon_days", decay_days)
+    _memory_config_init(self, *args, **kw)
+
+
+MemoryConfig.__init__ = _init_with_deprecated_names  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +148,7 @@ class SoulConfig:
             raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory) if f.name != "decay_days"},
+        return {"memory": {f.name: getattr(self.memory, f.name) for f in fields(self.memory)},
                 "turn": {f.name: getattr(self.turn, f.name) for f in fields(self.turn)},
                 "persona": self.persona}
 

@@ -201,6 +201,8 @@ def test_lexical_clauses_keep_rare_terms_and_pairs_within_a_budget() -> None:
 def test_the_deprecated_decay_days_still_sets_the_recall_horizon() -> None:
     with pytest.warns(DeprecationWarning, match="recall_horizon_days"):
         cfg = MemoryConfig(decay_days=12)
-    assert cfg.recall_horizon_days == 12 and cfg.decay_days is None
+    assert cfg.recall_horizon_days == 12
+    with pytest.warns(DeprecationWarning):
+        assert cfg.decay_days == 12
     assert "decay_days" not in SoulConfig(memory=cfg).to_dict()["memory"]
     assert SoulConfig.from_dict(SoulConfig(memory=cfg).to_dict()).memory == cfg
