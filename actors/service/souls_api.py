@@ -165,7 +165,7 @@ class TenantSouls:
         return list(self.out(list(await self._h(soul_id).procedures(task_class))))
 
     async def traces(self, soul_id: str, last: int = 10) -> list[Any]:
-        got = await self._h(soul_id).trace(None, last=last)
+        got = await self._h(soul_id).traces(last)
         return list(self.scope.tree([t.to_dict() for t in got]))
 
     async def trace(self, soul_id: str, seq: int) -> dict[str, Any]:
