@@ -11,7 +11,7 @@ Token auth (Ray 2.60): the head is started with ``RAY_AUTH_MODE=token`` and
 ``ray.init("ray://...")`` retries for ~30 s before a bare
 ``ConnectionError("ray client connection timeout")`` (RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S=1
 and RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S=1 shorten that to ~3 s, same message).
-``raycalls.check_client_access`` tells "refused for lack of token" (AuthError) apart
+``client_session.check_client_access`` tells "refused for lack of token" (AuthError) apart
 from "unreachable" (RuntimeUnavailable) in ~10 ms.
 
 Where it listens: by default on the node's address, as Ray picks it — a cluster's head is

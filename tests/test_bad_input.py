@@ -31,7 +31,8 @@ from soul_runtime.embedding.base import check_vectors
 from soul_runtime.errors import ConfigError, InvalidInput, NotFound, SoulError
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.soul import Soul
-from soul_runtime.memory.soul_memory import SoulMemory, unpack_export
+from soul_runtime.memory.export import unpack_export
+from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.offline import OfflineModel
 from tests.fakes import HashEmbedder
 

@@ -206,7 +206,7 @@ def test_embedded_default_listens_on_loopback_only(embedded: Embedded) -> None:
     procs = " ".join(x.process for x in found)
     # not vacuous: the driver, the GCS, the raylet and the runtime's actors all listen somewhere
     assert "gcs_server" in procs and "raylet" in procs, found
-    assert sum("LayerShard" in x.process or "SoulHost" in x.process or "Orchestrator" in x.process
+    assert sum("LayerShard" in x.process or "SoulHost" in x.process or "RuntimeController" in x.process
                for x in found) >= 5, found
     exposed = [x for x in found if not x.loopback]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(map(str, exposed))

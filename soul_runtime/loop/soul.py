@@ -121,8 +121,10 @@ class _Pending:
 
 
 class Soul:
-    """One soul. One caller at a time (a host's per-soul lock); the memory work of a turn may run
-    on a background thread, which the next call waits for (:meth:`settle`)."""
+    """One soul and its turn orchestrator: a turn reads the short-term buffer and long-term memory before its
+    inference, and writes after it, in that order, numbered by the soul. One caller at a time (a host's
+    per-soul lock); the memory work of a turn may run on a background thread, which the next call waits for
+    (:meth:`settle`)."""
 
     def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort, model: LanguageModel,
                  config: SoulConfig | None = None, clock: Callable[[], float] = time.time,
