@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # layer -> the layers it may import (besides itself)
 FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
-API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily
+API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily; it names the result types
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
     "soul_runtime.embedding": {FOUNDATION},
@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
                            "soul_runtime.loop", "actors", API},
     "soul_runtime.cli": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
                          "soul_runtime.loop", "actors", "soul_runtime.bench", API},
-    API: {FOUNDATION, "actors"},
+    API: {FOUNDATION, "soul_runtime.loop", "actors"},
 }
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
 
