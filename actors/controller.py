@@ -124,6 +124,10 @@ class RuntimeController:
         root = Path(self.cfg.data_dir) / "souls"
         return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
+    async def stop(self) -> int:
+        """Stop (the lifecycle of :mod:`actors.introspection`): nothing runs beside its calls."""
+        return 0
+
     async def ping(self) -> str:
         return "ok"
 

@@ -197,9 +197,9 @@ class LayerShard(ActorInfo):
             entry.lock.release()
             self.locks.release(soul_id, entry)
 
-    def settle(self) -> int:
+    def wait_closed(self) -> int:
         """Wait until every evicted store is closed; returns how many stores are open."""
-        self._closer.settle()
+        self._closer.wait_closed()
         with self.guard:
             return len(self.open)
 
@@ -351,3 +351,18 @@ class LayerShard(ActorInfo):
 
     def close_soul(self, soul_id: str) -> None:
         self._close(soul_id)
+
+    def stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`): the retention ticker, the channel, then every open store is
+        closed (vector indices saved) and the closing thread ends. Returns how many stores were closed."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        super().stop()
+        self.flush()  # vector indices saved whole: the next start reads them instead of replaying changes
+        with self.guard:
+            souls = list(self.open)
+        for soul_id in souls:
+            self._close(soul_id)
+        self._closer.stop()
+        return len(souls)

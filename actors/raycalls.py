@@ -135,7 +135,7 @@ def create(cls: type, name: str, namespace: str, args: Sequence[Any], **options:
     return ray.remote(cls).options(name=name, namespace=namespace, get_if_exists=True, **options).remote(*args)
 
 
-def settle(named: dict[str, Any], namespace: str, timeout: float) -> dict[str, Any]:
+def confirm_created(named: dict[str, Any], namespace: str, timeout: float) -> dict[str, Any]:
     """Ping freshly created named actors; return the handles that answered, by name.
 
     ``get_if_exists`` is not enough when several processes create the same actors at once over Ray

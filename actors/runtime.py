@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,7 @@ class Runtime:
         controller = raycalls.create(RuntimeController, CONTROLLER, ns, (conf, SoulHost),
                                        **self._opts(max_task_retries=-1, max_concurrency=1000))
         # concurrent first connects: everyone gets the winner's actor
-        self.controller = raycalls.settle({CONTROLLER: controller}, ns, timeout=300)[CONTROLLER]
+        self.controller = raycalls.confirm_created({CONTROLLER: controller}, ns, timeout=300)[CONTROLLER]
         # before any other actor exists: the same routing as the running actors and as the data dir was
         # created with, or ConfigError (two processes must never open one soul's files); automatic host and
         # shard counts come back resolved (the data dir's recorded layout, else the cluster's CPUs)
@@ -100,7 +101,7 @@ class Runtime:
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
                                                   **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1))
-        named = raycalls.settle(named, ns, timeout=300)
+        named = raycalls.confirm_created(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = list(named.values()) + [self.controller]
 
@@ -141,15 +142,17 @@ class Runtime:
                 "data_dir": self.cfg.data_dir, "namespace": self.cfg.namespace}
 
     def shutdown_actors(self) -> None:
-        """Stop this runtime's actors (for detached actors on a cluster)."""
+        """Stop this runtime's actors and kill them (for detached actors on a cluster): each one's stop step
+        runs first (:mod:`actors.introspection`) — the dedicated soul actors and hosts (their souls' last memory
+        work reaches the shards), then the shards (their open stores close), then the controller."""
         names = self._names()
-        refs = []
-        for name in names:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is not None and name.startswith("soul-store"):
-                refs.append(raycalls.call(h, "flush"))
-        raycalls.get(refs, timeout=60)
-        for name in names:
+        dedicated = list(raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=60).values())
+        hosts = dedicated + [n for n in names if n.startswith("soul-host")]
+        shards = [n for n in names if n.startswith("soul-store")]
+        for group in (hosts, shards, [CONTROLLER]):
+            handles = [h for h in (raycalls.get_actor(n, self.cfg.namespace) for n in group) if h is not None]
+            raycalls.get([raycalls.call(h, "stop") for h in handles], timeout=120)
+        for name in dedicated + names:
             h = raycalls.get_actor(name, self.cfg.namespace)
             if h is not None:
                 raycalls.kill(h)
@@ -285,7 +288,12 @@ class _Plans:
     def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
         if turn_id is not None:
             return _Plan(self._owner("trace", turn_id), lambda t: t)
-        if not isinstance(last, int) or last < 1:
+        warnings.warn("trace() without a turn id is deprecated: use traces(last=)", DeprecationWarning,
+                      stacklevel=4)
+        return self.traces(last)
+
+    def traces(self, last: int) -> _Plan[list[TurnTrace]]:
+        if not isinstance(last, int) or isinstance(last, bool) or last < 1:
             raise InvalidInput("last must be an int >= 1")
         return _Plan(self._owner("traces", last), list)
 
@@ -342,8 +350,13 @@ class SoulHandle:
         return self._run(self._p.episodes(since, until, session, sessions_ago))
 
     def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
-        """One turn's trace by id, or the last ``last`` traces (oldest first)."""
+        """One turn's trace by its id. (Without an id: the last ``last`` traces, the deprecated form of
+        :meth:`traces`.)"""
         return self._run(self._p.trace(turn_id, last))
+
+    def traces(self, last: int = 10) -> list[TurnTrace]:
+        """The last ``last`` traces, oldest first."""
+        return self._run(self._p.traces(last))
 
     def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase the soul's memory for good (these layers, all by default), with its traces and buffer: the
@@ -411,6 +424,7 @@ class AsyncSoulHandle:
     procedures = _async_method("procedures")
     episodes = _async_method("episodes")
     trace = _async_method("trace")
+    traces = _async_method("traces")
     forget = _async_method("forget")
     forget_where = _async_method("forget_where")
     stats = _async_method("stats")

@@ -214,9 +214,22 @@ class SoulHost(ActorInfo):
             finally:
                 act.lock.release()
 
-    def settle(self) -> None:
+    def wait_closed(self) -> None:
         """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
-        self._closer.settle()
+        self._closer.wait_closed()
+
+    def stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`): the idle ticker, the channel, then every active soul is
+        passivated (its last memory work lands first) and the closing thread ends. Returns how many souls were
+        passivated."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        super().stop()
+        n = sum(self.passivate(sid) for sid in self.active_souls())
+        self._closer.stop()
+        self.pool.shutdown(wait=False)
+        return n
 
     def passivate(self, soul_id: str) -> bool:
         with self.guard:
@@ -352,7 +365,7 @@ class SoulHost(ActorInfo):
 
     def import_(self, soul_id: str, blob: bytes) -> None:
         with self._hold(soul_id) as act:
-            act.live.settle()
+            act.live.wait_memory_work()
             import_export(act.live.memory, blob, soul_id)  # type: ignore[arg-type]
 
     def ping(self) -> str:
