@@ -25,6 +25,7 @@ def test_rayservice_builds_the_app_and_replaces_the_raycluster_on_the_same_volum
     assert dep.name == "soul-service" and dep.num_replicas == app["args"]["replicas"]
     assert dep.max_ongoing_requests == 1000 and dep.ray_actor_options["num_cpus"] == 0
     assert conf["http_options"]["port"] == 8000
+    assert dep.init_args == (app["args"]["data_dir"], "souls", "shared")
     # the same data dir, volume and secret as the RayCluster it replaces
     raycluster = next(d for d in _docs("kuberay.yaml") if d["kind"] == "RayCluster")
     head = svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]

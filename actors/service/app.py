@@ -13,13 +13,14 @@ from .mcp_tools import build_mcp, http_endpoint, http_resolver
 from .souls_api import TenantSouls
 
 
-def build_service(data_dir: str, namespace: str = "souls", address: str = "auto") -> FastAPI:
+def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local"
+                  ) -> FastAPI:
     """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
-    Ray cluster the replica runs in)."""
+    Ray cluster the replica runs in); ``storage`` as the data dir was first served with."""
 
     def connect() -> Any:
         from ..runtime import connect as connect_runtime
-        return connect_runtime(address, data_dir=data_dir, namespace=namespace)
+        return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage)
 
     backend = Backend(data_dir, connect)
 

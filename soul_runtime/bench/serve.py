@@ -82,7 +82,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             port = _free_port()
             say("starting Ray Serve")
             t0 = time.perf_counter()
-            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas)
+            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas, storage=rt.cfg.storage)
             base = f"http://127.0.0.1:{port}"
             while True:
                 try:
