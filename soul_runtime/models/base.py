@@ -225,3 +225,34 @@ class LanguageModel(abc.ABC):
     @property
     def label(self) -> str:
         return f"{self.model_id} (offline)" if self.offline else self.model_id
+
+
+class AsyncLanguageModel(abc.ABC):
+    """The same protocol as :class:`LanguageModel` with coroutine methods (``async def reply`` ...).
+
+    ``decide_window`` is optional: without it, windows are judged message by message through
+    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). Turns call such a model through
+    :func:`soul_runtime.models.sync_view.sync_view`."""
+
+    model_id: str = ""
+    offline: bool = False
+
+    @abc.abstractmethod
+    async def reply(self, request: ReplyRequest) -> ModelReply:
+        """Answer the user given the assembled context."""
+
+    @abc.abstractmethod
+    async def decide(self, exchange: Exchange) -> MemoryDecision:
+        """Is this exchange worth keeping, and if so what does it hold?"""
+
+    @abc.abstractmethod
+    async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        """Which known task class (if any) the request belongs to."""
+
+    @property
+    def memory_model_id(self) -> str:
+        return self.model_id
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_id} (offline)" if self.offline else self.model_id
