@@ -107,7 +107,7 @@ def test_souls_in_one_process_never_see_each_other(two_souls: Any, a: str, b: st
 
 # ---- on Ray: same host, same shards, before and after passivation -----------------------------------------------
 def _colocated_pair(cfg: Any, prefix: str) -> tuple[str, str]:
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import rendezvous, shard_index
 
     hosts = [host_name(i) for i in range(cfg.hosts)]
@@ -140,7 +140,7 @@ def _ray_everything(s: Any, queries: list[str]) -> str:
 @pytest.mark.ray
 def test_colocated_souls_on_ray_are_isolated_across_passivation(runtime: Any, soul_id: str) -> None:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import rendezvous
 
     cfg = runtime.cfg

@@ -46,7 +46,7 @@ async def _first_turns(rt, ids: list[str]) -> list:
 
 def test_two_thousand_souls_each_keep_exactly_their_own_history(small_runtime) -> None:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
 
     rt = small_runtime
     ids = [f"many-{i:05d}" for i in range(SOULS)]

@@ -160,14 +160,14 @@ def test_a_record_without_an_embedder_dimension_is_read_as_minilms(tmp_path: Pat
         claim_data_dir(RuntimeConfig(data_dir=str(tmp_path), embedder="fast"))
 
 
-def test_the_orchestrator_refuses_a_client_with_another_embedder_and_checks_the_model(tmp_path: Path) -> None:
-    from actors.orchestrator import TurnOrchestrator
+def test_the_controller_refuses_a_client_with_another_embedder_and_checks_the_model(tmp_path: Path) -> None:
+    from actors.controller import RuntimeController
     base = {"data_dir": str(tmp_path), "hosts": 1, "episodic_shards": 1, "semantic_shards": 1, "procedural_shards": 1}
-    orch = TurnOrchestrator(RuntimeConfig(**base, embedder="fast").to_dict())
+    orch = RuntimeController(RuntimeConfig(**base, embedder="fast").to_dict())
     with pytest.raises(ConfigError, match="not 'user-trigram-32'"):
         asyncio.run(orch.check_layout(RuntimeConfig(**base, embedder=f"{UM}:TrigramEmbedder").to_dict()))
     assert not (tmp_path / LAYOUT_FILE).exists()  # refused before anything was recorded
-    broken = TurnOrchestrator(RuntimeConfig(**base, embedder="fast", model=f"{UM}:NotAModel").to_dict())
+    broken = RuntimeController(RuntimeConfig(**base, embedder="fast", model=f"{UM}:NotAModel").to_dict())
     with pytest.raises(ConfigError, match="not a subclass of LanguageModel"):
         asyncio.run(broken.check_layout(RuntimeConfig(**base, embedder="fast").to_dict()))
 

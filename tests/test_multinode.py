@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     from ray.cluster_utils import Cluster
     import soul_runtime
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import store_name
 
     data_dir = sys.argv[1]

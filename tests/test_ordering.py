@@ -88,4 +88,4 @@ def test_two_hundred_submitters_one_soul(runtime, soul_id) -> None:
     assert Counter(t.request_id for t in traces) == Counter(rid for rid, _ in done)
     by_rid = {rid: seq for rid, seq in done}
     assert all(by_rid[t.request_id] == t.seq for t in traces)
-    assert raycalls.get(raycalls.call(runtime.orchestrator, "ping")) == "ok"
+    assert raycalls.get(raycalls.call(runtime.controller, "ping")) == "ok"

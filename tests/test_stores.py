@@ -67,7 +67,7 @@ def test_the_same_fact_ten_times_is_one_record(mem: SoulMemory) -> None:
 
 
 def test_a_fact_seen_in_three_episodes_is_promoted_and_its_episodes_stop_decaying(tmp_path: Path) -> None:
-    cfg = MemoryConfig(decay_days=30)
+    cfg = MemoryConfig(recall_horizon_days=30)
     m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=cfg)
     writes = []
     for i in range(3):
@@ -93,8 +93,8 @@ def test_recent_episode_outranks_an_equally_similar_old_one(mem: SoulMemory) -> 
     assert items[0].score > items[1].score
 
 
-def test_episode_past_decay_days_is_not_recalled(tmp_path: Path) -> None:
-    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(decay_days=30))
+def test_episode_past_its_recall_horizon_is_not_recalled(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(recall_horizon_days=30))
     m.write(req("t", Extraction(episode="Maya adopted a cat named Miso.", event=True), NOW - 31 * DAY))
     assert m.recall("cat named Miso", 5, now=NOW) == []
     assert len(m.recall("cat named Miso", 5, now=NOW - 20 * DAY)) == 1

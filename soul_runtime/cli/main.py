@@ -347,7 +347,7 @@ def cmd_export(ctx: Ctx) -> int:
 
 
 def cmd_import(ctx: Ctx) -> int:
-    from soul_runtime.memory.soul_memory import unpack_export
+    from soul_runtime.memory.export import unpack_export
     sid = check_id(ctx.args.soul, what="soul id")
     blob = Path(ctx.args.file).read_bytes()
     unpack_export(blob)  # a bad file fails here, before Ray starts

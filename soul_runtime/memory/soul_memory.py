@@ -6,14 +6,11 @@ individually (:func:`open_layer`), a laptop opens all three (:class:`SoulMemory`
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
-
-import msgpack
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import MemoryConfig
@@ -21,6 +18,7 @@ from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.erasure import Erased, ForgetQuery
+from soul_runtime.memory.export import import_export, pack_export
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.records import (
@@ -35,8 +33,6 @@ from soul_runtime.records import (
     WriteRequest,
 )
 from soul_runtime.text import check_write_request
-
-EXPORT_FORMAT = "soul-runtime/memory@1"
 
 
 def parse_stores(stores: Iterable[str] | None) -> tuple[Store, ...]:
@@ -199,18 +195,15 @@ class SoulMemory:
 
     # ---- export / import -------------------------------------------------------------
     def export(self) -> bytes:
-        return msgpack.packb({"format": EXPORT_FORMAT, "episodic": self.episodic.export(),
-                              "semantic": self.semantic.export(), "procedural": self.procedural.export()},
-                             use_bin_type=True)
+        return pack_export({s: getattr(self, s.value).export() for s in LAYERS})
 
     def import_(self, blob: bytes) -> None:
         """Load an export into this (empty) soul; a bad export changes nothing."""
-        data = unpack_export(blob)
-        if not self.is_empty():
-            raise InvalidInput("import needs an empty soul: this one already has memories")
-        self.episodic.import_(data["episodic"])
-        self.semantic.import_(data["semantic"])
-        self.procedural.import_(data["procedural"])
+        import_export(self, blob, self.episodic.dir.name)
+
+    def import_layers(self, data: dict[str, Any]) -> None:
+        for s in LAYERS:
+            getattr(self, s.value).import_(data[s.value])
 
 
 def _text(v: object, what: str) -> str:
@@ -221,53 +214,6 @@ def _text(v: object, what: str) -> str:
 
 def _opt_text(v: object, what: str) -> str | None:
     return None if v is None else _text(v, what)
-
-
-def unpack_export(blob: bytes) -> dict[str, Any]:
-    try:
-        data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-    except Exception as e:
-        raise InvalidInput(f"not a soul-runtime export: {e.__class__.__name__}") from None
-    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-        raise InvalidInput("not a soul-runtime export (missing or unknown format tag)")
-    for layer, tables in _SHAPES.items():
-        section = data.get(layer)
-        if not isinstance(section, dict):
-            raise InvalidInput(f"export is missing its {layer} section")
-        for table, kinds in tables.items():
-            rows = section.get(table)
-            if not isinstance(rows, list) or not all(_row_ok(r, kinds) for r in rows):
-                raise InvalidInput(f"export's {layer}.{table} is malformed")
-    return data
-
-
-# column kinds of each exported table: i int, f number, s str, b bytes, m msgpack bytes
-_SHAPES = {"episodic": {"episodes": "ifssmmmsiisbis", "sessions": "sif", "applied": "sm"},
-           "semantic": {"facts": "sssssfmfsm", "observations": "sssssmf", "applied": "sm"},
-           "procedural": {"procedures": "simsmfii", "runs": "issmsfms", "applied": "sm"}}
-
-
-def _cell_ok(v: object, kind: str) -> bool:
-    if kind == "i":
-        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
-    if kind == "f":
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 2**63
-    if kind == "s":
-        return isinstance(v, str)
-    if kind == "b":
-        return isinstance(v, bytes)
-    if not isinstance(v, bytes):
-        return False
-    try:
-        msgpack.unpackb(v, raw=False)
-    except Exception:
-        return False
-    return True
-
-
-def _row_ok(row: object, kinds: str) -> bool:
-    return isinstance(row, list) and len(row) == len(kinds) and all(_cell_ok(v, k) for v, k in zip(row, kinds,
-                                                                                                  strict=True))
 
 
 def wipe(directory: str | Path) -> None:
