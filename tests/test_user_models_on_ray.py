@@ -55,3 +55,28 @@ def test_a_users_model_and_embedder_serve_souls_through_ray(runtime) -> None:  #
         rt.close()
     with pytest.raises(ConfigError, match="served with the embedder 'user-trigram-32'"):  # the data dir itself
         soul_runtime.connect(data_dir=str(data), namespace="user-models", embedder="fast", **sizes)
+
+
+def test_the_openai_adapter_serves_souls_through_ray_configured_by_model_args(runtime) -> None:  # noqa: ARG001
+    import soul_runtime
+    from soul_runtime.bench.chat_api import ChatCompletionsServer, from_messages
+    from soul_runtime.bench.claude_path import keep_everything
+
+    sizes = {"hosts": 1, "episodic_shards": 1, "semantic_shards": 1, "procedural_shards": 1}
+    with ChatCompletionsServer(responder=from_messages(keep_everything)) as api:
+        rt = soul_runtime.connect(data_dir=tempfile.mkdtemp(prefix="soul-openai-"), namespace="openai-model",
+                                  model="openai", embedder="fast", **sizes,
+                                  model_args={"base_url": api.base_url + "/v1", "model": "served-model-1",
+                                              "memory_model": "served-memory-1", "max_retries": "0"})
+        try:
+            s = rt.soul("chatty")
+            r = s.turn("Our staging cluster moved to the Frankfurt region last week.", user="maya", at=T0)
+            assert r.reply == "Noted." and r.model == "served-model-1" and r.writes
+            reply, memory = api.bodies()
+            assert (reply["model"], memory["model"]) == ("served-model-1", "served-memory-1")
+            assert memory["tool_choice"] == {"type": "function", "function": {"name": "record_memory"}}
+            assert [e.sources for e in s.episodes()] == [("chatty/1/user",)]  # what the memory call kept
+            assert s.trace(r.turn_id).usage["by_model"].keys() == {"served-model-1", "served-memory-1"}
+        finally:
+            rt.shutdown_actors()
+            rt.close()
