@@ -14,13 +14,18 @@ A model is one small class: set ``model_id`` and ``offline`` and implement
 
 Every call returns its :class:`Usage` (calls, uncached input, output, cache-read and
 cache-write tokens) and the id of the model that served it, so each turn trace accounts
-for its cost per model. Two implementations ship:
+for its cost per model. Three implementations ship:
 
 * :class:`soul_runtime.models.offline.OfflineModel` — deterministic, rule-based,
   no network; every reply it writes is labelled ``[offline model]``.
 * :class:`soul_runtime.models.claude.AnthropicModel` — the ``anthropic`` SDK, a pinned
   reply model and a (possibly smaller) pinned memory model, one forced tool call per memory
   decision, prompt caching, timeouts and retries.
+* :class:`soul_runtime.models.openai_chat.OpenAIChatModel` — any OpenAI-compatible
+  chat-completions server through the ``openai`` SDK, the same memory calls.
+
+:class:`AsyncLanguageModel` is the same protocol with coroutine methods. A user's own model is
+named by import path or entry point (:mod:`soul_runtime.models.choice`, docs/models.md).
 """
 
 from __future__ import annotations
