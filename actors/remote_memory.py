@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
 from soul_runtime.batching import parked
+from soul_runtime.clock import to_timestamp
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.soul_memory import answer_without_store, cross_layer_marks, merge_recalls, parse_stores
 from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, WriteRequest, to_plain
@@ -46,12 +48,13 @@ class RemoteMemory:
     def _stored(self, layer: Store) -> bool:
         return self.dir is None or (self.dir / f"{layer.value}.sqlite").exists()
 
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
                task_class: str | None = None) -> list[RecalledItem]:
         """The layers' recalls, in parallel; an activation's fence still in flight goes alongside (a read needs
         no fence), and is seen done before the recall returns."""
         tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
-                                    (self.soul_id, query, k, float(now), task_class))
+                                    (self.soul_id, query, k, time.time() if at is None else to_timestamp(at),
+                                     task_class))
                    for s in parse_stores(stores) if self._stored(s)]
         try:
             self.fenced()
@@ -89,7 +92,7 @@ class RemoteMemory:
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
 
-    def forget(self, *, stores: Any = None) -> dict[str, int]:
+    def forget(self, stores: Any = None) -> dict[str, int]:
         self.fenced()
         layers = [s.value for s in parse_stores(stores)]
         refs = [raycalls.call(self.calls.stores.handle(layer, self.soul_id), "forget", self.soul_id) for layer in layers]
@@ -120,7 +123,7 @@ class RemoteMemory:
             raycalls.get(refs if refs is not None else self._fence_calls(epoch))
         self._fencing = None
 
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
+    def forget_matching(self, query: ForgetQuery) -> dict[str, Erased]:
         self.fenced()
         refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "forget_where", self.soul_id, query)
                 for s in LAYERS]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,7 +301,12 @@ class _Plans:
     def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
         if turn_id is not None:
             return _Plan(self._owner("trace", turn_id), lambda t: t)
-        if not isinstance(last, int) or last < 1:
+        warnings.warn("trace() without a turn id is deprecated: use traces(last=)", DeprecationWarning,
+                      stacklevel=4)
+        return self.traces(last)
+
+    def traces(self, last: int) -> _Plan[list[TurnTrace]]:
+        if not isinstance(last, int) or isinstance(last, bool) or last < 1:
             raise InvalidInput("last must be an int >= 1")
         return _Plan(self._owner("traces", last), list)
 
@@ -357,8 +363,13 @@ class SoulHandle:
         return self._run(self._p.episodes(since, until, session, sessions_ago))
 
     def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
-        """One turn's trace by id, or the last ``last`` traces (oldest first)."""
+        """One turn's trace by its id. (Without an id: the last ``last`` traces, the deprecated form of
+        :meth:`traces`.)"""
         return self._run(self._p.trace(turn_id, last))
+
+    def traces(self, last: int = 10) -> list[TurnTrace]:
+        """The last ``last`` traces, oldest first."""
+        return self._run(self._p.traces(last))
 
     def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase the soul's memory for good (these layers, all by default), with its traces and buffer: the
@@ -426,6 +437,7 @@ class AsyncSoulHandle:
     procedures = _async_method("procedures")
     episodes = _async_method("episodes")
     trace = _async_method("trace")
+    traces = _async_method("traces")
     forget = _async_method("forget")
     forget_where = _async_method("forget_where")
     stats = _async_method("stats")

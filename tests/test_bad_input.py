@@ -155,7 +155,7 @@ def test_bad_times_are_rejected_everywhere(world: World, at: Any) -> None:
     rejects(world, "message time", lambda: world.soul.observe(
         [{"speaker": "Maya", "text": "The staging database is Postgres 16.", "id": "t1", "at": at}]),
         expect=InvalidInput)
-    rejects(world, "recall time", lambda: world.mem.recall("postgres", 5, now=at), expect=InvalidInput)
+    rejects(world, "recall time", lambda: world.mem.recall("postgres", 5, at=at), expect=InvalidInput)
     rejects(world, "sweep time", lambda: world.mem.sweep(at), expect=InvalidInput)
     rejects(world, "episodes since", lambda: world.mem.episodes(since=at), expect=InvalidInput)
 
@@ -203,11 +203,11 @@ def test_bad_observed_messages_are_rejected(world: World, messages: Any) -> None
 @SETTINGS
 @given(k=bad_k, stores=bad_store, query=st.one_of(with_surrogate, st.integers(), st.none(), st.lists(st.text())))
 def test_bad_recall_arguments_are_rejected(world: World, k: Any, stores: Any, query: Any) -> None:
-    rejects(world, "recall k", lambda: world.mem.recall("postgres", k, now=T0), expect=InvalidInput)
-    rejects(world, "recall stores", lambda: world.mem.recall("postgres", 5, now=T0, stores=stores),
+    rejects(world, "recall k", lambda: world.mem.recall("postgres", k, at=T0), expect=InvalidInput)
+    rejects(world, "recall stores", lambda: world.mem.recall("postgres", 5, at=T0, stores=stores),
             expect=InvalidInput)
     rejects(world, "forget stores", lambda: world.mem.forget(stores=stores), expect=InvalidInput)
-    rejects(world, "recall query", lambda: world.mem.recall(query, 5, now=T0), expect=InvalidInput)
+    rejects(world, "recall query", lambda: world.mem.recall(query, 5, at=T0), expect=InvalidInput)
 
 
 @SETTINGS
@@ -418,7 +418,7 @@ def test_valid_weird_input_is_accepted(accepting: World, text: str, at: Any) -> 
     assert r.seq == seq + 1 and accepting.soul.trace(r.turn_id).query == text
     accepting.soul.observe([{"speaker": "Ben", "text": text, "id": f"w{r.seq}"}], at=at)
     assert accepting.soul.last_seq == seq + 2
-    accepting.mem.recall(text, 5, now=at)
+    accepting.mem.recall(text, 5, at=at)
 
 
 # ---- known bugs (strict xfail: each is a one-line repro; see the report) -----------------------------------------------
@@ -459,7 +459,7 @@ REGRESSIONS: dict[str, Callable[[World, bytes], object]] = {
     "facts(5) -> TypeError": lambda w, v: rejects(w, "bug", lambda: w.mem.facts(5)),
     "fact_history(1, 2) -> TypeError": lambda w, v: rejects(w, "bug", lambda: w.mem.fact_history(1, 2)),
     "procedures([1]) -> sqlite3.ProgrammingError": lambda w, v: rejects(w, "bug", lambda: w.mem.procedures([1])),
-    "recall(stores=123) -> TypeError": lambda w, v: rejects(w, "bug", lambda: w.mem.recall("x", now=T0, stores=123)),
+    "recall(stores=123) -> TypeError": lambda w, v: rejects(w, "bug", lambda: w.mem.recall("x", at=T0, stores=123)),
     "episodes(sessions_ago='x') -> TypeError": lambda w, v: rejects(w, "bug", lambda: w.mem.episodes(sessions_ago="x")),
     "episodes(sessions_ago=10**30) -> OverflowError": lambda w, v: rejects(w, "bug", lambda: w.mem.episodes(sessions_ago=10**30)),
     "to_timestamp(10**400) -> OverflowError": lambda w, v: rejects(w, "bug", lambda: w.soul.turn("hello there", at=10**400)),
@@ -498,7 +498,7 @@ def test_ray_bad_text_and_bad_import_change_nothing(runtime: Any, soul_id: str) 
     s.turn("Yes, that's right.", user="Maya", at=T0 + 60)
 
     def snap() -> tuple[bytes, list[Any]]:
-        return s.export(), [t.to_dict() for t in s.trace(last=100)]
+        return s.export(), [t.to_dict() for t in s.traces(last=100)]
 
     before = snap()
     for bad in ["", "   ", "a\x00b", "\ud800", b"\xff\xfe", 42, "x" * 100_001]:

@@ -150,7 +150,7 @@ def test_a_host_calls_its_shards_over_their_channels_and_survives_a_killed_shard
         assert r.seq == 5 + i
         time.sleep(0.3)
     assert raycalls.get(raycalls.call(shard, "pid")) != pid  # restarted
-    assert [t.seq for t in soul.trace(last=20)] == list(range(1, 11))  # type: ignore[union-attr]
+    assert [t.seq for t in soul.traces(last=20)] == list(range(1, 11))  # type: ignore[union-attr]
     mid = channel_calls()
     soul.turn("The barn roof was fixed last week")
     assert channel_calls() > mid  # back on the new shard's channel

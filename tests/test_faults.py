@@ -77,7 +77,7 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(runtime, soul_id, kind) -
 
     # acknowledged turns: dense, ordered, each exactly once
     assert [r.seq for r in results] == list(range(1, TURNS + 1))
-    traces = soul.trace(last=TURNS + 5)
+    traces = soul.traces(last=TURNS + 5)
     assert [t.seq for t in traces] == list(range(1, TURNS + 1))
     assert [t.request_id for t in traces] == [f"{soul_id}-req-{i}" for i in range(TURNS)]
     # their writes: one fact per turn, one episode per turn, no duplicates

@@ -42,7 +42,7 @@ def everything(mem: SoulMemory, soul: Soul | None, queries: list[str], now: floa
     """All that soul's memory shows: recall for every query, facts, histories, procedures, episodes, traces, export."""
     parts: list[str] = []
     for q in queries:
-        parts += [f"{it.id} {it.text} {' '.join(it.sources)}" for it in mem.recall(q, 50, now=now)]
+        parts += [f"{it.id} {it.text} {' '.join(it.sources)}" for it in mem.recall(q, 50, at=now)]
     for f in mem.facts():
         parts.append(f"{f.key} {f.value} {f.display_entity} {' '.join(f.sources)}")
         parts += [f"{h.value} {' '.join(h.sources)}" for h in mem.fact_history(f.entity, f.attribute)]
@@ -132,7 +132,7 @@ def _ray_everything(s: Any, queries: list[str]) -> str:
         parts += [f"{h.value} {' '.join(h.sources)}" for h in s.fact_history(f.entity, f.attribute)]
     parts += [f"{p.task_class} {' '.join(p.steps)} {' '.join(p.sources)}" for p in s.procedures()]
     parts += [f"{e.summary} {' '.join(e.sources)} {' '.join(e.entities)}" for e in s.episodes()]
-    parts += [str(t.to_dict()) for t in s.trace(last=1000)]
+    parts += [str(t.to_dict()) for t in s.traces(last=1000)]
     parts.append(str(msgpack.unpackb(s.export(), raw=False, strict_map_key=False)))
     return "\n".join(parts)
 

@@ -200,7 +200,7 @@ def _chat_line(ctx: Ctx, soul: Any, user: str, line: str) -> bool:
         ctx.emit(facts, render.facts_table(facts) if facts else "no facts yet")
     elif cmd == "trace":
         n = int(arg) if arg.isdigit() and int(arg) > 0 else 5
-        traces = soul.trace(last=n)
+        traces = soul.traces(last=n)
         ctx.emit(traces, render.traces_table(traces))
     else:
         ctx.err.print(f"unknown command /{cmd}; /help lists them")

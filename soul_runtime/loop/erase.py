@@ -24,9 +24,9 @@ ROUNDS = 3
 class ErasableMemory(Protocol):
     """What forgetting needs from long-term memory (in process: SoulMemory; on Ray: the store actors)."""
 
-    def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]: ...
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]: ...
 
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]: ...
+    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]: ...
 
 
 def _memory(soul: Soul) -> ErasableMemory:
@@ -56,7 +56,7 @@ def forget_where(soul: Soul, ids: Iterable[str] | None = None, query: str | None
     total, step = Erased(), q
     for _ in range(ROUNDS):  # then what states the forgotten words or was recorded from the same messages
         found = Erased()
-        for layer, e in _memory(soul).forget_where(step).items():
+        for layer, e in _memory(soul).forget_matching(step).items():
             per_layer[layer] = per_layer.get(layer, Erased()) + e
             found = found + e
         if not found.ids:

@@ -57,7 +57,7 @@ from soul_runtime.text import check_id, check_text, estimate_tokens
 class MemoryPort(Protocol):
     """What the loop needs from long-term memory (in process: SoulMemory; on Ray: store actors)."""
 
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
                task_class: str | None = None) -> list[RecalledItem]: ...
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]: ...
@@ -288,7 +288,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = self.memory.recall(text, tc.recall_k, now=now)
+        recalled = self.memory.recall(text, tc.recall_k, at=now)
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,13 +123,18 @@ class SoulMemory:
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
     # ---- reads -----------------------------------------------------------------------
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Iterable[str] | None = None,
-               task_class: str | None = None, timings: dict[str, float] | None = None) -> list[RecalledItem]:
-        """The three layers' best ``k`` for ``query``. ``timings``: if given, milliseconds per stage are added
-        to it (the episodic layer's embed, dense, lexical and score; semantic; procedural; merge)."""
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Iterable[str] | None = None, *,
+               task_class: str | None = None, timings: dict[str, float] | None = None,
+               now: Any = None) -> list[RecalledItem]:
+        """The three layers' best ``k`` for ``query``, as of ``at`` (None: now). ``timings``: if given,
+        milliseconds per stage are added to it (the episodic layer's embed, dense, lexical and score; semantic;
+        procedural; merge). ``now`` is the deprecated name of ``at``."""
+        if now is not None:
+            warnings.warn("SoulMemory.recall(now=...) is deprecated: use at=", DeprecationWarning, stacklevel=2)
+            at = now if at is None else at
         if not isinstance(k, int) or isinstance(k, bool) or k < 1 or k > 1000:
             raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
-        t = to_timestamp(now)
+        t = time.time() if at is None else to_timestamp(at)
         lists = []
         clock = time.perf_counter
         for s in parse_stores(stores):
@@ -157,7 +163,7 @@ class SoulMemory:
     def procedures(self, task_class: str | None = None) -> list[Procedure]:
         return self.procedural.procedures(_opt_text(task_class, "task class"))
 
-    def episodes(self, *, since: Any = None, until: Any = None, session: str | None = None,
+    def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
         if sessions_ago is not None and (not isinstance(sessions_ago, int) or isinstance(sessions_ago, bool)
                                          or not 0 <= sessions_ago <= 1_000_000):
@@ -170,14 +176,25 @@ class SoulMemory:
         t = to_timestamp(now)
         return {**self.episodic.sweep(t), **self.semantic.sweep(t)}
 
-    def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]:
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase these layers (all by default) for good: their files are unlinked and recreated empty, so no
         row, history, idempotency record, FTS segment, index entry, WAL frame or free page is left."""
         return {s.value: self._layer(s).erase() for s in parse_stores(stores)}
 
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
-        """Delete single memories (by id, or every memory whose text contains a phrase) in every layer."""
-        return {s.value: self._layer(s).forget_where(query) for s in LAYERS}
+    def forget_where(self, ids: Iterable[str] | ForgetQuery | None = None, query: str | None = None
+                     ) -> dict[str, Erased]:
+        """Delete single memories in every layer: these ids (``ep-3``, ``tendril:database``, ``deploy@v2``) and
+        every memory whose text contains the phrase ``query``. What each layer erased, by layer. (A
+        :class:`ForgetQuery` as ``ids`` is the deprecated form.)"""
+        if isinstance(ids, ForgetQuery):
+            warnings.warn("SoulMemory.forget_where(ForgetQuery) is deprecated: pass ids= and query=",
+                          DeprecationWarning, stacklevel=2)
+            return self.forget_matching(ids)
+        return self.forget_matching(ForgetQuery.make(ids, query))
+
+    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]:
+        """:meth:`forget_where` for a query already made (the loop's erasure step)."""
+        return {s.value: self._layer(s).forget_where(q) for s in LAYERS}
 
     def fence(self, epoch: int) -> None:
         """Take the soul over with this fencing epoch: from now on every layer refuses older writers."""
