@@ -201,11 +201,11 @@ def test_the_local_runtime_fingerprint_covers_the_settings(monkeypatch: pytest.M
 
 def test_the_cli_options_set_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     from soul_runtime.cli.main import Ctx, build_parser
-    monkeypatch.delenv("SOUL_MODEL", raising=False)
-    monkeypatch.delenv("SOUL_EMBEDDER", raising=False)
+    monkeypatch.setenv("SOUL_MODEL", "")  # restored after the test, whatever Ctx sets
+    monkeypatch.setenv("SOUL_EMBEDDER", "")
     Ctx(build_parser().parse_args(["--model", f"{UM}:EchoModel", "facts", "x"]))
     import os
-    assert os.environ["SOUL_MODEL"] == f"{UM}:EchoModel" and "SOUL_EMBEDDER" not in os.environ
+    assert os.environ["SOUL_MODEL"] == f"{UM}:EchoModel" and os.environ["SOUL_EMBEDDER"] == ""
     Ctx(build_parser().parse_args(["facts", "x", "--embedder", "fast"]))
     assert os.environ["SOUL_EMBEDDER"] == "fast"
 
