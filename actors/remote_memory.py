@@ -18,17 +18,8 @@ from .shard_client import ShardCalls, results
 
 
 def _results(tickets: list[Any]) -> list[Any]:
-    """Each ticket's first result, every ticket read even when one fails (a batch's answer left unread would
-    hold its channel connection); the first error is raised."""
-    out, error = [], None
-    for t in tickets:
-        try:
-            out.append(t.result()[0])
-        except BaseException as e:  # noqa: BLE001 — raised after the others are read
-            error = error or e
-    if error is not None:
-        raise error
-    return out
+    """Each batch ticket's own result (see :func:`~actors.shard_client.results`)."""
+    return results(tickets, lambda t: t.result()[0])
 
 
 class RemoteMemory:

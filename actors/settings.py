@@ -60,7 +60,7 @@ class RuntimeConfig:
     """Keyword arguments of a user's embedder class or factory (str values)."""
     storage: str = "local"
     """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
-    storage that actors on several nodes open (see cluster/README.md)."""
+    storage that actors on several nodes open (see docs/deploying.md)."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline``, ``anthropic``, ``openai`` (an
     OpenAI-compatible chat-completions server), or a user's model as ``package.module:attr`` or an entry point of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from soul_runtime.batching import Crowd, MicroBatcher, Ticket
@@ -41,13 +42,14 @@ def _resolve(reply: Reply) -> Any:
         raise raycalls.translate(e) from None
 
 
-def results(replies: list[Reply]) -> list[Any]:
-    """Every reply's answer, each read even when one fails; the first error is raised (as the project's own)."""
+def results(replies: Sequence[Any], read: Callable[[Any], Any] = _resolve) -> list[Any]:
+    """Every reply's answer (``read(reply)``), each read even when one fails — a batch's answer left unread
+    would hold its channel connection; the first error is raised (as the project's own)."""
     out, error = [], None
     for r in replies:
         try:
-            out.append(_resolve(r))
-        except Exception as e:  # noqa: BLE001 — raised after the others are read
+            out.append(read(r))
+        except BaseException as e:  # noqa: BLE001 — raised after the others are read
             error = error or e
     if error is not None:
         raise error
