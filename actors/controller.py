@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.errors import ConfigError, InvalidInput, RuntimeUnavailable
+from soul_runtime.models.choice import make_model
 from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
@@ -50,6 +51,7 @@ class RuntimeController:
         self._moving = asyncio.Lock()  # one dedicate or undedicate at a time
         self.hosts = [host_name(i) for i in range(self.cfg.hosts)]
         self.handles = ActorHandles(self.cfg.namespace)
+        self._model_checked = False
 
     def _save_registry(self) -> None:
         write_file(self.registry, json.dumps(self.dedicated))  # durable: a restarted host routes by it
@@ -138,9 +140,10 @@ class RuntimeController:
         return self.config
 
     async def check_layout(self, client: dict[str, Any]) -> dict[str, Any]:
-        """Refuse a client whose routing differs from this runtime's, or a data dir recorded with another
-        layout (ConfigError); record the layout on first use. Returns this runtime's configuration (the
-        client takes its host and shard counts from it)."""
+        """Refuse a client whose routing or embedder differs from this runtime's, or a data dir recorded with
+        another layout or embedder (ConfigError); record the layout on first use; make this runtime's model
+        once, so a model that cannot be made is a ConfigError here rather than in every host. Returns this
+        runtime's configuration (the client takes its host and shard counts, and its model, from it)."""
         mine = RuntimeConfig.from_dict(self.config)
         asked = RuntimeConfig.from_dict(client)
         theirs = resolve(asked, {k: getattr(mine, k) for k in SIZE_KEYS}, 1)  # automatic counts: ours
@@ -151,6 +154,9 @@ class RuntimeController:
         if err is not None:
             raise err
         claim_data_dir(mine)
+        if not self._model_checked:  # before a host makes it: a model that cannot be made is the client's error
+            make_model(mine.model, args=mine.model_args)
+            self._model_checked = True
         return self.config
 
 

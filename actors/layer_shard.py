@@ -62,7 +62,8 @@ class LayerShard(ActorInfo):
 
     def __init__(self, layer: str, data_dir: str, memory_config: dict[str, Any], capacity: int = 0,
                  embedder: str = "default", index: int = 0, shards: int = 1, retention_every_s: float = 0.0,
-                 storage: str = "local", capacity_bytes: int = 0, channel: int = 0) -> None:
+                 storage: str = "local", capacity_bytes: int = 0, channel: int = 0,
+                 embedder_args: dict[str, str] | None = None) -> None:
         use_storage(storage)
         self.layer = Store(layer)
         self.data_dir = data_dir
@@ -76,8 +77,8 @@ class LayerShard(ActorInfo):
                                                              keep=lambda sid: sid in self.open)
         self._closer = Closer(f"{layer}-close")  # evicted stores (see _evict)
         # the episodic shards share the cores: each embeds with its share of them (at least one thread)
-        self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards))
-                                         ) if self.layer is Store.EPISODIC else None
+        self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards),
+                                                       args=embedder_args)) if self.layer is Store.EPISODIC else None
         self.metrics = Metrics.create()
         self.name = store_name(self.layer.value, index)
         self.shards = shards

@@ -6,8 +6,10 @@ private Ray head on 127.0.0.1 with its own token, recorded in
 keeps), and creates the soul actors as detached actors; later commands attach to
 it as a driver (``ray.init(address="127.0.0.1:PORT")``, ~0.1 s) instead of
 starting a Ray of their own (~10 s). A head that crashed, was killed or left a
-stale record is stopped and replaced; so is one started under another model
-setting (the actors read ``ANTHROPIC_*`` when they are created) or older code. ``soul down``
+stale record is stopped and replaced; so is one started under other model or
+embedder settings (the actors read them when they are created: ``SOUL_MODEL``,
+``SOUL_EMBEDDER``, ``ANTHROPIC_*``, ``OPENAI_*`` ..., see
+:func:`soul_runtime.plugins.settings_env`) or older code. ``soul down``
 stops it, leaving no process behind. ``SOUL_LOCAL_RUNTIME=per-call`` keeps the
 old behaviour: a private Ray started and stopped within the one command (unless a
 local runtime already holds the data dir: one owner per soul, so the command attaches).
@@ -21,7 +23,6 @@ import hashlib
 import os
 from pathlib import Path
 
-MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_ANTHROPIC_MODEL")
 MODES = ("background", "per-call")
 
 
@@ -40,11 +41,12 @@ def state_dir(data_dir: str) -> Path:
 
 
 def fingerprint() -> str:
-    """What the actors were created under: a digest of the model settings (never the key itself) and of the
+    """What the actors were created under: a digest of the model and embedder settings (never a key itself) and of the
     code (every module's size and mtime), so an upgrade or an edit replaces a runtime running older code."""
+    from soul_runtime.plugins import settings_env
     h = hashlib.sha256()
-    for k in MODEL_ENV:
-        h.update(f"{k}={os.environ.get(k, '')}\0".encode())
+    for k, v in sorted(settings_env().items()):
+        h.update(f"{k}={v}\0".encode())
     root = Path(__file__).resolve().parents[1]
     for pkg in ("actors", "soul_runtime"):
         for f in sorted((root / pkg).rglob("*.py")):

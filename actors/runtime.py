@@ -19,6 +19,7 @@ from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError, InvalidInput
 from soul_runtime.owner_only import make_dir, warn_if_loose
+from soul_runtime.plugins import settings_env
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
 from soul_runtime.text import check_id, check_text
 
@@ -71,6 +72,7 @@ class Runtime:
             if found is not None:  # a runtime is up: the same routing, or ConfigError
                 self.cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(found, "check_layout", conf),
                                                                 timeout=120))
+                self._note_model(conf)
                 if set(self._names()) <= raycalls.named_actors(ns):  # all its actors too: attach (no class
                     self.controller = found  # export, no engine imports, no pings; store handles are looked
                     self._keep = [self.controller]  # up when first used)
@@ -87,6 +89,7 @@ class Runtime:
         # shard counts come back resolved (the data dir's recorded layout, else the cluster's CPUs)
         self.cfg = cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(self.controller, "check_layout",
                                                                             conf), timeout=120))
+        self._note_model(conf)
         conf = cfg.to_dict()
         named: dict[str, Any] = {}
         for layer in ("episodic", "semantic", "procedural"):
@@ -96,7 +99,8 @@ class Runtime:
                                                                      cfg.store_capacity, cfg.embedder, i,
                                                                      cfg.shards(layer), cfg.retention_every_s,
                                                                      cfg.storage, cfg.store_capacity_mb * 2**20,
-                                                                     cfg.shard_threads if cfg.local_channels else 0),
+                                                                     cfg.shard_threads if cfg.local_channels else 0,
+                                                                     cfg.embedder_args),
                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
@@ -104,6 +108,15 @@ class Runtime:
         named = raycalls.confirm_created(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = list(named.values()) + [self.controller]
+
+    def _note_model(self, asked: dict[str, Any]) -> None:
+        """The model is the running runtime's (whoever started it chose it): say so when this client asked for
+        another one."""
+        if (asked.get("model"), asked.get("model_args")) != (self.cfg.model, self.cfg.model_args):
+            import logging
+            logging.getLogger(__name__).warning(
+                "namespace %r is served with model %r (asked: %r); the model is the one the runtime was started "
+                "with", self.cfg.namespace, self.cfg.model, asked.get("model"))
 
     def _names(self) -> list[str]:
         cfg = self.cfg
@@ -440,7 +453,10 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the
     embedded default; ``"auto"`` joins a running cluster from one of its nodes;
     ``"ray://host:port"`` connects over Ray Client. ``options`` are
-    :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …).
+    :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …); ``model`` and ``embedder`` default to
+    ``SOUL_MODEL`` / ``SOUL_EMBEDDER`` when set, and may name the user's own (``package.module:attr``, see
+    docs/models.md). The model and embedder settings in the environment (:func:`soul_runtime.plugins.settings_env`)
+    reach every actor.
     ``connect_attempts``: Ray Client sessions tried when the session is lost before the connect
     finished - the head's session server died at start (a known Ray 2.60 failure) or the session's
     channel dropped while the actors were being found - each retry logged at warning with its cause;
@@ -452,6 +468,9 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
     if config is None:
         kw: dict[str, Any] = dict(options)
+        for key, var in (("model", "SOUL_MODEL"), ("embedder", "SOUL_EMBEDDER")):
+            if key not in kw and os.environ.get(var, "").strip():
+                kw[key] = os.environ[var].strip()
         if soul_config is not None:
             kw["soul"] = soul_config
         config = RuntimeConfig(data_dir=str(Path(data_dir or default_data_dir()).expanduser().resolve())
@@ -463,8 +482,7 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         raise ConfigError(f"address {address!r} is not 'auto', 'ray://host:port' or 'host:port'")
     if address is None or address == "auto":  # the data dir is on this machine: say if others can read it
         warn_if_loose(config.data_dir)
-    env = {k: v for k, v in os.environ.items() if k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                                                       "SOUL_ANTHROPIC_MODEL", "SOUL_ANTHROPIC_MEMORY_MODEL")}
+    env = settings_env()  # what the models and embedders read, for every actor
 
     def attach(started: bool) -> Runtime:  # finds or creates the actors: idempotent, submits no turn
         try:

@@ -9,9 +9,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from soul_runtime.config import SoulConfig
-from soul_runtime.embedding.choice import EMBEDDERS
+from soul_runtime.embedding.choice import check_embedder_name, embedder_identity
 from soul_runtime.errors import ConfigError
+from soul_runtime.models.choice import check_model_name
 from soul_runtime.owner_only import make_dir, write_file
+from soul_runtime.plugins import check_args
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +53,22 @@ class RuntimeConfig:
     """A host calls the store shards on its own machine over their local channels (a Unix socket each, see
     :mod:`actors.channel`) instead of through Ray: ≈ 20 µs per call instead of ≈ 1 ms. False: Ray only."""
     embedder: str = "default"
-    """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
+    """``default`` (MiniLM on onnxruntime), ``fast`` (hashing; for benchmarks and tests), a user's embedder as
+    ``package.module:attr`` or an entry point of the group ``soul_runtime.embedders`` (docs/models.md). The data
+    dir records its id and dimension: another embedder is refused."""
+    embedder_args: dict[str, str] = field(default_factory=dict)
+    """Keyword arguments of a user's embedder class or factory (str values)."""
     storage: str = "local"
     """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
     storage that actors on several nodes open (see docs/deploying.md)."""
     model: str = "auto"
-    """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline`` or ``anthropic``."""
+    """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline``, ``anthropic``, ``openai`` (an
+    OpenAI-compatible chat-completions server), or a user's model as ``package.module:attr`` or an entry point of
+    the group ``soul_runtime.models`` (docs/models.md). Resolved in every host process."""
+    model_args: dict[str, str] = field(default_factory=dict)
+    """Keyword arguments of a user's model class or factory, or the settings of ``anthropic`` / ``openai``
+    (``base_url``, ``api_key``, ``model``, ``memory_model``, ``timeout_s``, ``max_retries``), str values; they take
+    precedence over the environment."""
     soul: SoulConfig = field(default_factory=SoulConfig)
 
     def __post_init__(self) -> None:
@@ -87,12 +99,12 @@ class RuntimeConfig:
             raise ConfigError("soul must be a SoulConfig")
         if not isinstance(self.local_channels, bool):
             raise ConfigError(f"local_channels must be True or False, got {self.local_channels!r}")
-        if self.embedder not in EMBEDDERS:
-            raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {self.embedder!r}")
+        check_embedder_name(self.embedder)
+        object.__setattr__(self, "embedder_args", check_args(self.embedder_args, "embedder_args"))
         if self.storage not in ("local", "shared"):
             raise ConfigError(f"storage must be local or shared, got {self.storage!r}")
-        if self.model not in ("auto", "offline", "anthropic"):
-            raise ConfigError(f"model must be auto, offline or anthropic, got {self.model!r}")
+        check_model_name(self.model)
+        object.__setattr__(self, "model_args", check_args(self.model_args, "model_args"))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -175,26 +187,44 @@ LAYOUT_FILE = "runtime.json"
 SIZE_KEYS = ("hosts", "episodic_shards", "semantic_shards", "procedural_shards")
 CAPACITY_KEYS = ("host_capacity", "store_capacity")
 LAYOUT_KEYS = ("format", "namespace", "hosts", "episodic_shards", "semantic_shards", "procedural_shards", "embedder",
-               "storage")
+               "embedder_dim", "storage")
+EMBEDDER_KEYS = ("embedder", "embedder_dim")
 
 
 def layout(cfg: RuntimeConfig) -> dict[str, Any]:
     """What every process serving a data dir must agree on: the on-disk format, who serves it and how souls
-    are routed to hosts and shards, and the embedder the episodes are indexed with."""
-    from soul_runtime.embedding.minilm import MiniLMEmbedder
-
+    are routed to hosts and shards, and the embedder the episodes are indexed with (its id and dimension; a
+    user's embedder is made and checked here, once per process). ``model`` is recorded for information:
+    another model may serve the data dir later."""
+    embedder_id, dim = embedder_identity(cfg.embedder, cfg.embedder_args)
     return {"format": DATA_FORMAT, "namespace": cfg.namespace, "hosts": cfg.hosts,
             "episodic_shards": cfg.episodic_shards, "semantic_shards": cfg.semantic_shards,
-            "procedural_shards": cfg.procedural_shards, "embedder": MiniLMEmbedder.embedder_id,
-            "storage": cfg.storage}
+            "procedural_shards": cfg.procedural_shards, "embedder": embedder_id, "embedder_dim": dim,
+            "storage": cfg.storage, "model": cfg.model}
+
+
+def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A record written without ``embedder_dim`` always named the default embedder (MiniLM, 384-d), whatever
+    served it: it is read as MiniLM's."""
+    if "embedder_dim" in recorded:
+        return recorded
+    from soul_runtime.embedding.minilm import MiniLMEmbedder
+    return {**recorded, "embedder": MiniLMEmbedder.embedder_id, "embedder_dim": MiniLMEmbedder.dim}
 
 
 def mismatch(recorded: dict[str, Any], wanted: dict[str, Any], where: str) -> ConfigError | None:
-    diffs = [f"{k}={recorded.get(k)!r} (asked: {wanted.get(k)!r})" for k in LAYOUT_KEYS
-             if recorded.get(k) != wanted.get(k)]
-    if not diffs:
+    recorded = upgraded(recorded)
+    keys = [k for k in LAYOUT_KEYS if recorded.get(k) != wanted.get(k)]
+    if not keys:
         return None
-    return ConfigError(f"{where} is served with {', '.join(diffs)}: a client routing differently would open "
+    diffs = ", ".join(f"{k}={recorded.get(k)!r} (asked: {wanted.get(k)!r})" for k in keys)
+    if set(keys) <= set(EMBEDDER_KEYS):
+        return ConfigError(f"{where} is served with the embedder {recorded.get('embedder')!r} "
+                           f"({recorded.get('embedder_dim')}-d), not {wanted.get('embedder')!r} "
+                           f"({wanted.get('embedder_dim')}-d): its episodes are indexed with that embedder's vectors, "
+                           "which no other embedder's can be compared with; connect with embedder= the one it was "
+                           "served with, or use another data dir")
+    return ConfigError(f"{where} is served with {diffs}: a client routing differently would open "
                        "souls' files from a second process; connect with the same configuration, or use another "
                        "data dir")
 

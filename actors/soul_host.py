@@ -67,7 +67,7 @@ class SoulHost(ActorInfo):
         self.capacity = process_capacity(self.cfg.host_capacity)  # active souls (0 in the config: automatic)
         use_storage(self.cfg.storage)
         self.crowd = Crowd()  # the threads running turns: a store call waits for the others to reach it
-        model = model or make_model(self.cfg.model)
+        model = model or make_model(self.cfg.model, args=self.cfg.model_args)  # resolved in this process
         self.model = model if model.offline else ParkedModel(model, self.crowd)  # a remote model is a wait
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores, self.crowd, channels=self.cfg.local_channels)

@@ -386,8 +386,9 @@ def test_invalid_configuration_values_raise_config_error(data: st.DataObject) ->
     rbad = data.draw(st.one_of(_BAD_NUMBERS, st.just(-1 if zero_is_auto else 0), st.integers(min_value=10_001),
                                st.floats(1, 5)))
     rejected("RuntimeConfig", lambda: RuntimeConfig(data_dir="/tmp/x", **{rfield: rbad}), ConfigError)
-    other: dict[str, Any] = data.draw(st.sampled_from([{"data_dir": ""}, {"data_dir": None}, {"model": "gpt"}, {"model": None},
-                                       {"idle_passivate_s": 0}, {"idle_passivate_s": -1}, {"idle_passivate_s": "x"}]))
+    other: dict[str, Any] = data.draw(st.sampled_from([{"data_dir": ""}, {"data_dir": None}, {"model": "not a name"}, {"model": None},
+                                       {"model": "pkg.mod:"}, {"embedder": "a:b:c"}, {"model_args": {"n": 1}},
+                                       {"embedder_args": ["x"]}, {"idle_passivate_s": 0}, {"idle_passivate_s": -1}, {"idle_passivate_s": "x"}]))
     rejected("RuntimeConfig", lambda: RuntimeConfig(**{"data_dir": "/tmp/x", **other}), ConfigError)
     import soul_runtime  # refused before Ray is reached (this unit test may not start Ray)
     abad = data.draw(st.one_of(_BAD_NUMBERS, st.just(0), st.integers(min_value=11), st.floats(1, 5)))

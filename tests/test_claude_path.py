@@ -1,7 +1,9 @@
-"""The Claude path end to end: a soul on the real SDK over HTTP against the local Messages-API server.
+"""The remote-model path end to end: a soul on the real SDKs over HTTP against the local stand-ins, the same
+request-sequence tests for both adapters (Claude through the Messages API, any OpenAI-compatible server through
+chat completions).
 
-One call before the reply returns and one after; a batched observe; cache-control blocks; usage summed
-on the trace and per soul; a crash between the reply and the writes; a 529 on the memory call.
+One call before the reply returns and one after; a batched observe; an answer cut off; the cacheable prefix;
+usage summed on the trace and per soul; a crash between the reply and the writes; an overloaded memory call.
 """
 
 from __future__ import annotations
@@ -12,40 +14,124 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from soul_runtime.bench import chat_api
 from soul_runtime.bench.claude_path import keep_everything
-from soul_runtime.bench.messages_api import MessagesApiServer, Scripted, error, message, text_message, tool_message
+from soul_runtime.bench.messages_api import (
+    MessagesApiServer,
+    Scripted,
+    ScriptedApiServer,
+    error,
+    message,
+    text_message,
+    tool_message,
+)
 from soul_runtime.config import SoulConfig, TurnConfig
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.base import LanguageModel
 from soul_runtime.models.claude import AnthropicModel
+from soul_runtime.models.openai_chat import OpenAIChatModel
 from tests.fakes import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_780_000_000.0
 REPLY, MEMORY = "claude-reply-test", "claude-memory-test"
+Responder = Callable[[dict[str, Any]], Scripted]
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One adapter and its stand-in: how to script answers and read the requests, in its own wire format."""
+
+    name: str
+    model_class: type[LanguageModel]
+    overloaded: int  # the status an overloaded server answers with
+
+    def server(self, responder: Responder | None = keep_everything, **kw: Any) -> ScriptedApiServer:
+        if self.name == "anthropic":
+            return MessagesApiServer(responder=responder, **kw)
+        return chat_api.ChatCompletionsServer(responder=responder and chat_api.from_messages(responder), **kw)
+
+    def url(self, api: ScriptedApiServer) -> str:
+        return api.base_url if self.name == "anthropic" else api.base_url + "/v1"
+
+    def text(self, text: str, inp: int = 10, out: int = 5) -> Scripted:
+        if self.name == "anthropic":
+            return text_message(text, input_tokens=inp, output_tokens=out)
+        return chat_api.chat_text(text, prompt_tokens=inp, completion_tokens=out)
+
+    def tool(self, name: str, data: Any, inp: int = 10, out: int = 5) -> Scripted:
+        if self.name == "anthropic":
+            return tool_message(name, data, input_tokens=inp, output_tokens=out)
+        return chat_api.chat_tool(name, data, prompt_tokens=inp, completion_tokens=out)
+
+    def cut_off(self, name: str) -> Scripted:
+        """A tool answer cut off at the token limit."""
+        if self.name == "anthropic":
+            return Scripted(200, message([{"type": "tool_use", "id": "t", "name": name, "input": {}}],
+                                         stop_reason="max_tokens", output_tokens=4096))
+        return chat_api.chat_tool(name, None, raw='{"items": [{"message_id": "m0", "categ', finish_reason="length",
+                                  completion_tokens=4096)
+
+    def error(self, status: int, etype: str, headers: dict[str, str] | None = None) -> Scripted:
+        if self.name == "anthropic":
+            return error(status, etype, headers=headers)
+        return chat_api.chat_error(status, etype, headers=headers)
+
+    def empty(self, delay_s: float) -> Scripted:
+        answer = Scripted(200, message([])) if self.name == "anthropic" else chat_api.chat_text("")
+        return replace(answer, delay_s=delay_s)
+
+    def kind(self, body: dict[str, Any]) -> str:
+        if self.name == "anthropic":
+            return (body.get("tool_choice") or {}).get("name", "reply")
+        return ((body.get("tool_choice") or {}).get("function") or {}).get("name", "reply")
+
+    def prompt(self, body: dict[str, Any]) -> str:
+        """The user prompt of a memory call."""
+        return str(body["messages"][-1]["content"])
+
+    def system(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The system blocks (Anthropic) or the system message as one block (chat completions)."""
+        if self.name == "anthropic":
+            return list(body.get("system") or [])
+        return [{"text": m["content"]} for m in body["messages"] if m["role"] == "system"]
+
+
+FLAVOURS = [Flavour("anthropic", AnthropicModel, 529), Flavour("openai", OpenAIChatModel, 503)]
+
+
+@pytest.fixture(params=FLAVOURS, ids=lambda f: f.name)
+def flavour(request: pytest.FixtureRequest) -> Flavour:
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def api() -> Iterator[MessagesApiServer]:
-    with MessagesApiServer(responder=keep_everything, count_tokens=True) as server:
+def api(flavour: Flavour) -> Iterator[ScriptedApiServer]:
+    with flavour.server(count_tokens=True) as server:
         yield server
 
 
-def model(api: MessagesApiServer, **kw: Any) -> AnthropicModel:
-    opts: dict[str, Any] = {"model_id": REPLY, "memory_model_id": MEMORY, "api_key": "k", "base_url": api.base_url,
+def model(api: ScriptedApiServer, **kw: Any) -> LanguageModel:
+    f = _flavour_of(api)
+    opts: dict[str, Any] = {"model_id": REPLY, "memory_model_id": MEMORY, "api_key": "k", "base_url": f.url(api),
                             "max_retries": 1, "retry_base_delay_s": 0.01, "timeout_s": 10.0}
     opts.update(kw)
-    return AnthropicModel(**opts)
+    return f.model_class(**opts)
 
 
-def soul(tmp: Path, m: AnthropicModel, **turn: int) -> Soul:
+def _flavour_of(api: ScriptedApiServer) -> Flavour:
+    return FLAVOURS[0] if isinstance(api, MessagesApiServer) else FLAVOURS[1]
+
+
+def soul(tmp: Path, m: LanguageModel, **turn: int) -> Soul:
     cfg = SoulConfig(turn=TurnConfig(**turn)) if turn else SoulConfig()
     return Soul("sol", tmp, memory=SoulMemory(tmp, embedder=HashEmbedder()), model=m, config=cfg)
 
@@ -56,16 +142,16 @@ def episodes(s: Soul) -> list[Any]:
     return mem.episodes()
 
 
-def kinds(api: MessagesApiServer) -> list[str]:
-    return [(b.get("tool_choice") or {}).get("name", "reply") for b in api.bodies()]
+def kinds(api: ScriptedApiServer) -> list[str]:
+    return [_flavour_of(api).kind(b) for b in api.bodies()]
 
 
-def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path) -> None:
+def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path, flavour: Flavour) -> None:
     def slow_memory(body: dict[str, Any]) -> Scripted:  # the memory call answers only after 3 s
         answer = keep_everything(body)
         return replace(answer, delay_s=3.0) if body.get("tools") else answer
 
-    with MessagesApiServer(responder=slow_memory, count_tokens=True) as api:
+    with flavour.server(slow_memory, count_tokens=True) as api:
         s = soul(tmp_path, model(api))
         t0 = time.perf_counter()
         r = s.turn("We moved the Tendril production database to Postgres 16 last night.", user="maya", at=T0,
@@ -92,37 +178,37 @@ def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path
         s.close()  # waits for the memory work of turn 3
         assert kinds(api) == ["reply", "record_memory"] * 3
         assert soul(tmp_path, model(api)).trace(r3.turn_id).writes  # committed before close returned
-    with MessagesApiServer(responder=keep_everything) as api2:
+    with flavour.server() as api2:
         short = soul(tmp_path / "short", model(api2))
         r4 = short.turn("ok!", user="maya", at=T0)  # the length filter runs first: no memory call
         assert kinds(api2) == ["reply"] and "shorter than" in short.trace(r4.turn_id).persist_reason
 
 
 def test_observe_judges_a_window_in_one_call_with_provenance_per_message(tmp_path: Path,
-                                                                          api: MessagesApiServer) -> None:
+                                                                          api: ScriptedApiServer) -> None:
     msgs = [{"speaker": "Caroline" if i % 2 else "Melanie", "id": f"D1:{i}",
              "text": "Yes!" if i == 3 else f"Message {i}: I went hiking near lake {i} with my sister last weekend."}
             for i in range(1, 26)]
     s = soul(tmp_path, model(api), observe_window=10)
     r = s.observe(msgs, at=T0, session="s1")
     assert kinds(api) == ["record_memories"] * 3  # 25 messages in windows of 10: three calls, not 25 (or 50)
-    prompt = api.bodies()[0]["messages"][0]["content"]
+    prompt = _flavour_of(api).prompt(api.bodies()[0])
     assert "[D1:1] (" in prompt and "Caroline: Message 1" in prompt and "[D1:10]" in prompt and "[D1:11]" not in prompt
-    assert "[D1:10]" in api.bodies()[1]["messages"][0]["content"]  # the previous window is context
+    assert "[D1:10]" in _flavour_of(api).prompt(api.bodies()[1])  # the previous window is context
     tr = s.trace(r.turn_id)
     assert "D1:3: shorter than" in tr.persist_reason  # "Yes!" is context only
     assert sorted(e.sources for e in episodes(s)) == sorted((f"D1:{i}",) for i in range(1, 26) if i != 3)
     assert tr.usage["memory"]["calls"] == 3 and tr.usage["reply"]["calls"] == 0
 
 
-def test_a_cut_off_window_answer_is_retried_as_two_halves(tmp_path: Path, api: MessagesApiServer) -> None:
-    api.push(Scripted(200, message([{"type": "tool_use", "id": "t", "name": "record_memories", "input": {}}],
-                                   stop_reason="max_tokens", output_tokens=4096)))
+def test_a_cut_off_window_answer_is_retried_as_two_halves(tmp_path: Path, api: ScriptedApiServer,
+                                                          flavour: Flavour) -> None:
+    api.push(flavour.cut_off("record_memories"))
     msgs = [{"speaker": "Ana", "id": f"m{i}", "text": f"Ana adopted cat number {i} from the shelter today."}
             for i in range(6)]
     r = soul(tmp_path, model(api)).observe(msgs, at=T0, session="s")
     assert kinds(api) == ["record_memories"] * 3 and len(episodes(soul(tmp_path, model(api)))) == 6 and r.writes
-    assert [len(b["messages"][0]["content"].split("<messages>")[1].strip().splitlines()) - 1
+    assert [len(flavour.prompt(b).split("<messages>")[1].strip().splitlines()) - 1
             for b in api.bodies()] == [6, 3, 3]
 
 
@@ -148,16 +234,35 @@ def test_cache_control_marks_the_static_prefix_and_usage_reports_cached_tokens(t
         assert all("cache_control" not in blk for b in api.bodies() for blk in b.get("system", []))
 
 
-def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path) -> None:
-    with MessagesApiServer() as api:
-        api.push(text_message("Sure.", input_tokens=100, output_tokens=5),
-                 tool_message("record_memory", {"persist": True, "categories": ["fact"], "reason": "a fact",
+def test_the_chat_prefix_is_static_and_cached_tokens_are_reported(tmp_path: Path) -> None:
+    """Chat completions: no marks; the memory calls' system message and tool never change, so the server's
+    automatic prefix cache serves them from the second call on."""
+    f = FLAVOURS[1]
+    with f.server(count_tokens=True, cache_min_tokens=200) as api:
+        s = soul(tmp_path, model(api))
+        for i in range(3):
+            s.turn(f"Decision {i}: we chose Postgres {14 + i} for the Orca analytics service.", user="maya",
+                   at=T0 + 60 * i)
+        mem = [b for b in api.bodies() if b.get("tools")]
+        assert len(mem) == 3 and all(b["messages"][0] == mem[0]["messages"][0] and b["tools"] == mem[0]["tools"]
+                                     for b in mem)
+        assert "record_memory" in mem[0]["messages"][0]["content"]
+        traces = s.traces(3)
+        assert traces[0].usage["cache_read_tokens"] == 0 and traces[0].usage["cache_write_tokens"] == 0
+        assert all(t.usage["memory"]["cache_read_tokens"] > 0 for t in traces[1:])
+        assert all(t.usage["reply"]["cache_read_tokens"] == 0 for t in traces)  # the short persona: below the minimum
+
+
+def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path, flavour: Flavour) -> None:
+    with flavour.server(None) as api:
+        api.push(flavour.text("Sure.", 100, 5),
+                 flavour.tool("record_memory", {"persist": True, "categories": ["fact"], "reason": "a fact",
                                                 "facts": [], "episode": "Maya set the budget to 4k.", "event": True,
-                                                "entities": [], "task": None}, input_tokens=700, output_tokens=50),
-                 text_message("Ok.", input_tokens=120, output_tokens=3),
-                 tool_message("record_memory", {"persist": False, "categories": [], "reason": "chat", "facts": [],
+                                                "entities": [], "task": None}, 700, 50),
+                 flavour.text("Ok.", 120, 3),
+                 flavour.tool("record_memory", {"persist": False, "categories": [], "reason": "chat", "facts": [],
                                                 "episode": "", "event": False, "entities": [], "task": None},
-                              input_tokens=650, output_tokens=20))
+                              650, 20))
         s = soul(tmp_path, model(api))
         a = s.turn("The monthly budget for the Orca cluster is 4k dollars.", user="maya", at=T0)
         b = s.turn("Thanks a lot for that, really helpful.", user="maya", at=T0 + 60)
@@ -177,12 +282,13 @@ def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path) -> None
         assert again.state.usage == total
 
 
-@pytest.mark.parametrize("status", [529, 429])
-def test_an_overloaded_memory_call_does_not_fail_the_reply(tmp_path: Path, status: int) -> None:
-    with MessagesApiServer() as api:
-        api.push(text_message("Got it."), *[error(status, "overloaded_error" if status == 529 else "rate_limit_error",
-                                                  headers={"retry-after-ms": "10"})] * 2,
-                 text_message("Next."))
+@pytest.mark.parametrize("overloaded", [True, False], ids=["overloaded", "rate-limited"])
+def test_an_overloaded_memory_call_does_not_fail_the_reply(tmp_path: Path, flavour: Flavour, overloaded: bool) -> None:
+    status = flavour.overloaded if overloaded else 429
+    with flavour.server(None) as api:
+        api.push(flavour.text("Got it."), *[flavour.error(status, "overloaded_error" if overloaded else "rate_limit_error",
+                                                          headers={"retry-after-ms": "10"})] * 2,
+                 flavour.text("Next."))
         s = soul(tmp_path, model(api, max_retries=1))
         r = s.turn("Our on-call rotation for Orca changes every Monday morning.", user="maya", at=T0)
         assert r.reply == "Got it." and r.writes == ()
@@ -198,9 +304,11 @@ CRASHER = textwrap.dedent("""
     from soul_runtime.loop.soul import Soul
     from soul_runtime.memory.soul_memory import SoulMemory
     from soul_runtime.models.claude import AnthropicModel
+    from soul_runtime.models.openai_chat import OpenAIChatModel
     from tests.fakes import HashEmbedder
-    path, url = sys.argv[1], sys.argv[2]
-    m = AnthropicModel(model_id="claude-reply-test", memory_model_id="claude-memory-test", api_key="k", base_url=url)
+    path, url, flavour = sys.argv[1], sys.argv[2], sys.argv[3]
+    cls = AnthropicModel if flavour == "anthropic" else OpenAIChatModel
+    m = cls(model_id="claude-reply-test", memory_model_id="claude-memory-test", api_key="k", base_url=url)
     s = Soul("sol", path, memory=SoulMemory(path, embedder=HashEmbedder()), model=m)
     r = s.turn("The Orca cluster moved to the eu-west-2 region yesterday.", user="maya", at=1780000000.0,
                wait_writes=False)
@@ -209,13 +317,14 @@ CRASHER = textwrap.dedent("""
 """)
 
 
-def test_a_crash_between_the_reply_and_the_writes_is_completed_by_the_intent(tmp_path: Path) -> None:
-    with MessagesApiServer() as api:
+def test_a_crash_between_the_reply_and_the_writes_is_completed_by_the_intent(tmp_path: Path,
+                                                                             flavour: Flavour) -> None:
+    with flavour.server(None) as api:
         # the reply at once; the memory call hangs until the process is killed
-        api.push(text_message("Noted, eu-west-2."), Scripted(200, message([]), delay_s=30))
+        api.push(flavour.text("Noted, eu-west-2."), flavour.empty(delay_s=30))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path), api.base_url], stdout=subprocess.PIPE,
-                                text=True, env=env, cwd=ROOT)
+        proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path), flavour.url(api), flavour.name],
+                                stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline()
@@ -227,7 +336,7 @@ def test_a_crash_between_the_reply_and_the_writes_is_completed_by_the_intent(tmp
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
-        api.push(tool_message("record_memory", {"persist": True, "categories": ["event"], "reason": "a move",
+        api.push(flavour.tool("record_memory", {"persist": True, "categories": ["event"], "reason": "a move",
                                                 "facts": [], "episode": "The Orca cluster moved to eu-west-2.",
                                                 "event": True, "entities": ["Orca"], "task": None}))
         s = soul(tmp_path, model(api))  # the next activation completes the turn from its intent

@@ -28,9 +28,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 _ids = itertools.count(1)
+S = TypeVar("S", bound="ScriptedApiServer")
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def error(status: int, etype: str, msg: str = "", *, headers: dict[str, str] | N
     return Scripted(status, body, dict(headers or {}), delay_s)
 
 
-def _tokens(obj: Any) -> int:
+def char_tokens(obj: Any) -> int:
     return (len(json.dumps(obj, sort_keys=True, ensure_ascii=False)) + 3) // 4 if obj else 0
 
 
@@ -98,8 +99,8 @@ def prompt_usage(body: dict[str, Any], cache: set[str], cache_min_tokens: int) -
         prefix = tools + blocks[: smarks[-1] + 1]
     elif marks:
         prefix = tools[: marks[-1] + 1]
-    total = _tokens(tools) + _tokens(blocks) + _tokens(body.get("messages"))
-    n = _tokens(prefix)
+    total = char_tokens(tools) + char_tokens(blocks) + char_tokens(body.get("messages"))
+    n = char_tokens(prefix)
     if not prefix or n < cache_min_tokens:
         return {"input_tokens": total, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
     key = hashlib.sha256((str(body.get("model")) + json.dumps(prefix, sort_keys=True)).encode()).hexdigest()
@@ -109,11 +110,16 @@ def prompt_usage(body: dict[str, Any], cache: set[str], cache_min_tokens: int) -
             "cache_creation_input_tokens": 0 if hit else n}
 
 
-class MessagesApiServer:
-    """A threaded HTTP server on an ephemeral 127.0.0.1 port; use as a context manager.
+class ScriptedApiServer:
+    """A threaded HTTP server on an ephemeral 127.0.0.1 port answering ``POST`` on one route from a script;
+    use as a context manager. The Messages API and the chat-completions stand-ins
+    (:mod:`soul_runtime.bench.chat_api`) are this server with their route, usage and error bodies.
 
     ``delay_s`` delays every answer (a model's latency); ``responder`` answers when the
-    script queue is empty; ``count_tokens`` fills in ``usage`` (see the module doc)."""
+    script queue is empty; ``count_tokens`` fills in ``usage`` (:meth:`fill_usage`)."""
+
+    route = "/v1/messages"
+    name = "messages-api-server"
 
     def __init__(self, *, responder: Callable[[dict[str, Any]], Scripted] | None = None, delay_s: float = 0.0,
                  count_tokens: bool = False, cache_min_tokens: int = 1024) -> None:
@@ -144,19 +150,20 @@ class MessagesApiServer:
                     server.requests.append(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
                                                     body))
                     scripted = server._queue.popleft() if server._queue else None
-                if scripted is None and server.responder is not None and self.path.split("?")[0] == "/v1/messages":
+                routed = self.path.split("?")[0] == server.route
+                if scripted is None and server.responder is not None and routed:
                     scripted = server.responder(body)
                 if scripted is not None and server.count_tokens and scripted.status == 200 and "usage" in scripted.body:
                     with server._lock:
-                        usage = {**scripted.body["usage"], **prompt_usage(body, server.cache, server.cache_min_tokens)}
-                    scripted = replace(scripted, body={**scripted.body, "usage": usage})
+                        scripted = replace(scripted, body={**scripted.body,
+                                                           "usage": server.fill_usage(body, scripted.body["usage"])})
                 if scripted is not None and server.delay_s:
                     scripted = replace(scripted, delay_s=scripted.delay_s + server.delay_s)
-                if self.path.split("?")[0] != "/v1/messages":
-                    scripted = error(404, "not_found_error", f"no route {self.path}")
+                if not routed:
+                    scripted = server.error(404, "not_found_error", f"no route {self.path}")
                 elif scripted is None:
-                    scripted = error(500, "api_error", "test server: no scripted response left",
-                                     headers={"x-should-retry": "false"})
+                    scripted = server.error(500, "api_error", "test server: no scripted response left",
+                                            headers={"x-should-retry": "false"})
                 if scripted.delay_s and server._stopping.wait(scripted.delay_s):
                     return
                 payload = json.dumps(scripted.body).encode()
@@ -175,7 +182,14 @@ class MessagesApiServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="messages-api-server", daemon=True)
+                                        name=self.name, daemon=True)
+
+    def fill_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """``usage`` with the input side counted from the request ``body`` (under the server's lock)."""
+        return {**usage, **prompt_usage(body, self.cache, self.cache_min_tokens)}
+
+    def error(self, status: int, etype: str, msg: str = "", *, headers: dict[str, str] | None = None) -> Scripted:
+        return error(status, etype, msg, headers=headers)
 
     @property
     def base_url(self) -> str:
@@ -196,7 +210,7 @@ class MessagesApiServer:
         with self._lock:
             return len(self._queue)
 
-    def __enter__(self) -> MessagesApiServer:
+    def __enter__(self: S) -> S:
         self._thread.start()
         return self
 
@@ -205,3 +219,7 @@ class MessagesApiServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+class MessagesApiServer(ScriptedApiServer):
+    """The Messages API stand-in (``POST /v1/messages``)."""

@@ -32,6 +32,11 @@ ANTHROPIC_DEFAULT = "claude-sonnet-5-5"  # mirrors models.claude.DEFAULT_MODEL_I
 def model_banner(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """(what the soul will run, offline?) — decided the way model_factory.make_model decides."""
     env = os.environ if env is None else env
+    chosen = (env.get("SOUL_MODEL") or "").strip()
+    if chosen and chosen != "auto":
+        if chosen == "offline":
+            return "soul-offline-rules-v1 — the OFFLINE model (--model offline)", True
+        return f"model {chosen} (--model / SOUL_MODEL)", False
     if (env.get("ANTHROPIC_API_KEY") or "").strip():
         model = (env.get("SOUL_ANTHROPIC_MODEL") or "").strip() or ANTHROPIC_DEFAULT
         return f"Anthropic model {model} (ANTHROPIC_API_KEY is set; replies come from the API)", False

@@ -3,8 +3,8 @@
 Every command takes ``--address`` (default: the data dir's local runtime, see
 :mod:`actors.local_runtime`;
 ``ray://host:port`` for a cluster; env ``SOUL_ADDRESS``), ``--data-dir`` (env
-``SOUL_DATA_DIR``, default ``~/.soul-runtime``), ``--namespace``, ``--json`` and
-``--debug``. Ray is only reached through :func:`soul_runtime.connect`.
+``SOUL_DATA_DIR``, default ``~/.soul-runtime``), ``--namespace``, ``--model`` / ``--embedder``
+(env ``SOUL_MODEL`` / ``SOUL_EMBEDDER``), ``--json`` and ``--debug``. Ray is only reached through :func:`soul_runtime.connect`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ class Ctx:
         self.data_dir = os.path.abspath(os.path.expanduser(self.explicit_data_dir or os.path.join("~", ".soul-runtime")))
         self.namespace: str = getattr(args, "namespace", None) or os.environ.get("SOUL_NAMESPACE") or "souls"
         self.quick_exit = False  # a driver of the local runtime: nothing to tear down on exit
+        for opt, var in (("soul_model", "SOUL_MODEL"), ("soul_embedder", "SOUL_EMBEDDER")):
+            value = getattr(args, opt, None)
+            if value:  # as the variable: connect() and the local runtime's fingerprint read it
+                os.environ[var] = value
 
     @property
     def where(self) -> str:
@@ -443,6 +447,13 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
                    help="where souls' memory lives (env SOUL_DATA_DIR, default ~/.soul-runtime)")
     g.add_argument("--namespace", default=d(None), metavar="NS",
                    help="Ray namespace (env SOUL_NAMESPACE, default 'souls'); one namespace serves one data dir")
+    g.add_argument("--model", dest="soul_model", default=d(None), metavar="NAME",
+                   help="the language model of the runtime a command starts: auto (the default: Anthropic when "
+                        "ANTHROPIC_API_KEY is set, else offline), offline, anthropic, openai (an OpenAI-compatible "
+                        "server) or your own as package.module:attr (env SOUL_MODEL; see docs/models.md)")
+    g.add_argument("--embedder", dest="soul_embedder", default=d(None), metavar="NAME",
+                   help="the embedder: default (MiniLM), fast, or your own as package.module:attr (env SOUL_EMBEDDER); "
+                        "a data dir keeps the embedder it was first served with")
     g.add_argument("--json", action="store_true", default=d(False), help="machine-readable JSON output")
     g.add_argument("--debug", action="store_true", default=d(False), help="show tracebacks and Ray's logs")
 

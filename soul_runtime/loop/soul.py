@@ -41,7 +41,8 @@ from soul_runtime.loop.decide import (
 )
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
-from soul_runtime.models.base import Exchange, LanguageModel, Usage
+from soul_runtime.models.base import AsyncLanguageModel, Exchange, LanguageModel, Usage
+from soul_runtime.models.sync_view import sync_view
 from soul_runtime.records import (
     MemoryWrite,
     Message,
@@ -127,13 +128,14 @@ class Soul:
     per-soul lock); the memory work of a turn may run on a background thread, which the next call waits for
     (:meth:`wait_memory_work`)."""
 
-    def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort, model: LanguageModel,
+    def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort,
+                 model: LanguageModel | AsyncLanguageModel,
                  config: SoulConfig | None = None, clock: Callable[[], float] = time.time,
                  on_commit: Callable[[TurnTrace], None] | None = None) -> None:
         self.soul_id = check_id(soul_id, what="soul id")
         self.cfg = config or SoulConfig()
         self.memory = memory
-        self.model = model
+        self.model = sync_view(model)  # a model with coroutine methods: called from this (synchronous) loop
         self.clock = clock
         self.on_commit = on_commit
         self.state = SoulState(Path(directory), self.cfg.turn.context_tokens)

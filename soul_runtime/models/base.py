@@ -14,13 +14,18 @@ A model is one small class: set ``model_id`` and ``offline`` and implement
 
 Every call returns its :class:`Usage` (calls, uncached input, output, cache-read and
 cache-write tokens) and the id of the model that served it, so each turn trace accounts
-for its cost per model. Two implementations ship:
+for its cost per model. Three implementations ship:
 
 * :class:`soul_runtime.models.offline.OfflineModel` — deterministic, rule-based,
   no network; every reply it writes is labelled ``[offline model]``.
 * :class:`soul_runtime.models.claude.AnthropicModel` — the ``anthropic`` SDK, a pinned
   reply model and a (possibly smaller) pinned memory model, one forced tool call per memory
   decision, prompt caching, timeouts and retries.
+* :class:`soul_runtime.models.openai_chat.OpenAIChatModel` — any OpenAI-compatible
+  chat-completions server through the ``openai`` SDK, the same memory calls.
+
+:class:`AsyncLanguageModel` is the same protocol with coroutine methods. A user's own model is
+named by import path or entry point (:mod:`soul_runtime.models.choice`, docs/models.md).
 """
 
 from __future__ import annotations
@@ -220,6 +225,37 @@ class LanguageModel(abc.ABC):
     @property
     def memory_model_id(self) -> str:
         """The model that makes the memory decisions (the reply model unless the model says otherwise)."""
+        return self.model_id
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_id} (offline)" if self.offline else self.model_id
+
+
+class AsyncLanguageModel(abc.ABC):
+    """The same protocol as :class:`LanguageModel` with coroutine methods (``async def reply`` ...).
+
+    ``decide_window`` is optional: without it, windows are judged message by message through
+    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). Turns call such a model through
+    :func:`soul_runtime.models.sync_view.sync_view`."""
+
+    model_id: str = ""
+    offline: bool = False
+
+    @abc.abstractmethod
+    async def reply(self, request: ReplyRequest) -> ModelReply:
+        """Answer the user given the assembled context."""
+
+    @abc.abstractmethod
+    async def decide(self, exchange: Exchange) -> MemoryDecision:
+        """Is this exchange worth keeping, and if so what does it hold?"""
+
+    @abc.abstractmethod
+    async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        """Which known task class (if any) the request belongs to."""
+
+    @property
+    def memory_model_id(self) -> str:
         return self.model_id
 
     @property

@@ -23,6 +23,7 @@ from anthropic.types import ToolParam
 
 from soul_runtime.errors import ModelError
 from soul_runtime.models.base import PERSIST_CATEGORIES, Exchange, MemoryDecision, ObserveWindow
+from soul_runtime.models.text import one_line
 from soul_runtime.records import Extraction, FactCandidate, TaskReport
 from soul_runtime.timeref import day_text
 
@@ -159,11 +160,6 @@ CLASSIFY_SYSTEM = (
 
 def snake(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", text.strip().lower()).strip("_")
-
-
-def one_line(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def _clean_str(value: object) -> str | None:

@@ -1,0 +1,116 @@
+"""A model's coroutine methods, called from turns that run on threads.
+
+A model may implement its methods as coroutines (an :class:`~soul_runtime.models.base.AsyncLanguageModel`,
+or a :class:`~soul_runtime.models.base.LanguageModel` with some ``async def`` methods). Turns run on
+threads (a host's turn threads, or the caller's thread in process), so such a model is called through
+:func:`sync_view`: each coroutine runs on one event loop this process keeps on a daemon thread, shared by
+every caller — the model's async clients (an ``httpx.AsyncClient``...) stay on the loop they were opened
+on — and the calling thread waits for its answer. Its synchronous methods are called as they are.
+
+:func:`async_methods` is the one place that tells which methods are coroutines: a caller that runs on an
+event loop of its own awaits those instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from soul_runtime.errors import ModelError
+from soul_runtime.models.base import (
+    AsyncLanguageModel,
+    Exchange,
+    LanguageModel,
+    MemoryDecision,
+    ModelReply,
+    ObserveWindow,
+    ReplyRequest,
+    TaskClassification,
+    WindowDecision,
+)
+
+METHODS = ("reply", "decide", "decide_window", "classify_task")
+T = TypeVar("T")
+
+
+def async_methods(model: object) -> frozenset[str]:
+    """The model methods of ``model`` that are coroutine functions."""
+    return frozenset(m for m in METHODS if inspect.iscoroutinefunction(getattr(model, m, None)))
+
+
+def sync_view(model: LanguageModel | AsyncLanguageModel) -> LanguageModel:
+    """``model`` itself when none of its methods is a coroutine, else a :class:`SyncView` of it."""
+    if isinstance(model, SyncView) or (isinstance(model, LanguageModel) and not async_methods(model)):
+        return model
+    return SyncView(model)
+
+
+class SyncView(LanguageModel):
+    """``inner`` with blocking methods: its coroutines run on the process's model loop (:func:`run`)."""
+
+    def __init__(self, inner: LanguageModel | AsyncLanguageModel) -> None:
+        self.inner = inner
+        self.model_id, self.offline = inner.model_id, inner.offline
+        self.coroutines = async_methods(inner)
+        # a window default inherited from LanguageModel would call the inner (async) decide: use ours instead
+        own = getattr(type(inner), "decide_window", None)
+        self._own_window = own is None or own is LanguageModel.decide_window
+
+    def _call(self, name: str, *args: Any) -> Any:
+        fn = getattr(self.inner, name)
+        return run(fn(*args)) if name in self.coroutines else fn(*args)
+
+    def reply(self, request: ReplyRequest) -> ModelReply:
+        return self._call("reply", request)
+
+    def decide(self, exchange: Exchange) -> MemoryDecision:
+        return self._call("decide", exchange)
+
+    def decide_window(self, window: ObserveWindow) -> WindowDecision:
+        if self._own_window:
+            return super().decide_window(window)
+        return self._call("decide_window", window)
+
+    def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        return self._call("classify_task", text, known)
+
+    @property
+    def memory_model_id(self) -> str:
+        return self.inner.memory_model_id
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def __getattr__(self, name: str) -> Any:  # anything else the model offers, as it is
+        return getattr(self.inner, name)
+
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def model_loop() -> asyncio.AbstractEventLoop:
+    """The process's model loop, started on first use on a daemon thread."""
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="soul-model-loop", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the model loop and wait for its result (its exception is raised here)."""
+    loop = model_loop()
+    try:
+        if asyncio.get_running_loop() is loop:
+            coro.close()
+            raise ModelError("a model coroutine waited for another model call on the model loop itself: await it")
+    except RuntimeError:  # no loop runs in this thread: the usual case
+        pass
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
