@@ -38,6 +38,7 @@ from soul_runtime.loop.decide import (
     exchange_to_plain,
     windows,
 )
+from soul_runtime.loop.fit import fit_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
 from soul_runtime.models.base import Exchange, LanguageModel, Usage
@@ -334,11 +335,16 @@ class Soul:
             d = Decided(False, f"memory decision failed, nothing written: {e}")
         parts = [(p, m, Usage.from_dict(v)) for p in ("reply",) for m, v in (trace.usage.get("by_model") or {}).items()]
         parts += [("memory", m, u) for m, u in d.usage]
-        reqs = [WriteRequest(turn_key=trace.turn_id, now=trace.at, actor=exchange.speaker,
-                             sources=exchange.message_ids, extraction=d.extraction, session=session,
-                             key_context=exchange.user_text)] if d.persisted else []
+        reqs: list[WriteRequest] = []
+        mended: list[str] = []
+        if d.persisted:
+            req, mended = fit_request(WriteRequest(turn_key=trace.turn_id, now=trace.at, actor=exchange.speaker,
+                                                   sources=exchange.message_ids, extraction=d.extraction,
+                                                   session=session, key_context=exchange.user_text),
+                                      exchange.message_ids[0] if exchange.message_ids else trace.turn_id)
+            reqs.append(req)
         return replace(trace, persisted=d.persisted, persist_reason=d.reason, categories=d.categories,
-                       usage=usage_report(parts), timings_ms=dict(timings)), reqs
+                       usage=usage_report(parts), timings_ms=dict(timings), mended=tuple(mended)), reqs
 
     def _memory_work(self, trace: TurnTrace, exchange: Exchange, intent: dict[str, Any]) -> TurnTrace:
         timings = dict(trace.timings_ms)
@@ -389,6 +395,7 @@ class Soul:
         timings: dict[str, float] = {}
         reqs: list[WriteRequest] = []
         reasons: list[str] = []
+        mended: list[str] = []
         used: list[tuple[str, str, Usage]] = []
         new_turns = []
         for window in windows(msgs, tc):
@@ -401,15 +408,18 @@ class Soul:
                     prev = buffer.turns[-1] if buffer.turns else None
                     said = (m.text if prev is None or prev.speaker == m.speaker
                             else f"{m.text} (replying to: {prev.text[:300]})")
-                    reqs.append(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker, sources=(m.id,),
-                                             extraction=d.extraction, session=sess, key_context=said))
+                    req, notes = fit_request(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker,
+                                                          sources=(m.id,), extraction=d.extraction, session=sess,
+                                                          key_context=said), m.id)
+                    reqs.append(req)
+                    mended += notes
                 bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
                 buffer.append(bt)
                 new_turns.append(bt)
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,
-                          usage=usage_report(used))
+                          usage=usage_report(used), mended=tuple(mended))
         if reqs:
             self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
                                     "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
