@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
-from soul_runtime.errors import InvalidInput, ModelError, OutOfOrder
+from soul_runtime.errors import InvalidInput, ModelError, OutOfOrder, StorageError
 from soul_runtime.loop.buffer import BufferTurn
 from soul_runtime.loop.context import assemble
 from soul_runtime.loop.decide import (
@@ -309,7 +309,11 @@ class Soul:
             # nothing is returned before the commit, so a crash before the writes' own intent (saved before
             # any store is touched) leaves nothing acknowledged and nothing written: the turn can simply run
             # again; no intent (and no fsync) is needed at the reply
-            return self._result(self._memory_work(trace, exchange, intent))
+            try:
+                return self._result(self._memory_work(trace, exchange, intent))
+            except StorageError:
+                self._unfinished = True  # an intent it saved is completed by the next call (settle)
+                raise
         t0 = clock()
         self.state.save_intent(intent)  # the reply is returned now: a crash from here on is completed by recover()
         timings["intent"] = (clock() - t0) * 1000
@@ -360,9 +364,14 @@ class Soul:
         writes = self.memory.write_many(reqs) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings), pending=False)
-        for t in new_turns:
-            self._append(t, session)
-        self._commit(trace)
+        buffer = self.state.buffer.copy()
+        try:
+            for t in new_turns:
+                self._append(t, session)
+            self._commit(trace)
+        except BaseException:
+            self.state.buffer = buffer  # not acknowledged: the buffer holds what was committed
+            raise
         return trace
 
     @staticmethod
@@ -420,11 +429,15 @@ class Soul:
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,
                           usage=usage_report(used), mended=tuple(mended))
-        if reqs:
-            self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
-                                    "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
-                                    "session": sess})
-        trace = self._apply(trace, reqs, new_turns, sess, timings)
+        try:
+            if reqs:
+                self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
+                                        "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
+                                        "session": sess})
+            trace = self._apply(trace, reqs, new_turns, sess, timings)
+        except StorageError:
+            self._unfinished = True  # an intent it saved is completed by the next call (settle)
+            raise
         return self._result(trace)
 
     # ---- reading traces ------------------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from soul_runtime.errors import StorageError
 from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.layer_db import applied_writes, pack, record_applied, unpack
@@ -83,7 +84,10 @@ class EpisodeWrites(EpisodeTable):
                 self.index.remove(key, seq)
         self._unsaved += len(index_ops)
         if self._unsaved >= SAVE_EVERY:
-            self.flush()
+            try:
+                self.flush()
+            except StorageError:  # the writes are committed; the change log keeps them until a save succeeds
+                pass
         return [o or [] for o in out]
 
     def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
