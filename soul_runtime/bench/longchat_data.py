@@ -130,7 +130,10 @@ class _Writer:
     def table(self, rows: int, metric: tuple[str, str], fixed: dict[str, str] | None = None) -> str:
         name, unit = metric
         out = [f"| service | {name} | change |", "|---|---|---|"]
-        for s in self.rng.sample(self.services, min(rows, len(self.services))):
+        shown = self.rng.sample(self.services, min(rows, len(self.services)))
+        for i, s in enumerate(s for s in (fixed or {}) if s not in shown):
+            shown[i] = s
+        for s in shown:
             value = (fixed or {}).get(s) or self.figure(unit)
             out.append(f"| {s} | {value} | {self.rng.choice(['+', '-'])}{self.rng.randint(1, 30)}% |")
         return "\n".join(out)
