@@ -135,6 +135,7 @@ def check_write_request(req: object) -> None:
     check_text(req.actor, what="actor", max_chars=lim["actor"], allow_empty=True)
     check_text(req.session, what="session", max_chars=lim["session"], allow_empty=True)
     check_text(req.key_context, what="key context", max_chars=lim["key context"], allow_empty=True)
+    check_text(req.vector_text, what="vector text", max_chars=lim["key context"], allow_empty=True)
     for s in req.sources:
         check_text(s, what="source id", max_chars=lim["source id"])
     ex = req.extraction
