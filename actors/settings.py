@@ -21,7 +21,7 @@ class RuntimeConfig:
     hosts: int = 0
     """Soul-host actors; souls are placed on them by rendezvous hashing of the soul id. 0 (the default, for
     this and the three shard counts): what the data dir was first served with, else sized to the cluster's
-    CPUs (:func:`sizes_for`); resolved once, by the orchestrator, and recorded in ``runtime.json``."""
+    CPUs (:func:`sizes_for`); resolved once, by the controller, and recorded in ``runtime.json``."""
     episodic_shards: int = 0
     semantic_shards: int = 0
     procedural_shards: int = 0
@@ -54,7 +54,7 @@ class RuntimeConfig:
     """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
     storage: str = "local"
     """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
-    storage that actors on several nodes open (see cluster/README.md)."""
+    storage that actors on several nodes open (see docs/deploying.md)."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline`` or ``anthropic``."""
     soul: SoulConfig = field(default_factory=SoulConfig)

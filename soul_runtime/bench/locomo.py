@@ -249,7 +249,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         qvecs = embedder.embed([q.question for q in qas])
         for qi, q in enumerate(qas):
             t0 = time.perf_counter()
-            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, now=now)
+            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, at=now)
             recall_ms.append((time.perf_counter() - t0) * 1000)
             b_rank = np.argsort(-bm25.scores(q.question), kind="stable")
             d_rank = np.argsort(-(vecs @ qvecs[qi]), kind="stable")
@@ -297,9 +297,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soul_runtime.bench.plotting import pyplot
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     styles = {"soul": "o-", "bm25": "s--", "dense": "^--", "hybrid": "v--", "bm25_dated": "d:"}
     for ax, metric in zip(axes, ("answer_recall", "evidence_recall"), strict=True):

@@ -206,7 +206,7 @@ def _per_turn(before: dict[str, int], after: dict[str, int], turns: int,
 
 def _host_counters(rt: Any) -> dict[str, int]:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     total: dict[str, int] = {}
     for i in range(rt.cfg.hosts):
         h = raycalls.get_actor(host_name(i), rt.cfg.namespace)
@@ -338,9 +338,8 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
 
 
 def plot(res: dict[str, Any], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soul_runtime.bench.plotting import pyplot
+    plt = pyplot()
 
     steady = [p for p in res["phases"] if p["phase"] == "turns"]
     xs = [p["active"] for p in steady]

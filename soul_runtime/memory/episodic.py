@@ -29,10 +29,10 @@ from soul_runtime.memory.episodic_writes import (
     index_key_text,
     writes_without_store,
 )
-from soul_runtime.memory.erasure import unlink_files
-from soul_runtime.memory.layer_db import dump_tables, file_bytes, is_empty, load_tables
+from soul_runtime.memory.layer_db import dump_tables, load_tables
+from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_episodic import LEXICAL, LexicalLimits
-from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
+from soul_runtime.memory.sqlite_db import memory_bytes, transaction
 from soul_runtime.memory.vector_index import IndexParams, VectorIndex
 from soul_runtime.records import RecalledItem, Store
 
@@ -58,22 +58,24 @@ def _searchers() -> ThreadPoolExecutor:
 REWRITE_ON_CLOSE = 1000  # vectors: a smaller index is saved whole on close (cheaper than a replay later)
 
 
-class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch):
-    """One soul's episodes. Not thread-safe: its owner serialises calls."""
+class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
+    """One soul's episodes: the layer's database and, beside it, its vector index. Not thread-safe: its owner
+    serialises calls."""
 
     store = Store.EPISODIC
+    MIGRATIONS = MIGRATIONS
+    TABLES = ("episodes", "sessions", "applied")
+    COUNTED = "episodes"
 
     def __init__(self, directory: Path, embedder: Embedder, cfg: MemoryConfig,
                  index_params: IndexParams | None = None, lexical: LexicalLimits = LEXICAL) -> None:
-        self.dir = Path(directory)
         self.embedder = embedder
-        self.cfg = cfg
         self.index_params = index_params
         self.lexical = lexical
-        self._open()
+        super().__init__(directory, cfg)
 
     def _open(self) -> None:
-        self.db = open_db(self.dir / "episodic.sqlite", MIGRATIONS)
+        super()._open()
         self.epoch = fence.current(self.db)
         """The newest fencing epoch this instance has seen: its index is not saved once a newer owner wrote."""
         self._check_embedder()
@@ -109,6 +111,10 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch):
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), last)
         self.flush()
 
+    def fence(self, epoch: int) -> None:
+        super().fence(epoch)
+        self.epoch = max(self.epoch, epoch)
+
     def _vector_blob(self, key: int) -> bytes | None:
         r = self.db.execute("SELECT vector FROM episodes WHERE rowid = ?", (key,)).fetchone()
         return r[0] if r else None
@@ -123,18 +129,6 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch):
         if self._unsaved and (len(self.index) <= REWRITE_ON_CLOSE or not self.index.path.exists()):
             self.flush()
         self.db.close()
-
-    def erase(self) -> int:
-        """Forget every episode for good: unlink the database, its WAL and the index, reopen empty.
-        Returns how many episodes there were."""
-        n = int(self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0])
-        epoch = fence.current(self.db)
-        self.db.close()
-        unlink_files(self.dir, "episodic")
-        self._open()
-        fence.restore(self.db, epoch)
-        return n
-
 
     # ---- reads -----------------------------------------------------------------------
     def recall(self, query: str, k: int, now: float, query_vector: np.ndarray | None = None,
@@ -183,13 +177,10 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch):
     def stats(self) -> dict[str, int]:
         n = self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
         p = self.db.execute("SELECT COUNT(*) FROM episodes WHERE promoted = 1").fetchone()[0]
-        size = file_bytes(self.dir, "episodic")
+        size = self.file_bytes()
         return {"episodes": int(n), "promoted_episodes": int(p), "indexed": len(self.index), "episodic_bytes": size}
 
     # ---- export / import -------------------------------------------------------------
-    def is_empty(self) -> bool:
-        return is_empty(self.db, ("episodes", "sessions", "applied"))
-
     def export(self) -> dict[str, Any]:
         eps = self.db.execute("SELECT rowid, at, actor, summary, sources, entities, tags, session, session_index, "
                               "promoted, turn_key, vector, superseded, key_text FROM episodes ORDER BY rowid").fetchall()
@@ -201,7 +192,7 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch):
         if data.get("embedder_id") != self.embedder.embedder_id or data.get("dim") != self.embedder.dim:
             raise EmbedderError(f"export was embedded with {data.get('embedder_id')}, this store uses "
                                 f"{self.embedder.embedder_id}")
-        if not is_empty(self.db, ("episodes", "sessions", "applied")):
+        if not self.is_empty():
             raise InvalidInput("import needs an empty soul: this one already has episodes")
         self._max_key = None
         with transaction(self.db):

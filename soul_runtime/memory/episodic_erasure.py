@@ -1,8 +1,7 @@
-"""The episodic store's deletions: retention sweeps, forgetting by query, fencing."""
+"""The episodic store's deletions: retention sweeps and forgetting by query."""
 
 from __future__ import annotations
 
-from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, is_episode_id
 from soul_runtime.memory.layer_db import drop_applied, unpack
@@ -23,10 +22,6 @@ class EpisodeErasure(EpisodeTable):
             self.index.remove(key, seq)
         self._unsaved += len(ops)
         return len(ops)
-
-    def fence(self, epoch: int) -> None:
-        fence.fence(self.db, epoch, f"soul {self.dir.name} episodic")
-        self.epoch = max(self.epoch, epoch)
 
     def forget_where(self, q: ForgetQuery) -> Erased:
         """Delete the episodes ``q`` names or whose text contains its phrase, with the idempotency records of

@@ -7,26 +7,20 @@ are counted per distinct episode until :func:`reconcile_fact` promotes them.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.memory import fence
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
-    dump_tables,
-    file_bytes,
-    is_empty,
-    load_tables,
     pack,
-    reopen_empty,
     unpack,
 )
+from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
-from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
+from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import (
     Fact,
     FactCandidate,
@@ -65,20 +59,11 @@ def _history(raw: bytes) -> tuple[FactVersion, ...]:
 TABLES = ("facts", "observations", "applied")
 
 
-class SemanticStore:
+class SemanticStore(LayerStore):
     store = Store.SEMANTIC
-
-    def __init__(self, directory: Path, cfg: MemoryConfig) -> None:
-        self.dir = Path(directory)
-        self.cfg = cfg
-        self.db = open_db(self.dir / "semantic.sqlite", MIGRATIONS)
-
-    def close(self) -> None:
-        self.db.close()
-
-    def memory_bytes(self) -> int:
-        """What this open store holds in memory: its SQLite page cache."""
-        return memory_bytes(self.db)
+    MIGRATIONS = MIGRATIONS
+    TABLES = TABLES
+    COUNTED = "facts"
 
     def _fact(self, r: tuple[Any, ...]) -> Fact:
         return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],
@@ -167,15 +152,6 @@ class SemanticStore:
             return c
         return replace(c, entity=best[0], attribute=best[1], display_entity=best[0],
                        display_attribute=best[1].replace("_", " "))
-
-    def erase(self) -> int:
-        """Forget every fact, its history and observations for good: unlink the files, reopen empty."""
-        n = int(self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
-        self.db = reopen_empty(self.db, self.dir, "semantic", MIGRATIONS)
-        return n
-
-    def fence(self, epoch: int) -> None:
-        fence.fence(self.db, epoch, f"soul {self.dir.name} semantic")
 
     def forget_where(self, q: ForgetQuery) -> Erased:
         """Delete the facts ``q`` names (``entity:attribute``) or whose current value contains its phrase; a
@@ -273,15 +249,6 @@ class SemanticStore:
         a = self.db.execute("SELECT COUNT(*) FROM facts WHERE status = 'active'").fetchone()[0]
         b = self.db.execute("SELECT COUNT(*) FROM facts WHERE status != 'active'").fetchone()[0]
         o = self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
-        size = file_bytes(self.dir, "semantic")
+        size = self.file_bytes()
         return {"facts": int(a), "archived_facts": int(b), "observations": int(o), "semantic_bytes": size}
 
-    def is_empty(self) -> bool:
-        return is_empty(self.db, TABLES)
-
-    def export(self) -> dict[str, Any]:
-        return dump_tables(self.db, TABLES)
-
-    def import_(self, data: dict[str, Any]) -> None:
-        with transaction(self.db):
-            load_tables(self.db, data, TABLES)
