@@ -21,7 +21,8 @@ from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
 from soul_runtime.errors import SoulError
-from soul_runtime.memory.episodic import EpisodicStore, index_key_text
+from soul_runtime.memory.episodic import EpisodicStore
+from soul_runtime.memory.episodic_writes import vector_text
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
@@ -283,7 +284,7 @@ class LayerShard(ActorInfo):
                     except Exception:  # validated (and refused) by apply itself
                         continue
                     if decide_episode(req.extraction).write:
-                        keys.append(index_key_text(req))
+                        keys.append(vector_text(req))
             self._warm(keys)
         out: list[Any] = []
         for soul_id, reqs, marks in items:

@@ -98,14 +98,18 @@ def write_file(path: str | os.PathLike[str], data: bytes | str, *, durable: bool
     with private_umask():
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
-            os.fchmod(fd, FILE_MODE)
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                os.fchmod(fd, FILE_MODE)
+                view = memoryview(raw)
+                while view:
+                    view = view[os.write(fd, view):]
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:  # a full disk: the partial copy would hold the space it lacks
+            tmp.unlink(missing_ok=True)
+            raise
     try:
         if replace:
             os.replace(tmp, p)

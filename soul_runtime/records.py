@@ -201,6 +201,9 @@ class WriteRequest:
     episode so recall finds it by what was said, never shown as its text."""
     epoch: int = 0
     """The writer's fencing token (its activation of the soul); a layer refuses an epoch older than one it saw."""
+    vector_text: str = ""
+    """What the episode's vector is computed from when not its key text: the units of a long message share
+    the message's vector (:mod:`soul_runtime.loop.units`)."""
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None), bytes})
@@ -241,4 +244,4 @@ def request_from_plain(d: dict[str, Any]) -> WriteRequest:
     return WriteRequest(turn_key=d["turn_key"], now=float(d["now"]), actor=d["actor"], sources=tuple(d["sources"]),
                         extraction=extraction_from_plain(d["extraction"]), session=d.get("session", ""),
                         session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""),
-                        epoch=int(d.get("epoch", 0)))
+                        epoch=int(d.get("epoch", 0)), vector_text=d.get("vector_text", ""))

@@ -112,33 +112,45 @@ def terms(text: str) -> list[str]:
     return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]
 
 
+WRITE_LIMITS: dict[str, int] = {
+    "turn key": 300, "actor": 200, "session": 300, "key context": 200_000, "source id": 300,
+    "episode summary": 20_000, "episode detail": 20_000, "entity": 300, "fact entity": 2_000,
+    "fact attribute": 2_000, "fact value": 2_000, "task class": 300, "task step": 2_000,
+}
+"""The longest text (in characters) each part of a write may hold: the stores refuse a longer one
+(:func:`check_write_request`); the write path fits a model's extraction to them first
+(:mod:`soul_runtime.loop.fit`)."""
+
+
 def check_write_request(req: object) -> None:
     """Validate every string and number of a write before any store is touched."""
     from soul_runtime.records import WriteRequest  # local: records does not depend on text
 
+    lim = WRITE_LIMITS
     if not isinstance(req, WriteRequest):
         raise InvalidInput(f"expected a WriteRequest, got {type(req).__name__}")
-    check_text(req.turn_key, what="turn key", max_chars=300)
+    check_text(req.turn_key, what="turn key", max_chars=lim["turn key"])
     if not isinstance(req.now, (int, float)) or req.now != req.now or req.now in (float("inf"), float("-inf")):
         raise InvalidInput(f"write time must be a finite number, got {req.now!r}")
-    check_text(req.actor, what="actor", max_chars=200, allow_empty=True)
-    check_text(req.session, what="session", max_chars=300, allow_empty=True)
-    check_text(req.key_context, what="key context", max_chars=200_000, allow_empty=True)
+    check_text(req.actor, what="actor", max_chars=lim["actor"], allow_empty=True)
+    check_text(req.session, what="session", max_chars=lim["session"], allow_empty=True)
+    check_text(req.key_context, what="key context", max_chars=lim["key context"], allow_empty=True)
+    check_text(req.vector_text, what="vector text", max_chars=lim["key context"], allow_empty=True)
     for s in req.sources:
-        check_text(s, what="source id", max_chars=300)
+        check_text(s, what="source id", max_chars=lim["source id"])
     ex = req.extraction
-    check_text(ex.episode, what="episode summary", allow_empty=True, max_chars=20_000)
-    check_text(ex.detail, what="episode detail", allow_empty=True, max_chars=20_000)
+    check_text(ex.episode, what="episode summary", allow_empty=True, max_chars=lim["episode summary"])
+    check_text(ex.detail, what="episode detail", allow_empty=True, max_chars=lim["episode detail"])
     for e in ex.entities:
-        check_text(e, what="entity", max_chars=300)
+        check_text(e, what="entity", max_chars=lim["entity"])
     for s in ex.extra_sources:
-        check_text(s, what="source id", max_chars=300)
+        check_text(s, what="source id", max_chars=lim["source id"])
     for f in ex.facts:
         for what, v in (("fact entity", f.entity), ("fact attribute", f.attribute), ("fact value", f.value)):
-            check_text(v, what=what, max_chars=2_000, allow_empty=True)
+            check_text(v, what=what, max_chars=lim[what], allow_empty=True)
         for s in f.sources:
-            check_text(s, what="source id", max_chars=300)
+            check_text(s, what="source id", max_chars=lim["source id"])
     if ex.task is not None:
-        check_text(ex.task.task_class, what="task class", max_chars=300, allow_empty=True)
+        check_text(ex.task.task_class, what="task class", max_chars=lim["task class"], allow_empty=True)
         for s in ex.task.steps:
-            check_text(s, what="task step", max_chars=2_000)
+            check_text(s, what="task step", max_chars=lim["task step"])

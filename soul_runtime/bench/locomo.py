@@ -93,27 +93,32 @@ def conversations(data: str | Path, categories: Sequence[int] = CATEGORIES, *, c
 
 # ---- baselines over raw turns -------------------------------------------------------------
 class BM25:
+    """Okapi BM25 over ``docs`` tokenized by the engine's own :func:`soul_runtime.text.terms`."""
+
     def __init__(self, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
         self.toks = [terms(d) for d in docs]
         self.k1, self.b = k1, b
         self.avg = sum(len(t) for t in self.toks) / max(1, len(self.toks))
         df: dict[str, int] = {}
+        self.tf: list[dict[str, int]] = []
         for t in self.toks:
-            for w in set(t):
+            tf: dict[str, int] = {}
+            for w in t:
+                tf[w] = tf.get(w, 0) + 1
+            self.tf.append(tf)
+            for w in tf:
                 df[w] = df.get(w, 0) + 1
         n = len(self.toks)
         self.idf = {w: math.log(1 + (n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
+        self.norm = [self.k1 * (1 - self.b + self.b * len(t) / self.avg) for t in self.toks]
 
     def scores(self, query: str) -> np.ndarray:
         q = terms(query)
         out = np.zeros(len(self.toks))
-        for i, t in enumerate(self.toks):
-            if not t:
+        for i, tf in enumerate(self.tf):
+            if not tf:
                 continue
-            tf: dict[str, int] = {}
-            for w in t:
-                tf[w] = tf.get(w, 0) + 1
-            norm = self.k1 * (1 - self.b + self.b * len(t) / self.avg)
+            norm = self.norm[i]
             out[i] = sum(self.idf.get(w, 0.0) * tf[w] * (self.k1 + 1) / (tf[w] + norm) for w in q if w in tf)
         return out
 

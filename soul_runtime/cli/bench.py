@@ -113,6 +113,59 @@ def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _seeds(text: str) -> list[int]:
+    """"0-4" or "0,3,7" -> seeds."""
+    try:
+        out: list[int] = []
+        for part in text.split(","):
+            a, _, b = part.strip().partition("-")
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are like 0-4 or 0,3,7, got {text!r}") from None
+    return out
+
+
+def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import longchat as bench_longchat
+    from soul_runtime.bench.longchat_data import write
+    if args.make is not None:
+        made = write(args.data, args.make, args.tokens)
+        out.print(f"wrote {len(made)} chats to {args.data}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=True) as prog:
+        task = prog.add_task("loading the embedder", total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+        res = bench_longchat.run(args.data, args.budget, progress=progress, limit=args.limit)
+    budgets = [str(b) for b in res["budgets"]]
+    table = Table(title="Long technical chats: evidence recall / key-phrase recall of the lines shown (same run)")
+    table.add_column("system")
+    for b in budgets:
+        table.add_column(f"@{b} tok", justify="right")
+    for s in bench_longchat.SYSTEMS:
+        table.add_row(bench_longchat.LABELS[s], *(f"{_f(res['systems'][s][b]['evidence_recall'])} / "
+                                                  f"{_f(res['systems'][s][b]['key_phrase_recall'])}" for b in budgets))
+    out.print(table)
+    head = str(res["headline_budget"])
+    kinds = Table(title=f"per question kind @{head} tok: evidence / key-phrase recall")
+    kinds.add_column("kind")
+    for s in bench_longchat.SYSTEMS:
+        kinds.add_column(bench_longchat.LABELS[s], justify="right")
+    for kind in sorted(res["systems"]["soul"][head]["by_kind"]):
+        kinds.add_row(kind, *(f"{_f(res['systems'][s][head]['by_kind'][kind]['evidence_recall'])} / "
+                              f"{_f(res['systems'][s][head]['by_kind'][kind]['key_phrase_recall'])}"
+                              for s in bench_longchat.SYSTEMS))
+    out.print(kinds)
+    details = {k: v for k, v in res["details"].items() if k != "per_chat"}
+    out.print(json.dumps({"ratios": res["ratios"][head], **details}, indent=1))
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
+    if args.plot:
+        bench_longchat.plot(res, args.plot)
+    return 0
+
+
 def cmd_latency(args: argparse.Namespace, out: Console) -> int:
     from soul_runtime.bench import latency as bench_latency
     argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
@@ -338,7 +391,7 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|latency|embedders|scale|claude|client|cli|phrasing|acts`` to the CLI's subcommands."""
+    """Add ``soul bench locomo|longchat|latency|embedders|scale|claude|client|cli|phrasing|acts`` to the CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
                                          "ordinary phrasing",
@@ -354,6 +407,16 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="rewrite the results block (between the bench:locomo markers) of this Markdown file, "
                          "e.g. docs/benchmarks.md")
     lp.set_defaults(bench_fn=cmd_locomo)
+    lc = bsub.add_parser("longchat", help="evidence and key-phrase recall on long technical chats, against BM25 over "
+                                          "raw messages and ~400-character chunks")
+    lc.add_argument("data", help="a directory of chat files (see --make) or one chat file")
+    lc.add_argument("--make", type=_seeds, metavar="SEEDS", help="first write chats of these seeds (like 0-4) into DATA")
+    lc.add_argument("--tokens", type=_budgets, default=[150_000], help="with --make: sizes in tokens, comma-separated")
+    lc.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
+    lc.add_argument("--limit", type=int, default=None, help="only the first N chats")
+    lc.add_argument("--json", metavar="FILE")
+    lc.add_argument("--plot", metavar="PNG")
+    lc.set_defaults(bench_fn=cmd_longchat)
     tp = bsub.add_parser("latency", help="search / exact scan / write latency vs store size, query embedding")
     tp.add_argument("--sizes", default="1000,10000,100000")
     tp.add_argument("--queries", type=int, default=200)

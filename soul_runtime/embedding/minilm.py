@@ -36,6 +36,9 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 VOCAB_FILE = "minilm-l6-v2-vocab.txt"
 VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 MAX_TOKENS = 256
+RUN_TOKENS = 4096
+"""Padded tokens one model run takes at most (16 texts of 256 tokens): its activations, about 20 MB a
+thousand tokens, bound the embedder's transient memory."""
 
 
 def _sha256(path: Path) -> str:
@@ -138,6 +141,11 @@ class MiniLMEmbedder(Embedder):
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # inputs vary in length (1-256 tokens, batches of 1-64): ORT's arena keeps its largest blocks and the
+        # memory-pattern planner keeps a plan per input shape, so a process that embeds long texts grew by GBs
+        # (2.2 GB after 60 batches of mixed sizes); without them each run's buffers are freed when it ends
+        opts.enable_cpu_mem_arena = False
+        opts.enable_mem_pattern = False
         try:
             session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as e:
@@ -170,14 +178,17 @@ class MiniLMEmbedder(Embedder):
         return out
 
 
-def length_groups(lengths: list[int], *, slack: float = 1.25, extra: int = 8) -> list[list[int]]:
+def length_groups(lengths: list[int], *, slack: float = 1.25, extra: int = 8, max_tokens: int = RUN_TOKENS
+                  ) -> list[list[int]]:
     """The positions of a batch grouped by token length (shortest first) so that no text in a group is padded
     beyond ``slack`` × its own length + ``extra`` tokens: the encoder's cost grows with the padded length, so
-    a short query batched with a long index key would cost nearly two long texts."""
+    a short query batched with a long index key would cost nearly two long texts. A group also ends before its
+    padded size (texts × longest length) passes ``max_tokens``: what one run of the model holds in memory."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     groups: list[list[int]] = []
     for i in order:
-        if groups and lengths[i] <= slack * lengths[groups[-1][0]] + extra:
+        if (groups and lengths[i] <= slack * lengths[groups[-1][0]] + extra
+                and (len(groups[-1]) + 1) * max(lengths[i], 1) <= max_tokens):
             groups[-1].append(i)
         else:
             groups.append([i])

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
-from soul_runtime.errors import InvalidInput, ModelError, OutOfOrder
+from soul_runtime.errors import InvalidInput, ModelError, OutOfOrder, StorageError
 from soul_runtime.loop.buffer import BufferTurn
 from soul_runtime.loop.context import assemble
 from soul_runtime.loop.decide import (
@@ -39,8 +39,10 @@ from soul_runtime.loop.decide import (
     exchange_to_plain,
     windows,
 )
+from soul_runtime.loop.fit import fit_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
+from soul_runtime.loop.units import unit_requests
 from soul_runtime.models.base import AsyncLanguageModel, Exchange, LanguageModel, Usage
 from soul_runtime.models.sync_view import sync_view
 from soul_runtime.records import (
@@ -318,7 +320,11 @@ class Soul:
             # nothing is returned before the commit, so a crash before the writes' own intent (saved before
             # any store is touched) leaves nothing acknowledged and nothing written: the turn can simply run
             # again; no intent (and no fsync) is needed at the reply
-            return self._result(self._memory_work(trace, exchange, intent))
+            try:
+                return self._result(self._memory_work(trace, exchange, intent))
+            except StorageError:
+                self._unfinished = True  # an intent it saved is completed by the next call (settle)
+                raise
         t0 = clock()
         self.state.save_intent(intent)  # the reply is returned now: a crash from here on is completed by recover()
         timings["intent"] = (clock() - t0) * 1000
@@ -344,11 +350,16 @@ class Soul:
             d = Decided(False, f"memory decision failed, nothing written: {e}")
         parts = [(p, m, Usage.from_dict(v)) for p in ("reply",) for m, v in (trace.usage.get("by_model") or {}).items()]
         parts += [("memory", m, u) for m, u in d.usage]
-        reqs = [WriteRequest(turn_key=trace.turn_id, now=trace.at, actor=exchange.speaker,
-                             sources=exchange.message_ids, extraction=d.extraction, session=session,
-                             key_context=exchange.user_text)] if d.persisted else []
+        reqs: list[WriteRequest] = []
+        mended: list[str] = []
+        if d.persisted:
+            req, mended = fit_request(WriteRequest(turn_key=trace.turn_id, now=trace.at, actor=exchange.speaker,
+                                                   sources=exchange.message_ids, extraction=d.extraction,
+                                                   session=session, key_context=exchange.user_text),
+                                      exchange.message_ids[0] if exchange.message_ids else trace.turn_id)
+            reqs += [req, *unit_requests(req, exchange.user_text)]
         return replace(trace, persisted=d.persisted, persist_reason=d.reason, categories=d.categories,
-                       usage=usage_report(parts), timings_ms=dict(timings)), reqs
+                       usage=usage_report(parts), timings_ms=dict(timings), mended=tuple(mended)), reqs
 
     def _memory_work(self, trace: TurnTrace, exchange: Exchange, intent: dict[str, Any]) -> TurnTrace:
         timings = dict(trace.timings_ms)
@@ -364,9 +375,14 @@ class Soul:
         writes = self.memory.write_many(reqs) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings), pending=False)
-        for t in new_turns:
-            self._append(t, session)
-        self._commit(trace)
+        buffer = self.state.buffer.copy()
+        try:
+            for t in new_turns:
+                self._append(t, session)
+            self._commit(trace)
+        except BaseException:
+            self.state.buffer = buffer  # not acknowledged: the buffer holds what was committed
+            raise
         return trace
 
     @staticmethod
@@ -399,6 +415,7 @@ class Soul:
         timings: dict[str, float] = {}
         reqs: list[WriteRequest] = []
         reasons: list[str] = []
+        mended: list[str] = []
         used: list[tuple[str, str, Usage]] = []
         new_turns = []
         for window in windows(msgs, tc):
@@ -411,20 +428,27 @@ class Soul:
                     prev = buffer.turns[-1] if buffer.turns else None
                     said = (m.text if prev is None or prev.speaker == m.speaker
                             else f"{m.text} (replying to: {prev.text[:300]})")
-                    reqs.append(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker, sources=(m.id,),
-                                             extraction=d.extraction, session=sess, key_context=said))
+                    req, notes = fit_request(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker,
+                                                          sources=(m.id,), extraction=d.extraction, session=sess,
+                                                          key_context=said), m.id)
+                    reqs += [req, *unit_requests(req, m.text)]
+                    mended += notes
                 bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
                 buffer.append(bt)
                 new_turns.append(bt)
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,
-                          usage=usage_report(used))
-        if reqs:
-            self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
-                                    "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
-                                    "session": sess})
-        trace = self._apply(trace, reqs, new_turns, sess, timings)
+                          usage=usage_report(used), mended=tuple(mended))
+        try:
+            if reqs:
+                self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
+                                        "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
+                                        "session": sess})
+            trace = self._apply(trace, reqs, new_turns, sess, timings)
+        except StorageError:
+            self._unfinished = True  # an intent it saved is completed by the next call (settle)
+            raise
         return self._result(trace)
 
     # ---- reading traces ------------------------------------------------------------------

@@ -34,6 +34,9 @@ class TurnTrace:
     reply: str = ""
     pending: bool = False
     """The reply has been returned and the memory work (decision, writes) is still running."""
+    mended: tuple[str, ...] = ()
+    """What the write path changed in the model's extraction so that the stores accept it, and why (one line per
+    change, starting with the message or turn it came from; see :mod:`soul_runtime.loop.fit`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"turn_id": self.turn_id, "seq": self.seq, "soul_id": self.soul_id, "kind": self.kind, "at": self.at,
@@ -42,7 +45,7 @@ class TurnTrace:
                 "persist_reason": self.persist_reason, "categories": list(self.categories),
                 "writes": [w.to_dict() for w in self.writes], "tokens": dict(self.tokens),
                 "timings_ms": dict(self.timings_ms), "model": self.model, "usage": dict(self.usage),
-                "reply": self.reply, "pending": self.pending}
+                "reply": self.reply, "pending": self.pending, "mended": list(self.mended)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TurnTrace:
@@ -52,7 +55,8 @@ class TurnTrace:
                    persist_reason=d["persist_reason"], categories=tuple(d["categories"]),
                    writes=tuple(MemoryWrite.from_dict(w) for w in d["writes"]), tokens=dict(d["tokens"]),
                    timings_ms=dict(d["timings_ms"]), model=d["model"], usage=dict(d["usage"]),
-                   reply=d.get("reply", ""), pending=bool(d.get("pending", False)))
+                   reply=d.get("reply", ""), pending=bool(d.get("pending", False)),
+                   mended=tuple(d.get("mended", ())))
 
 
 def _counts(u: Usage) -> list[Any]:

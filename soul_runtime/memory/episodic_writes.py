@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from soul_runtime.errors import StorageError
 from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.layer_db import applied_writes, pack, record_applied, unpack
@@ -57,7 +58,11 @@ class EpisodeWrites(EpisodeTable):
         wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
         texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
         keys = [index_key_text(r) for _, r, d in wanted if d.write]
-        vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
+        embedded = [vector_text(r) for _, r, d in wanted if d.write]
+        unique = list(dict.fromkeys(embedded))  # units of one message share its vector: one embedding
+        got = self.embedder.embed(unique) if unique else np.zeros((0, self.embedder.dim), np.float32)
+        row = {t: i for i, t in enumerate(unique)}
+        vectors = got[[row[t] for t in embedded]] if embedded else got
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
         vi = 0
         with transaction(self.db):
@@ -83,7 +88,10 @@ class EpisodeWrites(EpisodeTable):
                 self.index.remove(key, seq)
         self._unsaved += len(index_ops)
         if self._unsaved >= SAVE_EVERY:
-            self.flush()
+            try:
+                self.flush()
+            except StorageError:  # the writes are committed; the change log keeps them until a save succeeds
+                pass
         return [o or [] for o in out]
 
     def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
@@ -166,3 +174,8 @@ def index_key_text(req: WriteRequest) -> str:
     parts = [detail] if detail and summary.rstrip(".…") in detail else [summary, detail]
     parts.append(req.key_context.strip())
     return " ".join(p for p in parts if p)[:4000]
+
+
+def vector_text(req: WriteRequest) -> str:
+    """What an episode's vector is computed from: ``req.vector_text`` when given, else its key text."""
+    return req.vector_text or index_key_text(req)

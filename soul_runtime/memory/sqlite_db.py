@@ -3,6 +3,9 @@ ordered named migrations."""
 
 from __future__ import annotations
 
+import errno
+import os
+import resource
 import sqlite3
 import tempfile
 import threading
@@ -109,8 +112,8 @@ def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAG
         if not path.exists():
             _create(path, migrations, page_size)
         return _open(path, migrations, page_size)
-    except sqlite3.DatabaseError as e:
-        raise StorageError(f"{path}: {e}") from e
+    except (sqlite3.DatabaseError, OSError) as e:
+        raise storage_error(e, path) from e
 
 
 def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite3.Connection:
@@ -154,7 +157,7 @@ def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite
             con.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
         return con
     except sqlite3.DatabaseError as e:
-        raise StorageError(f"{path}: {e}") from e
+        raise storage_error(e, path) from e
 
 
 def _pages(con: sqlite3.Connection) -> tuple[int, int]:
@@ -171,20 +174,96 @@ def memory_bytes(con: sqlite3.Connection) -> int:
     return min(pages * size, ceiling)
 
 
+_CAUSES = {"SQLITE_FULL": "disk full", "SQLITE_READONLY": "read-only storage", "SQLITE_IOERR": "I/O error",
+           "SQLITE_CANTOPEN": "cannot open the file", "SQLITE_CORRUPT": "corrupt database",
+           "SQLITE_NOTADB": "not a database"}
+_ERRNO_CAUSES = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit",
+                 errno.EROFS: "read-only storage", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+                 errno.EIO: "I/O error"}
+
+
+def storage_cause(e: BaseException) -> str:
+    """What a failed read or write of the record ran into, in a few words ("disk full", "read-only storage",
+    "I/O error", ...), from SQLite's error code or the system call's errno."""
+    name = str(getattr(e, "sqlite_errorname", "") or "")
+    for prefix, cause in _CAUSES.items():
+        if name.startswith(prefix):
+            return cause
+    if isinstance(e, OSError) and e.errno in _ERRNO_CAUSES:
+        return _ERRNO_CAUSES[e.errno]
+    text = str(e).lower()
+    if "disk is full" in text or "no space" in text:
+        return "disk full"
+    if "readonly" in text or "read-only" in text:
+        return "read-only storage"
+    if "disk i/o" in text:
+        return "I/O error"
+    return type(e).__name__
+
+
+def storage_error(e: BaseException, where: object) -> StorageError:
+    """``e`` as the :class:`StorageError` that names its cause and the file. When SQLite only says it could not
+    open or write the file, the file system says why: mounted read-only, or out of space."""
+    cause = storage_cause(e)
+    if cause in ("cannot open the file", "I/O error", "OperationalError"):
+        cause = _file_system_cause(Path(str(where))) or cause
+    return StorageError(f"{where}: {cause} ({e})")
+
+
+def _file_system_cause(path: Path) -> str | None:
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return f"file size limit (this process may write files of at most {limit} bytes)"
+    for p in (path.parent, *path.parent.parents):
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        if st.f_flag & os.ST_RDONLY:
+            return "read-only storage"
+        if st.f_bavail == 0 and st.f_blocks:
+            return "disk full"
+        return None
+    return None
+
+
+def _path(con: sqlite3.Connection) -> str:
+    try:
+        return str(con.execute("PRAGMA database_list").fetchone()[2]) or "database"
+    except sqlite3.Error:
+        return "database"
+
+
+def _rollback(con: sqlite3.Connection) -> None:
+    """Roll back what is still open. SQLite has already rolled back a transaction that failed on a full disk
+    or an I/O error; a second rollback would only hide the first error."""
+    if con.in_transaction:
+        try:
+            con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
 @contextmanager
 def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One atomic, durable transaction: all of it is on disk when this returns, or none of it."""
+    """One atomic, durable transaction: all of it is on disk when this returns, or none of it. A failure of the
+    storage itself (disk full, read-only, I/O error) is raised as :class:`StorageError` naming its cause."""
     try:
         con.execute("BEGIN IMMEDIATE")
     except sqlite3.DatabaseError as e:
-        raise StorageError(str(e)) from e
+        raise storage_error(e, _path(con)) from e
     try:
         yield con
+    except sqlite3.DatabaseError as e:
+        _rollback(con)
+        if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError):
+            raise
+        raise storage_error(e, _path(con)) from e
     except BaseException:
-        con.execute("ROLLBACK")
+        _rollback(con)
         raise
     try:
         con.execute("COMMIT")
     except sqlite3.DatabaseError as e:
-        con.execute("ROLLBACK")
-        raise StorageError(str(e)) from e
+        _rollback(con)
+        raise storage_error(e, _path(con)) from e

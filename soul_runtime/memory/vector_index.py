@@ -20,6 +20,7 @@ import numpy as np
 import onnxruntime  # noqa: F401  -- must be loaded before usearch: the reverse order segfaults (ort 1.31/1.32, usearch 2.26.6)
 from usearch.index import Index
 
+from soul_runtime.memory.sqlite_db import storage_error
 from soul_runtime.owner_only import private_umask, restrict, write_file
 
 
@@ -99,16 +100,20 @@ class VectorIndex:
     def save(self) -> None:
         # a name of its own: two processes opening one soul at once (a takeover) may both save
         tmp = self.path.with_suffix(f"{self.path.suffix}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with private_umask():  # usearch creates the file with the process umask
-            self.index.save(str(tmp))
-        restrict(tmp)
-        size = tmp.stat().st_size
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        meta = {"embedder_id": self.embedder_id, "dim": self.dim, "applied_seq": self.applied_seq,
-                "count": len(self.index), "bytes": size, "params": self.params.__dict__}
-        write_file(self.meta_path, json.dumps(meta), durable=False)
+        try:
+            with private_umask():  # usearch creates the file with the process umask
+                self.index.save(str(tmp))
+            restrict(tmp)
+            size = tmp.stat().st_size
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            meta = {"embedder_id": self.embedder_id, "dim": self.dim, "applied_seq": self.applied_seq,
+                    "count": len(self.index), "bytes": size, "params": self.params.__dict__}
+            write_file(self.meta_path, json.dumps(meta), durable=False)
+        except (OSError, RuntimeError) as e:  # usearch reports a failed write as RuntimeError
+            tmp.unlink(missing_ok=True)
+            raise storage_error(e, self.path) from e
 
     # ---- data ----------------------------------------------------------------------
     def add(self, key: int, vector: np.ndarray, seq: int) -> None:

@@ -1,0 +1,75 @@
+"""Long messages become several units: each informative piece an episode of its own, found by its own words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from soul_runtime.loop.soul import Soul
+from soul_runtime.loop.units import UNIT_CHARS, informative, split_units
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.offline import OfflineModel
+from tests.fakes import HashEmbedder
+
+T0 = 1_780_000_000.0
+
+LONG = "\n\n".join([
+    "We spent the morning on the gateway again. " * 12,
+    "Pinned for billing in requirements:\n```\nfastapi==0.110.2\norjson==3.9.15\n```",
+    "| service | p95 latency |\n|---|---|\n| gateway | 41 ms |\n| search | 230 ms |",
+    "```python\ndef make_client(env):\n\n    return Client(env, timeout=17, pool_size=9)\n```",
+    "The dashboards look calm and the team is happy with the rollout so far. " * 6,
+    "Sprint 12 ends on 14 February 2026; for the export I propose streaming it in pages of 10,000 rows.",
+])
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        return super()._embed_batch(texts)
+
+
+def test_units_are_small_keep_code_fences_and_cover_the_text() -> None:
+    units = split_units(LONG)
+    assert all(len(u) <= UNIT_CHARS for u in units)
+    fenced = "```python\ndef make_client(env):\n\n    return Client(env, timeout=17, pool_size=9)\n```"
+    assert any(fenced in u for u in units)  # its blank line does not cut a fenced block
+    joined = " ".join(units).split()
+    assert set(LONG.split()) == set(joined)
+    assert informative("| gateway | 41 ms |") and informative("use `make build`") and informative("I propose a cache")
+    assert not informative("The dashboards look calm and the team is happy.")
+
+
+def test_a_long_message_is_found_and_shown_by_each_of_its_units(tmp_path: Path) -> None:
+    emb = CountingEmbedder()
+    mem = SoulMemory(tmp_path, embedder=emb)
+    soul = Soul("dev", tmp_path, memory=mem, model=OfflineModel())
+    soul.observe([{"speaker": "maya", "text": "Short hello to start the day with the team.", "id": "m0", "at": T0},
+                  {"speaker": "assistant", "text": LONG, "id": "m1", "at": T0 + 60}])
+    written = list(emb.texts)
+    units = [e for e in mem.episodes() if e.sources == ("m1",)]
+    assert len(units) >= 3 and all(e.at == T0 + 60 and e.actor == "assistant" for e in units)
+    for query, phrase in (("fastapi version pinned for billing", "fastapi==0.110.2"),
+                          ("gateway p95 latency", "41 ms"), ("client timeout", "timeout=17"),
+                          ("when does sprint 12 end", "14 February 2026")):
+        hits = mem.recall(query, 5, now=T0 + 3600)
+        assert any(phrase in h.text and h.sources == ("m1",) for h in hits), (query, [h.text for h in hits])
+    assert not any("dashboards look calm" in e.summary and "propose" not in e.summary for e in units)
+    assert len([t for t in written if "fastapi" in t]) == 1  # the units share the message's one embedding
+    soul.close()
+    mem.close()
+
+
+def test_a_short_message_stays_one_episode(tmp_path: Path) -> None:
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder())
+    soul = Soul("dev", tmp_path, memory=mem, model=OfflineModel())
+    soul.observe([{"speaker": "maya", "text": "We pinned fastapi 0.110.2 for billing after the upgrade broke the build.",
+                   "id": "m1", "at": T0}])
+    assert len([e for e in mem.episodes() if e.sources == ("m1",)]) <= 1
+    soul.close()
+    mem.close()
