@@ -351,10 +351,10 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
             leftover.append(sentence)
             continue
         clauses, kept = rules.split_clauses(rules.strip_fillers(sentence)), []
-        for said in clauses:
+        for spoken in clauses:
             n_facts = len(a.facts)
-            first = rules.as_first_person(said) if person else ""  # "he's based in …": the person just named
-            clause, who = (first, person) if first else (rules.resolve_pronouns(said, thing, person), subject)
+            first = rules.as_first_person(spoken) if person else ""  # "he's based in …": the person just named
+            clause, who = (first, person) if first else (rules.resolve_pronouns(spoken, thing, person), subject)
             if rules.echoes(clause, persona) or rules.pastes(clause, ex.recalled):  # a user saying a fact again is fine
                 continue
             m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
@@ -384,7 +384,7 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
             else:
                 a.facts += [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, who)]
             if len(a.facts) == n_facts or all(f.kind == "stated" for f in a.facts[n_facts:]):
-                kept.append(said)
+                kept.append(spoken)
         thing = rules.last_thing(sentence) or (a.facts[-1].display_entity if a.facts else "") or thing
         person = rules.last_person(sentence) or person
         leftover += [" \u2014 ".join(kept).rstrip(".!") + "."] if len(kept) < len(clauses) and kept else []
