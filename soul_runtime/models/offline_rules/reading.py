@@ -84,16 +84,22 @@ _SUBJECT = re.compile(r"^(?P<n>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*){0,2})\s+(?:is|a
 
 def last_thing(text: str) -> str:
     """What ``text`` was last about: the subject of its last sentence when that is a name ("Vireo is our
-    ticketing app"), else the last name in it ("Meet Orbit, our new deploy bot" → "Orbit"), else ''."""
+    ticketing app"), else the last name in it ("Meet Orbit, our new deploy bot" → "Orbit"), else '' (also
+    when the sentence is itself about "it": the thing stays what it was)."""
     sentences = split_sentences(text)
-    if not sentences:
+    if not sentences or re.match(r"^(?i:it|it's|its|they|they're|he|she|he's|she's)\b", sentences[-1]):
         return ""
     last = sentences[-1]
     m = _SUBJECT.match(last)
     if m and m.group("n").split()[0].lower() not in STOPWORDS:
         return m.group("n")
-    names = [n.group(0) for n in re.finditer(r"(?<![\w'-])[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*){0,2}", last) if n.start() > 0]
-    names = [n for n in names if n.split()[0].lower() not in STOPWORDS]
+    names = []
+    for n in re.finditer(r"(?<![\w'-])[A-Z][\w+-]*(?:\.[\w+-]+)*(?:\s+[A-Z][\w+-]*(?:\.[\w+-]+)*){0,2}", last):
+        words = n.group(0).split()
+        if n.start() == 0:
+            words = words[1:]  # a sentence's first word: a name only as a subject (above)
+        if words and words[0].lower() not in STOPWORDS:
+            names.append(" ".join(words))
     return names[-1] if names else ""
 
 
@@ -186,8 +192,8 @@ def parse_predicate(s: str, subject: str) -> list[Statement]:
         att = {"cost": "price", "weigh": "weight", "take": "duration", "last": "duration"}[verb]
         return [Statement(m.group("np"), att, clean_value(m.group("val")))]
     m = _TRANSITIVE.match(s)
-    if m and m.group("np").lower() not in ("i", "we", "it", "they", "he", "she") and _value(m.group("val")):
-        return [Statement(m.group("np"), m.group("verb").lower(), _value(m.group("val")))]
+    if m and m.group("np").lower() not in ("i", "we", "it", "they", "he", "she") and _value(trim_time(m.group("val"))):
+        return [Statement(m.group("np"), m.group("verb").lower(), _value(trim_time(m.group("val"))))]
     m = _DUE.match(s)
     if m and m.group("np").lower() not in ("it", "they", "he", "she") and _value(m.group("val")):
         return [Statement(m.group("np"), "due date", _value(trim_time(m.group("val"))))]

@@ -160,7 +160,7 @@ def _splits(s: str) -> list[_Split]:
 _INVERTED = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[\w.+-]+){0,3}|\d[\w:.]*)\s+(?:is|are)\s+(?P<det>our|my|the)\s+"
                        r"(?P<np>\w[\w' -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
 _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P<verb>hosts|runs|powers|serves|backs|"
-                     r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
+                     r"stores|holds|orchestrates|builds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
 _AGENT = re.compile(r"^(?P<val>[A-Z][\w&.+-]*(?:\s+(?:&\s+)?[A-Z][\w&.+-]*){0,3})\s+(?:is|are)\s+(?:now\s+)?(?:doing|handling|"
