@@ -25,10 +25,10 @@ _CHANGE_VERBS = (r"moved|migrated|switched|changed|relocated|upgraded|downgraded
                  r"converted|ported|rewrote|rewritten|rebuilt|replaced|rescheduled|pushed|bumped|updated|traded|"
                  r"exchanged|repointed|cut over|flipped|slipped|grew|grown|rose|risen|went up|went down|gone up|"
                  r"gone down|cut|raised|lowered|increased|decreased|reduced|extended|expanded|shortened|"
-                 r"transferred|reassigned|handed|passed|postponed|delayed|brought forward|(?:is|are) (?:now )?down|"
+                 r"transferred|reassigned|handed|passed|renewed|postponed|delayed|brought forward|(?:is|are) (?:now )?down|"
                  r"(?:is|are) (?:now )?up")
 _CHANGE = re.compile(rf"^(?P<ctx>.*?)\b(?P<verb>{_CHANGE_VERBS})\b(?P<obj>.*?)\s+(?:over\s+|back\s+)?"
-                     rf"(?P<prep>to|for|with|in|into|onto|by|from \S+ to)\s+(?P<new>.+)$", re.I)
+                     rf"(?P<prep>to|for|with|in|into|onto|by|until|till|from \S+ to)\s+(?P<new>.+)$", re.I)
 _TOOK_OVER = re.compile(r"^(?P<new>[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*){0,2})\s+(?:has\s+)?(?:took|taken|takes)\s+over\s+"
                         r"(?P<ctx>.+?)(?:\s+from\s+(?P<old>.+))?$")
 _SWAP = re.compile(r"^(?P<ctx>.*?)\b(?:sold|dropped|ditched|gave up|left|quit|retired|cancelled|canceled)\s+"

@@ -27,7 +27,10 @@ _NEGATION = re.compile(r"^(?i:no(?:[\s,]+no)*|nope|nah|not quite|not really|not 
                        r"that is (?:not (?:right|correct)|wrong|incorrect)|that was wrong|my bad|my mistake|"
                        r"i was wrong|i misspoke|scratch that|i got (?:that|it) wrong)"
                        r"(?:\s*[,.!:;\u2014\u2013]+\s*|\s+-+\s+|$)")
-_LABEL = re.compile(r"^(?P<label>[A-Za-z][\w'/-]*(?:\s+[\w'/-]+){0,5}?)\s*(?::|\s[\u2014\u2013]|\s-+)\s+(?=\S)")
+_LABEL = re.compile(r"^(?P<label>[A-Za-z][\w'/-]*(?:\s+[\w'/-]+){0,7}?)\s*(?::|\s[\u2014\u2013]|\s-+)\s+(?=\S)")
+_CLAUSE = re.compile(r"\b(?:is|are|was|were|has|have|had|'s|'re|uses?|runs?|lives?|works?|hosts?|requires?|targets?|"
+                     r"belongs?|owns?|costs?|[a-z]{3,}(?:ed|es))\b", re.I)
+_COPULA = re.compile(r"\b(?i:is|are|was|were|'s|'re|am|has|have|i|we|my|our|steps?|confirm\w*)\b|\d")
 _CHANGE_LABEL = re.compile(r"\b(?i:fix\w*|correct\w*|chang\w*|updat\w*|edit\w*|amend\w*|revis\w*|errat\w*|"
                            r"new info\w*|news|wrong|mistake|typo|rectif\w*|adjust\w*)\b")
 _NOT_LABEL = re.compile(r"\b(?i:is|are|was|were|am|has|have|had|'s|'re|'m|i|we|you|it|they|my|our|the|his|her|their|"
@@ -48,7 +51,9 @@ def read_opening(text: str) -> tuple[str, bool]:
             s = s[m.end():].strip()
             continue
         m = _LABEL.match(s)
-        if m and not _NOT_LABEL.search(m.group("label")) and len(m.group("label").split()) <= 6:
+        short = m and not _NOT_LABEL.search(m.group("label")) and len(m.group("label").split()) <= 6
+        if m and (short or (not _COPULA.search(m.group("label")) and _CLAUSE.search(s[m.end():])
+                            and not re.match(r"^(?i:my|our|the)\b", m.group("label")))):
             marked = marked or bool(_CHANGE_LABEL.search(m.group("label")))
             s = s[m.end():].strip()
             continue
@@ -73,7 +78,7 @@ def last_person(text: str) -> str:
             if m.start() == 0 and len(words) == 1 and not re.match(rf"^{re.escape(words[0])}\s+(?:is|was|has|works|"
                                                                    r"lives|uses|runs)\b", sentence):
                 continue  # a sentence's first word alone, probably not a name
-            place = re.search(r"\b(?:in|at|to|from|on|near|into|of)\s+$", sentence[:m.start()], re.I)
+            place = re.search(r"\b(?:in|at|from|near|into)\s+$", sentence[:m.start()], re.I)
             if words and words[0].lower() not in STOPWORDS and not place:
                 found = " ".join(words)
     return found
@@ -145,7 +150,7 @@ def as_first_person(clause: str) -> str:
 _NP = r"(?:(?:[Tt]he|[Oo]ur|[Mm]y|[Tt]heir|[Yy]our)\s+)?(?P<np>[\w.+-]+(?:\s+[\w.+-]+){0,3}?)"
 _NUM = r"\d[\d,.]*"
 _COUNT = re.compile(rf"^{_NP}\s+(?:now\s+)?(?:has|have|holds|employs|runs|keeps|counts)\s+(?:now\s+)?(?:about\s+|around\s+)?"
-                    rf"(?P<n>{_NUM})\s+(?P<unit>[a-z][a-z-]*(?:\s+[a-z][a-z-]*)?)$")
+                    rf"(?P<n>{_NUM})\s+(?P<unit>[A-Za-z][\w-]*(?:\s+(?:of\s+)?[a-z][a-z-]*)?)$")
 _MEASURE = re.compile(rf"^{_NP}\s+(?P<verb>costs?|weighs?|takes?|lasts?)\s+(?P<val>(?:about\s+)?{_NUM}.*)$")
 _TRANSITIVE = re.compile(rf"^{_NP}\s+(?:now\s+)?(?P<verb>requires|needs|targets|supports|depends on|relies on)\s+"
                          r"(?P<val>[A-Z0-9].*)$")

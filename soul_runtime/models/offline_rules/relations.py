@@ -119,7 +119,7 @@ def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Stat
 
 
 _SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
-                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold|done)\s+)?|"
+                    rf"(?:(?!(?:{_PREP}|next|last|first|most|best|just|not|about|almost|often)\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold|done)\s+)?|"
                     rf"(?:(?:now|currently|still|also|actually)\s+)?"
                     rf"(?P<v>[a-z]+)\s+(?:(?:out|up|off|over|down|back)\s+(?=(?:{_PREP})\s))?)(?:(?P<prep>{_PREP})\s+)?"
                     rf"(?P<val>\S.*)$")
@@ -170,7 +170,7 @@ _HAVE_BRAND = re.compile(r"^(?i:we|i)\s+(?i:have|own|got|use)\s+(?i:a|an)\s+(?P<
                          r"(?P<np>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,3})$")
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
 _WE_USE_FOR = re.compile(r"^(?:we|i)(?:\s+(?:now|still|currently|also|mostly))?(?:\s+use|\s+are using|'re using|'re on|"
-                         r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+"
+                         r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+(?:an?\s+)?"
                          r"(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:for|as)\s+(?:our\s+|the\s+|my\s+)?"
                          r"(?P<np>[a-z][\w -]{0,40})$", re.I)
 
@@ -248,7 +248,8 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             continue
         plain = bool(sp.group("be")) and not verb and not prep
         uses = lemma(verb) == "use" and not prep
-        rel = "" if plain else "uses" if uses else _relation(verb, prep, sp.group("val"))
+        rel = ("schedule" if is_timeish(trim_time(sp.group("val"))) else "") if plain else "uses" if uses else _relation(
+            verb, prep, sp.group("val"))
         st = _fact(np[0], np[1], rel, ("every " if prep == "every" else "") + sp.group("val"), np[2])
         if st and uses and not np[1]:  # the existing convention: one "uses_<tool>" fact per tool
             st = Statement(st.entity, "uses", st.value, "uses_" + _head(st.value))

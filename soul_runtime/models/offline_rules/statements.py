@@ -28,7 +28,7 @@ _TEAM = re.compile(r"^(?i:i'm|i am|i work|i'm working)\s+(?i:on|in|with|for)\s+(
 _WORK_AT = re.compile(r"^(?i:i work|i'm working|i am working)\s+(?i:at|for)\s+(?P<org>[A-Z].*)$")
 _FROM = re.compile(r"^(?i:i'm|i am|i come)\s+(?i:originally\s+)?from\s+(?P<val>[A-Z].*)$")
 _LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i just moved|i'm based|i am based|i'm located|"
-                   r"i am located)\s+(?i:in|to)\s+(?P<val>[A-Z].*)$")
+                   r"i am located|i work|i'm working|i am working)\s+(?i:in|to|from)\s+(?P<val>[A-Z].*)$")
 _PREF1 = re.compile(r"^(?i:i)\s+(?:(?i:really|also|just|totally|absolutely|still|much|do)\s+)?"
                     r"(?P<verb>(?i:prefer|like|love|enjoy|hate|dislike|use))\s+(?P<val>.+)$")
 _PREF3 = re.compile(r"^" + _ENT + r"\s+(?P<verb>prefers|likes|loves|enjoys|hates|dislikes|uses|runs on)\s+(?P<val>.+)$")
