@@ -343,14 +343,20 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
         confirmed = previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
         a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
         rest = conf
-    body, marked = rules.read_opening(rest)
+    marked, opening = False, True  # the message's opening markers, read off its first sentences
     thing = recent_said[-1].display_entity if recent_said else cands[0].display_entity if cands else ""
     person = next((p for m in reversed(hist) if m.role == "user" and (p := rules.last_person(m.content))), "")
-    for sentence in rules.split_sentences(body):
+    for sentence in rules.split_sentences(rest):
         if rules.is_question(sentence):
             leftover.append(sentence)
             continue
-        clauses, kept = rules.split_clauses(rules.strip_fillers(sentence)), []
+        read = sentence
+        if opening:
+            read, mark = rules.read_opening(sentence)
+            marked, opening = marked or mark, not read
+            if not read:  # "Mm, no." — only a marker: it bears on the sentences after it
+                continue
+        clauses, kept = rules.split_clauses(rules.strip_fillers(read)), []
         for spoken in clauses:
             n_facts = len(a.facts)
             first = rules.as_first_person(spoken) if person else ""  # "he's based in …": the person just named
