@@ -87,7 +87,8 @@ class LayerShard(ActorInfo):
                                          ) if self.layer is Store.EPISODIC else None
         # the semantic shards reconcile facts by meaning (fact_match): one thread, the model loaded on the first
         # candidate that needs a comparison of meaning (most are settled by their exact or normalised key)
-        self.fact_embedder = BatchingEmbedder(make_embedder(embedder, threads=1)) if self.layer is Store.SEMANTIC else None
+        self.fact_embedder = BatchingEmbedder(make_embedder(embedder, threads=1)) if (
+            self.layer is Store.SEMANTIC and self.cfg.fact_match_similarity < 1.0) else None
         self.metrics = Metrics.create()
         self.name = store_name(self.layer.value, index)
         self.shards = shards

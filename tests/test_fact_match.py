@@ -64,6 +64,7 @@ def test_meaning_match_needs_a_close_phrase_and_a_clear_winner() -> None:
     m = match_stored(cand("sprint", "planning", "Tuesday afternoons"), stored, close)
     assert m is not None and m.how == "meaning" and m.fact.attribute == "runs_on"
     assert match_stored(cand("sprint", "planning", "Tuesday afternoons"), stored, lambda q, ts: [0.6] * len(ts)) is None
+    assert match_stored(cand("sprint", "planning", "Tuesday afternoons"), stored, close, 1.0) is None  # meaning off
     two = [fact("sprint planning", "runs_on", "Monday mornings"), fact("sprint planning", "schedule_slot", "Friday")]
     assert match_stored(cand("sprint", "planning", "Tuesday afternoons"), two, lambda q, ts: [0.9] * len(ts)) is None
 

@@ -16,6 +16,9 @@ aside), every word of one ``about`` name is a word of its entity and attribute, 
 expected fact is matched and no active fact holds a ``stale`` value; a case that expects nothing passes
 only when no fact at all was stored. Facts beyond the expected ones are counted (``extra``), not failed.
 
+Beside it, in the same run, the baseline: the same model with the semantic store matching candidates to
+stored facts by exact and normalised keys only (``fact_match_similarity`` 1.0, no reconciliation by meaning).
+
 The corpus is split by a fixed rule (within each kind, every second case is ``held``); the held part is
 never used to tune the rules. Each case runs on a fresh in-process soul (``Soul`` + ``SoulMemory``, the
 offline model, turns a minute apart or ``gap_s`` seconds).
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.bench.phrasing import run_case
+from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.text import singular
 
@@ -75,11 +79,11 @@ def judge(case: dict[str, Any], facts: list[tuple[str, str, str]]) -> tuple[bool
     return all(hit) and not stale_values(case.get("stale", []), facts), extra
 
 
-def run(cases: list[dict[str, Any]], embedder: Embedder) -> dict[str, Any]:
+def _score(cases: list[dict[str, Any]], embedder: Embedder, config: MemoryConfig) -> dict[str, Any]:
     per: dict[str, dict[str, list[int]]] = {"kind": defaultdict(lambda: [0, 0]), "split": defaultdict(lambda: [0, 0])}
     failures, extra = [], 0
     for case in cases:
-        got = run_case(case, embedder)
+        got = run_case(case, embedder, config)
         ok, more = judge(case, got)
         extra += more
         for axis in ("kind", "split"):
@@ -94,3 +98,12 @@ def run(cases: list[dict[str, Any]], embedder: Embedder) -> dict[str, Any]:
             "by_kind": {k: {"passed": a, "cases": n} for k, (a, n) in sorted(per["kind"].items())},
             "by_split": {k: {"passed": a, "cases": n} for k, (a, n) in sorted(per["split"].items())},
             "failures": failures}
+
+
+def run(cases: list[dict[str, Any]], embedder: Embedder) -> dict[str, Any]:
+    """The corpus with the stores' defaults, and beside it (``baseline``) the same model and corpus with the
+    semantic store matching candidates to stored facts by exact and normalised keys only (no meaning)."""
+    out = _score(cases, embedder, MemoryConfig())
+    out["baseline"] = {k: v for k, v in _score(cases, embedder, MemoryConfig(fact_match_similarity=1.0)).items()
+                       if k != "failures"}
+    return out

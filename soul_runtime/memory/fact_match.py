@@ -11,7 +11,8 @@ semantic store looks for the active fact it is about, in three steps of decreasi
    ``runs_on`` = ``hosted_on`` = ``deployed_to``; ``owner`` = ``owned_by`` = ``maintained_by`` …). Needs no
    embedder, so it works with the ``fast`` hashing embedder too;
 3. **meaning** — with an embedder: the same thing (entity terms shared) and an "entity attribute" phrase
-   whose embedding is close (cosine ≥ :data:`MEANING_THRESHOLD`, clearly above the next best).
+   whose embedding is close (cosine ≥ ``MemoryConfig.fact_match_similarity``, 0.85 by default with
+   all-MiniLM-L6-v2, and clearly above the next best).
 
 Every step also asks the value's type to agree (a count does not update a date, a version keeps its
 product name) and refuses two attributes that name different kinds of one head ("production database" /
@@ -30,8 +31,6 @@ from soul_runtime.memory.policy_semantic import same_thing
 from soul_runtime.records import Fact, FactCandidate
 from soul_runtime.text import singular
 
-MEANING_THRESHOLD = 0.85
-"""Cosine of two "entity attribute" phrases (all-MiniLM-L6-v2) above which they name one fact."""
 MEANING_MARGIN = 0.03
 """How far the best stored fact must lead the next one for a meaning match."""
 
@@ -118,7 +117,7 @@ def phrase(entity: str, attribute: str) -> str:
 
 
 def match_stored(c: FactCandidate, stored: Sequence[Fact],
-                 cosines: Callable[[str, list[str]], list[float]] | None = None) -> Match | None:
+                 cosines: Callable[[str, list[str]], list[float]] | None = None, threshold: float = 0.85) -> Match | None:
     """The active stored fact ``c`` is about when its key differs (steps 2 and 3 above), else None."""
     if multi_valued(c.attribute, c.display_attribute):
         return None
@@ -131,13 +130,13 @@ def match_stored(c: FactCandidate, stored: Sequence[Fact],
     same = [f for f in pool if _read(f.entity, f.attribute) == mine]
     if len(same) == 1:
         return Match(same[0], "normalised", 1.0)
-    if same or cosines is None:
+    if same or cosines is None or threshold >= 1.0:
         return None  # two stored facts read alike: not for this step to choose
     scores = cosines(phrase(c.display_entity or c.entity, c.display_attribute or c.attribute),
                      [phrase(f.display_entity or f.entity, f.display_attribute or f.attribute) for f in pool])
     ranked = sorted(zip(scores, range(len(pool)), strict=True), reverse=True)
     best, i = ranked[0]
     runner = ranked[1][0] if len(ranked) > 1 else -1.0
-    if best >= MEANING_THRESHOLD and best - runner >= MEANING_MARGIN:
+    if threshold < 1.0 and best >= threshold and best - runner >= MEANING_MARGIN:
         return Match(pool[i], "meaning", round(float(best), 4))
     return None

@@ -165,7 +165,9 @@ class SemanticStore:
     def _about(self, c: FactCandidate) -> Fact | None:
         """The active fact ``c`` is about under another key (:func:`fact_match.match_stored`), else None."""
         rows = self.db.execute("SELECT * FROM facts WHERE status = 'active'").fetchall()
-        m = match_stored(c, [self._fact(r) for r in rows], self._cosines if self.embedder is not None else None)
+        by_meaning = self.embedder is not None and self.cfg.fact_match_similarity < 1.0
+        m = match_stored(c, [self._fact(r) for r in rows], self._cosines if by_meaning else None,
+                         self.cfg.fact_match_similarity)
         if m is None:
             return None
         self.matches[m.how] += 1
