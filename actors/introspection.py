@@ -1,4 +1,22 @@
-"""What every soul-runtime actor answers about itself (for tests, operators and fault injection)."""
+"""What every soul-runtime actor answers about itself (for tests, operators and fault injection), and its
+lifecycle.
+
+The lifecycle of every actor (soul hosts, dedicated soul actors, store shards; the controller keeps the same
+contract with nothing to stop):
+
+- **start**: ``__init__`` takes the runtime's configuration and starts what runs beside its calls — its local
+  channel (:meth:`ActorInfo.serve_channel`), a ticker (idle passivation, retention sweeps), a closing thread.
+  No soul is opened until a call asks for it.
+- **calls**: every call on the turn path is idempotent (keyed by its request id or turn), so a caller may send
+  it again after a failure, through Ray or a channel.
+- **stop**: :meth:`ActorInfo.stop`, called once at shutdown (``Runtime.shutdown_actors``, ``soul down``),
+  stops the ticker, closes the channel (callers go through Ray meanwhile), closes every open soul or store
+  (its last memory work lands, its vector index is saved) and waits for the closing thread. The actor is then
+  killed; nothing acknowledged depends on a stop having run.
+- **failure**: a crashed actor is restarted by Ray with nothing in memory. What was acknowledged is on disk
+  (buffer checkpoints, write intents, the layers' files); the restarted actor reads it on a soul's next call,
+  fencing the old activation out, and callers retry with the same request ids.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +46,14 @@ class ActorInfo:
                 self.channel = ChannelServer(self, methods, concurrency=concurrency)
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
+
+    def stop(self) -> int:
+        """Stop what runs beside the calls (see the module's doc); a subclass closes its souls or stores too and
+        returns how many."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        return 0
 
     def channel_counts(self) -> dict[str, int]:
         """Calls served on the local channel (``channel_calls``), if it has one."""

@@ -1,4 +1,5 @@
-"""Store actors: one layer's stores for the souls of one shard (plain class; made remote in runtime.py).
+"""Store actors: one layer's stores for the souls of one shard (plain class; made remote in runtime.py; its
+callers' side is :mod:`actors.shard_client`).
 
 Each shard keeps an LRU of open per-soul stores; a soul's files live in
 ``DATA_DIR/souls/SOUL_ID/``. Calls are idempotent (writes are keyed by turn), so
@@ -16,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.batching import Crowd, MicroBatcher, Ticket
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
@@ -32,13 +32,13 @@ from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
 from . import raycalls
-from .channel import ChannelBook, ChannelBroken, Pending
-from .introspection import ActorInfo, channel_address
+from .introspection import ActorInfo
+from .keyed_locks import Entry, KeyedLocks
 from .metrics import Metrics
 from .placement import store_name, store_of
 from .schedule import Closer, SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
-from .store_locator import StoreLocator as StoreLocator  # it lived here; soul_host imports it from here
+from .shard_client import SHARD_CHANNEL_METHODS
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 log = logging.getLogger(__name__)
@@ -51,14 +51,6 @@ def embed_threads(cpus: int, episodic_shards: int) -> int:
 
 def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
-
-
-class _SoulLock:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
 
 
 class LayerShard(ActorInfo):
@@ -79,8 +71,9 @@ class LayerShard(ActorInfo):
         self.capacity_bytes = capacity_bytes
         self.open: OrderedDict[str, LayerStore] = OrderedDict()
         self.sizes = SizeTable()  # memory of each open store, as of its last use
-        self.locks: dict[str, _SoulLock] = {}
         self.guard = threading.Lock()  # the LRU and the lock table
+        self.locks: KeyedLocks[threading.Lock] = KeyedLocks(threading.Lock, guard=self.guard,
+                                                             keep=lambda sid: sid in self.open)
         self._closer = Closer(f"{layer}-close")  # evicted stores (see _evict)
         # the episodic shards share the cores: each embeds with its share of them (at least one thread)
         self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards))
@@ -97,7 +90,7 @@ class LayerShard(ActorInfo):
         self._sweeping = threading.Lock()
         self.ticker = None
         # for the hosts on this machine, ``channel`` calls at once (the shard's threads; 0: no channel)
-        self.serve_channel(("recall_batch", "apply_batch"), channel)
+        self.serve_channel(SHARD_CHANNEL_METHODS, channel)
         me = raycalls.current_actor() if self.retention_every_s > 0 else None
         if me is not None:  # in an actor: the sweep runs in the actor's own queue
             self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),
@@ -139,17 +132,8 @@ class LayerShard(ActorInfo):
     @contextmanager
     def _claimed(self, soul_id: str) -> Iterator[None]:
         """Hold the soul's lock; the lock-table entry lives while anyone holds or waits for it."""
-        with self.guard:
-            entry = self.locks.setdefault(soul_id, _SoulLock())
-            entry.users += 1
-        try:
-            with entry.lock:
-                yield
-        finally:
-            with self.guard:
-                entry.users -= 1
-                if entry.users == 0 and soul_id not in self.open:
-                    del self.locks[soul_id]
+        with self.locks.held(soul_id):
+            yield
 
     @contextmanager
     def _soul(self, soul_id: str) -> Iterator[Any]:
@@ -201,18 +185,15 @@ class LayerShard(ActorInfo):
             with self.guard:
                 if not over_capacity(self.open, self.sizes, self.capacity, self.capacity_bytes):
                     return
-                victim = next((sid for sid in self.open if self.locks[sid].users == 0), None)
+                victim = next((sid for sid in self.open if self.locks.users(sid) == 0), None)
                 if victim is None:
                     return
-                entry = self.locks[victim]
-                entry.users += 1
-                taken = entry.lock.acquire(blocking=False)  # nobody holds or waits for it (users was 0)
-                assert taken
+                entry = self.locks.take(victim)  # nobody holds or waits for it
                 st = self.open.pop(victim)
                 self.sizes.pop(victim, None)
             self._closer.run(self._close_taken, victim, entry, st)
 
-    def _close_taken(self, soul_id: str, entry: _SoulLock, st: LayerStore) -> None:
+    def _close_taken(self, soul_id: str, entry: Entry[threading.Lock], st: LayerStore) -> None:
         """Close an evicted store whose soul lock the evictor took; then release that lock."""
         try:
             st.close()
@@ -220,14 +201,11 @@ class LayerShard(ActorInfo):
             log.warning("closing %s's %s store failed: %r", soul_id, self.layer.value, e)
         finally:
             entry.lock.release()
-            with self.guard:
-                entry.users -= 1
-                if entry.users == 0 and soul_id not in self.open:
-                    del self.locks[soul_id]
+            self.locks.release(soul_id, entry)
 
-    def settle(self) -> int:
+    def wait_closed(self) -> int:
         """Wait until every evicted store is closed; returns how many stores are open."""
-        self._closer.settle()
+        self._closer.wait_closed()
         with self.guard:
             return len(self.open)
 
@@ -380,84 +358,17 @@ class LayerShard(ActorInfo):
     def close_soul(self, soul_id: str) -> None:
         self._close(soul_id)
 
-
-class _ByChannel:
-    """A batch sent on a shard's local channel, with the way to send it again over Ray should the channel break."""
-
-    __slots__ = ("pending", "again")
-
-    def __init__(self, pending: Pending, again: Any) -> None:
-        self.pending, self.again = pending, again
-
-
-def _resolve(value: Any) -> Any:
-    """A batch's answer: from the channel (sent again over Ray if the channel broke meanwhile) or a Ray ref."""
-    if isinstance(value, _ByChannel):
-        try:
-            return value.pending.result()
-        except ChannelBroken:  # the shard died or restarted: Ray waits for it (the calls are idempotent)
-            value = value.again()
-    return raycalls.get(value)
-
-
-class ShardCalls:
-    """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
-    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
-
-    A call waits until the other turns of the host's ``crowd`` (its threads running turns) are parked (waiting
-    in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls; a turn running
-    alone never waits.
-
-    ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
-    through Ray; one whose channel broke is asked for its address again at most once a second."""
-
-    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05,
-                 channels: bool = False) -> None:
-        self.stores = stores
-        self.crowd = crowd
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
-        self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
-        self.book = ChannelBook(channel_address, enabled=channels)
-        self._by_channel: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def counts(self) -> dict[str, int]:
-        """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``), and how many of
-        the calls went on a local channel."""
-        out: dict[str, int] = {}
-        with self._lock:
-            for (_, method), b in self._batchers.items():
-                out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
-                out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
-            for method, n in self._by_channel.items():
-                out[f"shard_channel_calls:{method}"] = n
-        return out
-
-    def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
-        """Send ``item`` to the shard holding the soul's layer (``method`` is ``recall_batch`` or
-        ``apply_batch``); ``.result()`` on the ticket waits for its answer."""
-        name = store_of(soul_id, layer, self.stores.cfg.shards(layer))
-        with self._lock:
-            b = self._batchers.get((name, method))
-            if b is None:
-                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
-                        _name: str = name) -> Any:
-                    handle = self.stores.handle(_layer, _soul)
-
-                    def by_ray() -> Any:
-                        return raycalls.call(handle, _m, items)
-                    ch = self.book.client(_name, handle)
-                    if ch is not None:
-                        try:
-                            sent = _ByChannel(ch.start(_m, items), by_ray)
-                        except ChannelBroken:
-                            pass
-                        else:
-                            with self._lock:
-                                self._by_channel[_m] += 1
-                            return sent
-                    return by_ray()
-                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=_resolve, max_batch=self.max_batch,
-                                                                  max_wait_s=self.max_wait_s, crowd=self.crowd)
-        return b.start([item])
+    def stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`): the retention ticker, the channel, then every open store is
+        closed (vector indices saved) and the closing thread ends. Returns how many stores were closed."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        super().stop()
+        self.flush()  # vector indices saved whole: the next start reads them instead of replaying changes
+        with self.guard:
+            souls = list(self.open)
+        for soul_id in souls:
+            self._close(soul_id)
+        self._closer.stop()
+        return len(souls)

@@ -11,7 +11,7 @@ Token auth (Ray 2.60): the head is started with ``RAY_AUTH_MODE=token`` and
 ``ray.init("ray://...")`` retries for ~30 s before a bare
 ``ConnectionError("ray client connection timeout")`` (RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S=1
 and RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S=1 shorten that to ~3 s, same message).
-``raycalls.check_client_access`` tells "refused for lack of token" (AuthError) apart
+``client_session.check_client_access`` tells "refused for lack of token" (AuthError) apart
 from "unreachable" (RuntimeUnavailable) in ~10 ms.
 
 Where it listens: by default on the node's address, as Ray picks it — a cluster's head is
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from soul_runtime.owner_only import make_dir, write_file
 
-from . import sockets
+from . import listening_ports
 from .auth_token import new_token_file
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -316,14 +316,14 @@ def head_status(state_dir: str | os.PathLike[str]) -> dict | None:
     env = client_env(info)
     auth = "token" if info.token_path else "disabled"
     env_text = " ".join(f"{k}={v}" for k, v in env.items())
-    listening = sockets.listeners(alive)
+    listening = listening_ports.listeners(alive)
     local_only = bool(listening) and all(s.loopback for s in listening)
     reach = "this machine only" if local_only else "other machines too (a cluster: worker nodes and clients join here)"
     text = "\n".join([
         f"Ray head: {'running' if running else 'NOT running'} ({len(alive)} processes alive)",
         f"  Ray Client address: {info.client_address}",
         f"  GCS address:        {info.gcs_address}",
-        f"  listens on:         {sockets.summary(listening)} — reachable from {reach}",
+        f"  listens on:         {listening_ports.summary(listening)} — reachable from {reach}",
         f"  temp dir:           {info.temp_dir}",
         f"  auth:               {auth}" + (f" (token file {info.token_path})" if info.token_path else ""),
         f"  connect with:       {env_text} soul ... --address {info.client_address}",

@@ -1,19 +1,19 @@
 """The runtime a user connects to: actors started on demand, soul handles.
 
-This is the one module that makes the plain actor classes remote and the one
-the public API (``soul_runtime.connect``) lands in.
+It creates the runtime's actors (the controller, the store shards and the soul hosts; the controller creates
+dedicated soul actors) through :func:`actors.raycalls.create`, the one place plain classes are made remote, and is
+the module the public API (``soul_runtime.connect``) lands in.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-import msgpack
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
@@ -22,18 +22,18 @@ from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
 from soul_runtime.text import check_id, check_text
 
-from . import raycalls
-from .orchestrator import host_name
+from . import client_session, raycalls
+from .controller import host_name
 from .placement import store_name
 from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir
-from .store_locator import StoreLocator
+from .shard_client import StoreLocator
 
 if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
     from soul_runtime.loop.soul import TurnResult  # attaching to running actors imports neither
     from soul_runtime.loop.trace import TurnTrace
 
-ORCHESTRATOR = "soul-orchestrator"
+CONTROLLER = "soul-controller"
 T = TypeVar("T")
 
 
@@ -51,7 +51,7 @@ class Runtime:
         self.detached = detached
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
         self.stores = StoreLocator(self.cfg)
-        dedicated = raycalls.get(raycalls.call(self.orchestrator, "dedicated_souls"), timeout=120)
+        dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)
         self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated,
                              channels=self.cfg.local_channels)
 
@@ -66,26 +66,26 @@ class Runtime:
     def _start_actors(self) -> None:
         ns, conf = self.cfg.namespace, self.cfg.to_dict()
         make_dir(self.cfg.data_dir)  # owner-only (0700) when created here
-        if self.detached and ORCHESTRATOR in raycalls.named_actors(ns):
-            found = raycalls.get_actor(ORCHESTRATOR, ns)
+        if self.detached and CONTROLLER in raycalls.named_actors(ns):
+            found = raycalls.get_actor(CONTROLLER, ns)
             if found is not None:  # a runtime is up: the same routing, or ConfigError
                 self.cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(found, "check_layout", conf),
                                                                 timeout=120))
                 if set(self._names()) <= raycalls.named_actors(ns):  # all its actors too: attach (no class
-                    self.orchestrator = found  # export, no engine imports, no pings; store handles are looked
-                    self._keep = [self.orchestrator]  # up when first used)
+                    self.controller = found  # export, no engine imports, no pings; store handles are looked
+                    self._keep = [self.controller]  # up when first used)
                     return
+        from .controller import RuntimeController
         from .layer_shard import LayerShard
-        from .orchestrator import TurnOrchestrator
         from .soul_host import SoulHost
-        orchestrator = raycalls.create(TurnOrchestrator, ORCHESTRATOR, ns, (conf, SoulHost),
+        controller = raycalls.create(RuntimeController, CONTROLLER, ns, (conf, SoulHost),
                                        **self._opts(max_task_retries=-1, max_concurrency=1000))
         # concurrent first connects: everyone gets the winner's actor
-        self.orchestrator = raycalls.settle({ORCHESTRATOR: orchestrator}, ns, timeout=300)[ORCHESTRATOR]
+        self.controller = raycalls.confirm_created({CONTROLLER: controller}, ns, timeout=300)[CONTROLLER]
         # before any other actor exists: the same routing as the running actors and as the data dir was
         # created with, or ConfigError (two processes must never open one soul's files); automatic host and
         # shard counts come back resolved (the data dir's recorded layout, else the cluster's CPUs)
-        self.cfg = cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(self.orchestrator, "check_layout",
+        self.cfg = cfg = RuntimeConfig.from_dict(raycalls.get(raycalls.call(self.controller, "check_layout",
                                                                             conf), timeout=120))
         conf = cfg.to_dict()
         named: dict[str, Any] = {}
@@ -101,14 +101,14 @@ class Runtime:
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
                                                   **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1))
-        named = raycalls.settle(named, ns, timeout=300)
+        named = raycalls.confirm_created(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
-        self._keep = list(named.values()) + [self.orchestrator]
+        self._keep = list(named.values()) + [self.controller]
 
     def _names(self) -> list[str]:
         cfg = self.cfg
         return [store_name(layer, i) for layer in ("episodic", "semantic", "procedural")
-                for i in range(cfg.shards(layer))] + [host_name(i) for i in range(cfg.hosts)] + [ORCHESTRATOR]
+                for i in range(cfg.shards(layer))] + [host_name(i) for i in range(cfg.hosts)] + [CONTROLLER]
 
     def store(self, layer: str, soul_id: str) -> Any:
         return self.stores.handle(layer, soul_id)
@@ -122,17 +122,17 @@ class Runtime:
 
     def dedicate(self, soul_id: str) -> str:
         """Give a hot soul its own actor (needs free ``soul_slot`` resources)."""
-        return str(raycalls.get(raycalls.call(self.orchestrator, "dedicate", check_id(soul_id)), timeout=120))
+        return str(raycalls.get(raycalls.call(self.controller, "dedicate", check_id(soul_id)), timeout=120))
 
     def undedicate(self, soul_id: str) -> bool:
-        return bool(raycalls.get(raycalls.call(self.orchestrator, "undedicate", check_id(soul_id)), timeout=120))
+        return bool(raycalls.get(raycalls.call(self.controller, "undedicate", check_id(soul_id)), timeout=120))
 
     def placement(self, soul_id: str) -> dict[str, Any]:
-        return dict(raycalls.get(raycalls.call(self.orchestrator, "placement", check_id(soul_id))))
+        return dict(raycalls.get(raycalls.call(self.controller, "placement", check_id(soul_id))))
 
     def souls(self) -> list[str]:
         """Ids of the souls with data in the runtime's data dir (as the cluster sees it)."""
-        return list(raycalls.get(raycalls.call(self.orchestrator, "souls"), timeout=60))
+        return list(raycalls.get(raycalls.call(self.controller, "souls"), timeout=60))
 
     def stats(self) -> dict[str, Any]:
         hosts = [raycalls.get_actor(host_name(i), self.cfg.namespace) for i in range(self.cfg.hosts)]
@@ -142,15 +142,17 @@ class Runtime:
                 "data_dir": self.cfg.data_dir, "namespace": self.cfg.namespace}
 
     def shutdown_actors(self) -> None:
-        """Stop this runtime's actors (for detached actors on a cluster)."""
+        """Stop this runtime's actors and kill them (for detached actors on a cluster): each one's stop step
+        runs first (:mod:`actors.introspection`) — the dedicated soul actors and hosts (their souls' last memory
+        work reaches the shards), then the shards (their open stores close), then the controller."""
         names = self._names()
-        refs = []
-        for name in names:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is not None and name.startswith("soul-store"):
-                refs.append(raycalls.call(h, "flush"))
-        raycalls.get(refs, timeout=60)
-        for name in names:
+        dedicated = list(raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=60).values())
+        hosts = dedicated + [n for n in names if n.startswith("soul-host")]
+        shards = [n for n in names if n.startswith("soul-store")]
+        for group in (hosts, shards, [CONTROLLER]):
+            handles = [h for h in (raycalls.get_actor(n, self.cfg.namespace) for n in group) if h is not None]
+            raycalls.get([raycalls.call(h, "stop") for h in handles], timeout=120)
+        for name in dedicated + names:
             h = raycalls.get_actor(name, self.cfg.namespace)
             if h is not None:
                 raycalls.kill(h)
@@ -260,11 +262,10 @@ class _Plans:
     def export(self) -> _Plan[bytes]:
         refs = [self._read(s.value, "export") for s in LAYERS]
 
-        from soul_runtime.memory.soul_memory import EXPORT_FORMAT
+        from soul_runtime.memory.export import pack_export
 
         def pack(parts: list[dict[str, Any]]) -> bytes:
-            data = {"format": EXPORT_FORMAT, **{s.value: p for s, p in zip(LAYERS, parts, strict=True)}}
-            return bytes(msgpack.packb(data, use_bin_type=True))
+            return pack_export(dict(zip(LAYERS, parts, strict=True)))
         return _Plan(refs, pack)
 
     def import_(self, blob: bytes) -> _Plan[None]:
@@ -287,7 +288,12 @@ class _Plans:
     def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
         if turn_id is not None:
             return _Plan(self._owner("trace", turn_id), lambda t: t)
-        if not isinstance(last, int) or last < 1:
+        warnings.warn("trace() without a turn id is deprecated: use traces(last=)", DeprecationWarning,
+                      stacklevel=4)
+        return self.traces(last)
+
+    def traces(self, last: int) -> _Plan[list[TurnTrace]]:
+        if not isinstance(last, int) or isinstance(last, bool) or last < 1:
             raise InvalidInput("last must be an int >= 1")
         return _Plan(self._owner("traces", last), list)
 
@@ -344,8 +350,13 @@ class SoulHandle:
         return self._run(self._p.episodes(since, until, session, sessions_ago))
 
     def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
-        """One turn's trace by id, or the last ``last`` traces (oldest first)."""
+        """One turn's trace by its id. (Without an id: the last ``last`` traces, the deprecated form of
+        :meth:`traces`.)"""
         return self._run(self._p.trace(turn_id, last))
+
+    def traces(self, last: int = 10) -> list[TurnTrace]:
+        """The last ``last`` traces, oldest first."""
+        return self._run(self._p.traces(last))
 
     def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase the soul's memory for good (these layers, all by default), with its traces and buffer: the
@@ -413,6 +424,7 @@ class AsyncSoulHandle:
     procedures = _async_method("procedures")
     episodes = _async_method("episodes")
     trace = _async_method("trace")
+    traces = _async_method("traces")
     forget = _async_method("forget")
     forget_where = _async_method("forget_where")
     stats = _async_method("stats")
@@ -422,7 +434,7 @@ class AsyncSoulHandle:
 
 def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
             config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None,
-            connect_attempts: int = raycalls.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
+            connect_attempts: int = client_session.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
     """Connect to soul-runtime.
 
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the

@@ -114,9 +114,13 @@ class Closer:
             with self._lock:
                 self._waiting -= 1
 
-    def settle(self) -> None:
+    def wait_closed(self) -> None:
         """Wait until everything handed over so far is closed."""
         self._pool.submit(lambda: None).result()
+
+    def stop(self) -> None:
+        """Close what was handed over, then end the closing thread."""
+        self._pool.shutdown(wait=True)
 
 
 class Ticker:

@@ -21,7 +21,7 @@ class RuntimeConfig:
     hosts: int = 0
     """Soul-host actors; souls are placed on them by rendezvous hashing of the soul id. 0 (the default, for
     this and the three shard counts): what the data dir was first served with, else sized to the cluster's
-    CPUs (:func:`sizes_for`); resolved once, by the orchestrator, and recorded in ``runtime.json``."""
+    CPUs (:func:`sizes_for`); resolved once, by the controller, and recorded in ``runtime.json``."""
     episodic_shards: int = 0
     semantic_shards: int = 0
     procedural_shards: int = 0

@@ -12,7 +12,6 @@ their recalls and writes reach each store shard together and go as one call.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import threading
 import time
@@ -22,7 +21,6 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 from soul_runtime.batching import Crowd, parked
@@ -30,175 +28,21 @@ from soul_runtime.errors import InvalidInput, SoulError, StaleOwner, TurnFailed
 from soul_runtime.loop.erase import forget_soul, forget_where
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
-from soul_runtime.memory.erasure import Erased, ForgetQuery
-from soul_runtime.memory.soul_memory import (
-    answer_without_store,
-    cross_layer_marks,
-    merge_recalls,
-    parse_stores,
-    unpack_export,
-)
+from soul_runtime.memory.export import import_export
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.models.base import LanguageModel
 from soul_runtime.models.choice import make_model
-from soul_runtime.records import LAYERS, MemoryWrite, RecalledItem, Store, WriteRequest, to_plain
 
-from . import raycalls
 from .channel import travels
 from .introspection import ActorInfo
-from .layer_shard import ShardCalls, StoreLocator, soul_dir
+from .layer_shard import soul_dir
 from .metrics import Metrics
-from .routing import Later, Moved, read_registry
+from .parked_model import ParkedModel
+from .remote_memory import RemoteMemory
+from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import Closer, SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
-
-
-class ParkedModel(LanguageModel):
-    """A remote model as the host's turns use it: a turn waiting for the model's answer counts as parked in the
-    host's crowd, so the other turns' store calls do not wait for it. Otherwise the very same model."""
-
-    def __init__(self, inner: LanguageModel, crowd: Crowd) -> None:
-        self.inner, self.crowd = inner, crowd
-        self.model_id, self.offline = inner.model_id, inner.offline
-
-    def reply(self, request: Any) -> Any:
-        with parked(self.crowd):
-            return self.inner.reply(request)
-
-    def decide(self, exchange: Any) -> Any:
-        with parked(self.crowd):
-            return self.inner.decide(exchange)
-
-    def decide_window(self, window: Any) -> Any:
-        with parked(self.crowd):
-            return self.inner.decide_window(window)
-
-    def classify_task(self, text: str, known: tuple[str, ...]) -> Any:
-        with parked(self.crowd):
-            return self.inner.classify_task(text, known)
-
-    @property
-    def memory_model_id(self) -> str:
-        return self.inner.memory_model_id
-
-    @property
-    def label(self) -> str:
-        return self.inner.label
-
-    def __getattr__(self, name: str) -> Any:  # anything else a model offers, as it is
-        return getattr(self.inner, name)
-
-
-def _results(tickets: list[Any]) -> list[Any]:
-    """Each ticket's first result, every ticket read even when one fails (a batch's answer left unread would
-    hold its channel connection); the first error is raised."""
-    out, error = [], None
-    for t in tickets:
-        try:
-            out.append(t.result()[0])
-        except BaseException as e:  # noqa: BLE001 — raised after the others are read
-            error = error or e
-    if error is not None:
-        raise error
-    return out
-
-
-class RemoteMemory:
-    """The loop's MemoryPort over store actors: the three layers in parallel, cross-layer marks on write,
-    each call batched with other souls' calls to the same shard (:class:`ShardCalls`).
-
-    ``directory``: the soul's directory as this process sees it, given when the stores' files are on this
-    machine (``storage="local"``): a layer with no file there has nothing to recall and is not called (a
-    stat instead of a call; its writes go through this host, so the file appears before it is read)."""
-
-    def __init__(self, soul_id: str, calls: ShardCalls, directory: Path | None = None) -> None:
-        self.soul_id = soul_id
-        self.calls = calls
-        self.dir = directory
-        self._fencing: tuple[int, list[Any] | None] | None = None  # the activation's fence, sent and not yet seen done
-
-    def _stored(self, layer: Store) -> bool:
-        return self.dir is None or (self.dir / f"{layer.value}.sqlite").exists()
-
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
-               task_class: str | None = None) -> list[RecalledItem]:
-        """The layers' recalls, in parallel; an activation's fence still in flight goes alongside (a read needs
-        no fence), and is seen done before the recall returns."""
-        tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
-                                    (self.soul_id, query, k, float(now), task_class))
-                   for s in parse_stores(stores) if self._stored(s)]
-        try:
-            self.fenced()
-        except BaseException:
-            with contextlib.suppress(BaseException):  # the fence's error is the one to report
-                _results(tickets)  # read all the same (an unread answer would hold its channel connection)
-            raise
-        return merge_recalls(_results(tickets), k)
-
-    def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
-        """The layers that have something to write get a call (semantic and procedural at once, then episodic
-        with the semantic layer's marks); the others answer here without a call (``answer_without_store``)."""
-        plain = [to_plain(r) for r in reqs]
-        self.fenced()
-
-        def start(layer: Store, marks: dict[str, list[str]] | None = None) -> Any:
-            answer = answer_without_store(layer, reqs, marks)
-            if answer is not None:
-                return answer
-            return self.calls.start(layer.value, self.soul_id, "apply_batch", (self.soul_id, plain, marks))
-
-        def result(pending: Any) -> list[list[MemoryWrite]]:
-            return pending if isinstance(pending, list) else pending.result()[0]
-
-        sem_p, proc_p = start(Store.SEMANTIC), start(Store.PROCEDURAL)
-        try:
-            sem = result(sem_p)
-            epi = result(start(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws)))
-        except BaseException:
-            if not isinstance(proc_p, list):  # read, so its batch is not left unread; the first error is told
-                with contextlib.suppress(BaseException):
-                    proc_p.result()
-            raise
-        proc = result(proc_p)
-        return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
-
-
-    def forget(self, *, stores: Any = None) -> dict[str, int]:
-        self.fenced()
-        layers = [s.value for s in parse_stores(stores)]
-        refs = [raycalls.call(self.calls.stores.handle(layer, self.soul_id), "forget", self.soul_id) for layer in layers]
-        return {layer: int(n) for layer, n in zip(layers, raycalls.get(refs), strict=True)}
-
-    def fence(self, epoch: int) -> None:
-        """Fence the soul's layers for a new activation; a layer with no file has nothing to fence (its shard
-        would say so too; its first write carries the epoch), so a new soul costs no call here.
-
-        The calls are sent now and seen done (:meth:`fenced`) before anything else of this memory returns or
-        writes: the first recall travels beside them instead of after them (a round trip less per activation),
-        and no write of this owner goes out before its fence is up."""
-        refs = self._fence_calls(epoch)
-        self._fencing = (epoch, refs) if refs else None
-
-    def _fence_calls(self, epoch: int) -> list[Any]:
-        return [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "fence", self.soul_id, epoch)
-                for s in LAYERS if self._stored(s)]
-
-    def fenced(self) -> None:
-        """Wait for the activation's fence. A failure (a newer owner: StaleOwner; a shard lost) is raised, and
-        the next call of this activation sends the fence again: nothing passes a layer not yet fenced."""
-        if self._fencing is None:
-            return
-        epoch, refs = self._fencing
-        self._fencing = (epoch, None)  # until seen done
-        with parked(self.calls.crowd):
-            raycalls.get(refs if refs is not None else self._fence_calls(epoch))
-        self._fencing = None
-
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
-        self.fenced()
-        refs = [raycalls.call(self.calls.stores.handle(s.value, self.soul_id), "forget_where", self.soul_id, query)
-                for s in LAYERS]
-        return {s.value: e for s, e in zip(LAYERS, raycalls.get(refs), strict=True)}
+from .shard_client import ShardCalls, StoreLocator
 
 
 @dataclass
@@ -239,7 +83,7 @@ class SoulHost(ActorInfo):
         self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
             if self.cfg.idle_check_s > 0 else None
         # for clients on this machine, as many calls at once as Ray runs
-        self.serve_channel(("run", "run_batch"), self.cfg.host_threads if self.cfg.local_channels else 0)
+        self.serve_channel(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
 
     # ---- activation ------------------------------------------------------------------
     def _activate(self, soul_id: str) -> _Activation:
@@ -370,9 +214,22 @@ class SoulHost(ActorInfo):
             finally:
                 act.lock.release()
 
-    def settle(self) -> None:
+    def wait_closed(self) -> None:
         """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
-        self._closer.settle()
+        self._closer.wait_closed()
+
+    def stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`): the idle ticker, the channel, then every active soul is
+        passivated (its last memory work lands first) and the closing thread ends. Returns how many souls were
+        passivated."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        super().stop()
+        n = sum(self.passivate(sid) for sid in self.active_souls())
+        self._closer.stop()
+        self.pool.shutdown(wait=False)
+        return n
 
     def passivate(self, soul_id: str) -> bool:
         with self.guard:
@@ -392,13 +249,13 @@ class SoulHost(ActorInfo):
 
     def move(self, soul_id: str, to: str) -> bool:
         """From now on ``to`` serves the soul: calls here are refused with :class:`Moved` naming it; the
-        turn in progress finishes first and the soul is passivated (the orchestrator's dedicate)."""
+        turn in progress finishes first and the soul is passivated (the controller's dedicate)."""
         with self.guard:
             self.moved[soul_id] = to
         return self.passivate(soul_id)
 
     def unmove(self, soul_id: str) -> None:
-        """This actor serves the soul again (the orchestrator's undedicate)."""
+        """This actor serves the soul again (the controller's undedicate)."""
         with self.guard:
             self.moved.pop(soul_id, None)
 
@@ -417,8 +274,9 @@ class SoulHost(ActorInfo):
         return {**self.metrics.local, **self.calls.counts(), **self.channel_counts()}
 
     def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
-        """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number; the
-        orchestrator holds the soul's order, so only one call of a soul runs at a time)."""
+        """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number). The
+        soul's lock here lets one call of a soul run at a time, in the order they take it (a client's router
+        sends one call per soul at a time from each process); the soul itself checks ``seq``."""
         t0 = time.perf_counter()
         with self._hold(soul_id) as act, self._superseded(soul_id, act):
             act.last_used = self.clock()
@@ -506,19 +364,9 @@ class SoulHost(ActorInfo):
             return forget_soul(act.live, stores)  # the last turn's memory work lands first, then all goes
 
     def import_(self, soul_id: str, blob: bytes) -> None:
-        data = unpack_export(blob)
-        with self._hold(soul_id) as act:  # all layers are checked first, so a refused import changes nothing
-            act.live.settle()
-            memory = act.live.memory
-            if isinstance(memory, RemoteMemory):
-                memory.fenced()
-            empty = raycalls.get([raycalls.call(self.stores.handle(s.value, soul_id), "read", soul_id, "is_empty")
-                                  for s in LAYERS])
-            if not all(empty):
-                raise InvalidInput(f"import needs an empty soul: {soul_id} already has memories")
-            refs = [raycalls.call(self.stores.handle(s.value, soul_id), "import_", soul_id, data[s.value])
-                    for s in LAYERS]
-            raycalls.get(refs)
+        with self._hold(soul_id) as act:
+            act.live.wait_memory_work()
+            import_export(act.live.memory, blob, soul_id)  # type: ignore[arg-type]
 
     def ping(self) -> str:
         return self.name

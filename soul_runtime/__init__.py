@@ -20,12 +20,17 @@ from soul_runtime.errors import (
     OutOfOrder,
     RuntimeUnavailable,
     SoulError,
+    StaleOwner,
     StorageError,
     TurnFailed,
 )
+from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem
 
 if TYPE_CHECKING:
-    from actors.runtime import Runtime
+    from actors.runtime import AsyncSoulHandle, Runtime, SoulHandle
+    from actors.settings import RuntimeConfig
+    from soul_runtime.loop.soul import TurnResult
+    from soul_runtime.loop.trace import TurnTrace
 
 __version__ = "0.1.0"
 
@@ -36,6 +41,21 @@ def connect(address: str | None = None, **kwargs: Any) -> Runtime:
     return _connect(address, **kwargs)
 
 
-__all__ = ["connect", "MemoryConfig", "SoulConfig", "TurnConfig", "SoulError", "InvalidInput", "ConfigError",
-           "NotFound", "StorageError", "ModelError", "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder",
-           "RuntimeUnavailable", "AuthError"]
+_LAZY = {"RuntimeConfig": "actors.settings", "Runtime": "actors.runtime", "SoulHandle": "actors.runtime",
+         "AsyncSoulHandle": "actors.runtime", "TurnResult": "soul_runtime.loop.soul",
+         "TurnTrace": "soul_runtime.loop.trace"}
+
+
+def __getattr__(name: str) -> Any:  # heavier or Ray-side names load on first use; the core stays light
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["connect", "Runtime", "SoulHandle", "AsyncSoulHandle", "RuntimeConfig", "MemoryConfig", "SoulConfig",
+           "TurnConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact", "FactVersion", "Episode",
+           "Procedure", "SoulError", "InvalidInput", "ConfigError", "NotFound", "StorageError", "ModelError",
+           "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable",
+           "AuthError"]

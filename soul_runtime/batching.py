@@ -45,7 +45,7 @@ class Crowd:
         self._cond = threading.Condition()
         self.members = 0
         self.parked = 0
-        self._leaders = 0  # threads in settle(): the only ones a change needs to wake
+        self._leaders = 0  # threads in wait_parked(): the only ones a change needs to wake
 
     @contextmanager
     def member(self) -> Iterator[None]:
@@ -85,7 +85,7 @@ class Crowd:
             if self._leaders:
                 self._cond.notify_all()
 
-    def settle(self, done: Callable[[], bool], timeout: float) -> None:
+    def wait_parked(self, done: Callable[[], bool], timeout: float) -> None:
         """Wait (parked) until ``done()``, or every member is parked, or ``timeout`` seconds have passed."""
         deadline = time.monotonic() + timeout
         with self.park(), self._cond:
@@ -222,7 +222,7 @@ class MicroBatcher(Generic[In, Out]):
             self.crowd.wake()  # a batch is full: its leader waits no longer
         if leader:
             if self.crowd is not None:  # wait for the members still working, not for a fixed moment
-                self.crowd.settle(batch.full.is_set, self.max_wait_s)
+                self.crowd.wait_parked(batch.full.is_set, self.max_wait_s)
             else:
                 with self._lock:
                     alone = self._active == 1

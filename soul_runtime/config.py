@@ -7,6 +7,7 @@ default; the README's configuration reference is generated from these fields.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -28,8 +29,9 @@ class MemoryConfig:
     recency_floor: float = 0.9
     """Lowest recency weight (so old but exact matches still surface): a question about last spring is as
     legitimate as one about yesterday, so age only breaks near-ties."""
-    decay_days: float = 365.0
-    """Episodes older than this drop out of recall unless promoted."""
+    recall_horizon_days: float = 365.0
+    """Episodes older than this drop out of recall unless promoted (they stay stored; retention is
+    ``episodic_ttl_days``)."""
     merge_similarity: float = 0.95
     """Cosine similarity above which a new episode merges into a stored one (same session)."""
     dense_weight: float = 0.5
@@ -57,6 +59,13 @@ class MemoryConfig:
     """Recall score of a fact that matches a query by the name of its subject alone (no word of its attribute or
     value): it is background about someone the question names, ranked after what matches what is asked."""
 
+    @property
+    def decay_days(self) -> float:
+        """Deprecated name of ``recall_horizon_days`` (kept for one more version)."""
+        warnings.warn("MemoryConfig.decay_days is deprecated: use recall_horizon_days", DeprecationWarning,
+                      stacklevel=2)
+        return self.recall_horizon_days
+
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
@@ -64,7 +73,7 @@ class MemoryConfig:
             _check(math.isfinite(v), f"{f.name} must be finite, got {v!r}")
             _check(v >= 0, f"{f.name} must be >= 0, got {v!r}")
         _check(self.half_life_days > 0, "half_life_days must be > 0")
-        _check(self.decay_days > 0, "decay_days must be > 0")
+        _check(self.recall_horizon_days > 0, "recall_horizon_days must be > 0")
         _check(0.0 <= self.recency_floor <= 1.0, "recency_floor must be in [0, 1]")
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
@@ -74,6 +83,20 @@ class MemoryConfig:
                      "max_episode_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+
+
+_memory_config_init = MemoryConfig.__init__
+
+
+def _init_with_deprecated_names(self: MemoryConfig, *args: Any, decay_days: float | None = None, **kw: Any) -> None:
+    if decay_days is not None:
+        warnings.warn("MemoryConfig(decay_days=...) is deprecated: use recall_horizon_days", DeprecationWarning,
+                      stacklevel=2)
+        kw.setdefault("recall_horizon_days", decay_days)
+    _memory_config_init(self, *args, **kw)
+
+
+MemoryConfig.__init__ = _init_with_deprecated_names  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -121,11 +121,19 @@ def test_event_heavy_transcript_is_unbalanced() -> None:
     assert report.tally["semantic"] == 1 and report.tally["nothing"] == 1
 
 
-def test_save_fixture_roundtrip(tmp_path: Path) -> None:
+def test_save_fixture_writes_every_message_as_classified(tmp_path: Path) -> None:
+    """A saved fixture holds the transcript's messages in order, each exchange with the class and labels it was
+    given (the assistant's messages as context), and replays without a difference."""
     transcript = load_transcript(TRANSCRIPT)
     rows = classify(transcript)
     path = save_fixture(tmp_path / "f.json", rows, transcript)
-    assert json.loads(path.read_text()) == json.loads(FIXTURE.read_text())
+    saved = json.loads(path.read_text())
+    assert [(e["speaker"], e["text"]) for e in saved] == [(m["speaker"], m["text"]) for m in transcript]
+    by_id = {e["id"]: e for e in saved}
+    for r in rows:
+        assert (by_id[r.id]["expected"], sorted(by_id[r.id]["labels"])) == (r.primary, sorted(r.labels))
+    classified = {r.id for r in rows}
+    assert {e["expected"] for e in saved if e["id"] not in classified} <= {"context"}
     assert replay_fixture(path) == []
 
 

@@ -127,7 +127,7 @@ def test_a_host_calls_its_shards_over_their_channels_and_survives_a_killed_shard
 
     from actors import raycalls
     from actors.runtime import host_name
-    from actors.store_locator import StoreLocator
+    from actors.shard_client import StoreLocator
 
     def channel_calls(prefix: str = "shard_channel_calls:") -> int:
         n = 0
@@ -150,7 +150,7 @@ def test_a_host_calls_its_shards_over_their_channels_and_survives_a_killed_shard
         assert r.seq == 5 + i
         time.sleep(0.3)
     assert raycalls.get(raycalls.call(shard, "pid")) != pid  # restarted
-    assert [t.seq for t in soul.trace(last=20)] == list(range(1, 11))  # type: ignore[union-attr]
+    assert [t.seq for t in soul.traces(last=20)] == list(range(1, 11))  # type: ignore[union-attr]
     mid = channel_calls()
     soul.turn("The barn roof was fixed last week")
     assert channel_calls() > mid  # back on the new shard's channel
@@ -286,8 +286,9 @@ def test_the_book_asks_an_actor_again_only_when_due_and_forgets_one_gone() -> No
 
 
 def test_a_batch_whose_channel_breaks_mid_call_is_sent_again_through_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    from actors import layer_shard, raycalls
+    from actors import raycalls, shard_client
     from actors.channel import Pending
+    from actors.transport import ChannelReply, RayReply
 
     class Broken(Pending):
         def __init__(self) -> None:
@@ -299,16 +300,17 @@ def test_a_batch_whose_channel_breaks_mid_call_is_sent_again_through_ray(monkeyp
         def __del__(self) -> None:
             pass
     again: list[str] = []
-    monkeypatch.setattr(raycalls, "get", lambda ref, timeout=None: ["by ray", ref])
-    value = layer_shard._ByChannel(Broken(), lambda: again.append("sent") or "ref")
-    assert layer_shard._resolve(value) == ["by ray", "ref"] and again == ["sent"]
+    monkeypatch.setattr(raycalls, "get_raw", lambda ref, timeout=None: ["by ray", ref])
+    value = ChannelReply(Broken(), lambda: again.append("sent") or RayReply("ref"))
+    assert shard_client._resolve(value) == ["by ray", "ref"] and again == ["sent"]
 
 
 def test_an_async_batch_goes_through_ray_when_its_host_has_no_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
     from actors import raycalls
-    from actors.routing import AsyncSoulLocks
+    from actors.routing import HOST_CHANNEL_METHODS, AsyncSoulLocks
+    from actors.transport import Transport
 
     class NoChannel:
         enabled = True
@@ -319,7 +321,7 @@ def test_an_async_batch_goes_through_ray_when_its_host_has_no_channel(monkeypatc
     async def by_ray(items: list[tuple[object, ...]]) -> list[object]:
         return [("ray", it[0]) for it in items]
     monkeypatch.setattr(raycalls, "call", lambda h, method, items: by_ray(items))
-    locks = AsyncSoulLocks(NoChannel())  # type: ignore[arg-type]
+    locks = AsyncSoulLocks(Transport(NoChannel(), HOST_CHANNEL_METHODS))  # type: ignore[arg-type]
 
     async def main() -> list[object]:
         b = locks.batcher("soul-host-0")

@@ -74,7 +74,7 @@ def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path
         assert r.reply == "Noted." and r.writes_pending and r.writes == ()
         assert took < 2.5 and s.busy  # back before the memory call could answer
         assert s.trace(r.turn_id).pending  # the provisional trace while the memory work runs
-        s.settle()
+        s.wait_memory_work()
         assert kinds(api) == ["reply", "record_memory"]
         tr = s.trace(r.turn_id)
         assert not tr.pending and tr.persisted and tr.writes and tr.reply == r.reply
@@ -205,7 +205,7 @@ CRASHER = textwrap.dedent("""
     r = s.turn("The Orca cluster moved to the eu-west-2 region yesterday.", user="maya", at=1780000000.0,
                wait_writes=False)
     print("REPLY", r.turn_id, r.reply, flush=True)
-    s.settle()
+    s.wait_memory_work()
 """)
 
 

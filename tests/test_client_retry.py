@@ -1,4 +1,4 @@
-"""Which Ray Client failures ``raycalls.start`` (the connect path) tries again, and which it raises at once.
+"""Which Ray Client failures ``raycalls.start`` (the connect path) tries again, and which it raises at once (actors.client_session).
 
 No Ray here: the session (``_ray_init``) and the token probe are replaced, so each case is exact. The real
 thing - a session server killed on a real head - is in tests/test_local_cluster.py.
@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from actors import raycalls
+from actors import client_session, raycalls
 from soul_runtime.errors import AuthError, RuntimeUnavailable, TurnFailed
 
 ADDR = "ray://127.0.0.1:1"
@@ -41,7 +41,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     def ray_init(address: str, kwargs: dict[str, Any]) -> None:
         outcome = state["opens"].pop(0) if state["opens"] else None
         if outcome is not None:
-            raise raycalls._SessionStartFailed(outcome)
+            raise client_session._SessionStartFailed(outcome)
         state["opened"] += 1
 
     def probe(address: str, timeout: float = 5.0) -> None:
@@ -49,10 +49,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def drop() -> None:
         state["dropped"] += 1
-    monkeypatch.setattr(raycalls, "_ray_init", ray_init)
-    monkeypatch.setattr(raycalls, "check_client_access", probe)
-    monkeypatch.setattr(raycalls, "_drop_session", drop)
-    monkeypatch.setattr(raycalls.time, "sleep", lambda s: None)
+    monkeypatch.setattr(client_session, "ray_init", ray_init)
+    monkeypatch.setattr(client_session, "check_client_access", probe)
+    monkeypatch.setattr(client_session, "_drop_session", drop)
+    monkeypatch.setattr(client_session.time, "sleep", lambda s: None)
     monkeypatch.setattr(raycalls.ray, "is_initialized", lambda: False)
     return state
 
@@ -130,7 +130,7 @@ def test_one_attempt_means_no_retry(fake: dict[str, Any]) -> None:
 def test_an_auth_failure_at_the_probe_opens_no_session(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(address: str, timeout: float = 5.0) -> None:
         raise AuthError("no token")
-    monkeypatch.setattr(raycalls, "check_client_access", refuse)
+    monkeypatch.setattr(client_session, "check_client_access", refuse)
     attach, calls = _attach([])
     with pytest.raises(AuthError):
         raycalls.start(ADDR, attach, namespace="ns")
@@ -149,8 +149,8 @@ def test_what_a_session_open_that_breaks_is_called(monkeypatch: pytest.MonkeyPat
         raise ConnectionError(message)
     monkeypatch.setattr(raycalls.ray, "init", init)
     with pytest.raises(RuntimeUnavailable) as e:
-        raycalls._ray_init(ADDR, {})
-    assert isinstance(e.value, raycalls._SessionLost) is lost
+        client_session.ray_init(ADDR, {})
+    assert isinstance(e.value, client_session._SessionLost) is lost
     if lost:
         assert "lost while connecting" in str(e.value)
     else:
@@ -227,7 +227,7 @@ def test_while_connecting_a_dropped_call_ends_the_session_and_after_it_ray_recon
     dropped = _Rpc(grpc.StatusCode.UNAVAILABLE, "Socket closed")
 
     assert client_worker.Worker._can_reconnect(_Worker(), dropped) is True  # Ray's own: reconnect in place
-    with raycalls._connecting(ADDR, 1) as watch:
+    with client_session._connecting(ADDR, 1) as watch:
         assert _ray_client_parts()["auto_connect"] is False  # a call on an ended session starts no local Ray
         refused = _Worker()
         assert client_worker.Worker._can_reconnect(refused, _Rpc(grpc.StatusCode.NOT_FOUND, "gone")) is False
@@ -240,27 +240,27 @@ def test_while_connecting_a_dropped_call_ends_the_session_and_after_it_ray_recon
     assert _ray_client_parts() == before  # Ray's classes and auto-init as they were
     assert client_worker.Worker._can_reconnect(_Worker(), dropped) is True
 
-    with pytest.raises(ValueError), raycalls._connecting(ADDR, 1):
+    with pytest.raises(ValueError), client_session._connecting(ADDR, 1):
         raise ValueError("attach failed")
     assert _ray_client_parts() == before
 
 
 def test_a_stream_the_head_ends_counts_only_after_the_session_opened_and_while_connecting() -> None:
-    watch, w = raycalls._Watch(), _Worker()
+    watch, w = client_session._Watch(), _Worker()
     watch.stream_ended(w, "log stream")  # still opening: the session's Init answer says why
     assert watch.cause is None and not w._in_shutdown
     watch.opened()
     watch.stream_ended(w, "log stream")
     assert w._in_shutdown and w.channel.closed == 1
     assert watch.cause is not None and "ended the session's log stream" in watch.cause
-    later, w2 = raycalls._Watch(), _Worker()
+    later, w2 = client_session._Watch(), _Worker()
     later.opened()
     later.active = False  # attached: the stream threads are Ray's again
     later.stream_ended(w2, "log stream")
     assert later.cause is None and not w2._in_shutdown
     closing = _Worker()
     closing._in_shutdown = True  # this client closed it
-    watch2 = raycalls._Watch()
+    watch2 = client_session._Watch()
     watch2.opened()
     watch2.stream_ended(closing, "data stream")
     assert watch2.cause is None and closing.channel.closed == 0
@@ -287,12 +287,12 @@ def test_whatever_attach_raises_after_the_session_was_ended_is_that_loss(fake: d
 def test_a_slow_session_is_reported_at_warning_while_it_opens(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     import threading
-    monkeypatch.setattr(raycalls, "CLIENT_PROGRESS_S", 0.05)
+    monkeypatch.setattr(client_session, "CLIENT_PROGRESS_S", 0.05)
 
     def slow_open(address: str, kwargs: dict[str, Any]) -> None:
         threading.Event().wait(0.4)  # time.sleep is stubbed out by the fixture
         fake["opened"] += 1
-    monkeypatch.setattr(raycalls, "_ray_init", slow_open)
+    monkeypatch.setattr(client_session, "ray_init", slow_open)
 
     def attach(started: bool) -> str:
         threading.Event().wait(0.3)  # attaching takes long too: not the session server's wait, not reported

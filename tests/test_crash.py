@@ -71,6 +71,6 @@ def test_sigkill_during_writes_loses_nothing_acknowledged(tmp_path: Path, kill_a
     i = int(last[1:])
     facts = {f.entity: f for f in m.facts()}
     assert facts[f"svc{i % 50}"].value in (f"team {i}", f"team {i + 1}")
-    hits = m.recall(f"Event {i}: svc{i % 50} moved to team {i}.", 3, now=1.7e9 + 1e4, stores=["episodic"])
+    hits = m.recall(f"Event {i}: svc{i % 50} moved to team {i}.", 3, at=1.7e9 + 1e4, stores=["episodic"])
     assert any(last in h.sources for h in hits)
     m.close()

@@ -44,22 +44,22 @@ def test_automatic_counts_follow_the_cluster_cpus() -> None:
     assert (kept.hosts, kept.episodic_shards, kept.semantic_shards, kept.procedural_shards) == (5, 4, 2, 1)
 
 
-def test_the_orchestrator_resolves_automatic_counts_once_for_every_client(tmp_path: Path) -> None:
-    """The orchestrator (here its plain class, no Ray) decides the counts where the data dir is; a client asking
+def test_the_controller_resolves_automatic_counts_once_for_every_client(tmp_path: Path) -> None:
+    """The controller (here its plain class, no Ray) decides the counts where the data dir is; a client asking
     for automatic counts gets them back; one asking for others is refused."""
-    from actors.orchestrator import TurnOrchestrator
+    from actors.controller import RuntimeController
 
     claim_data_dir(RuntimeConfig(data_dir=str(tmp_path), hosts=3, episodic_shards=5, semantic_shards=2,
                                  procedural_shards=1))
-    orch = TurnOrchestrator(RuntimeConfig(data_dir=str(tmp_path)).to_dict())
-    assert (orch.cfg.hosts, orch.cfg.episodic_shards, orch.cfg.semantic_shards) == (3, 5, 2)
-    assert orch.hosts == ["soul-host-0", "soul-host-1", "soul-host-2"]
-    back = asyncio.run(orch.check_layout(RuntimeConfig(data_dir=str(tmp_path)).to_dict()))
+    ctl = RuntimeController(RuntimeConfig(data_dir=str(tmp_path)).to_dict())
+    assert (ctl.cfg.hosts, ctl.cfg.episodic_shards, ctl.cfg.semantic_shards) == (3, 5, 2)
+    assert ctl.hosts == ["soul-host-0", "soul-host-1", "soul-host-2"]
+    back = asyncio.run(ctl.check_layout(RuntimeConfig(data_dir=str(tmp_path)).to_dict()))
     assert RuntimeConfig.from_dict(back).episodic_shards == 5
     with pytest.raises(ConfigError, match="episodic_shards"):
-        asyncio.run(orch.check_layout(RuntimeConfig(data_dir=str(tmp_path), episodic_shards=2).to_dict()))
+        asyncio.run(ctl.check_layout(RuntimeConfig(data_dir=str(tmp_path), episodic_shards=2).to_dict()))
     fresh = tmp_path / "fresh"
-    orch2 = TurnOrchestrator(RuntimeConfig(data_dir=str(fresh)).to_dict())  # nothing recorded: the CPUs
-    assert orch2.cfg.hosts == sizes_for(os.cpu_count() or 2)["hosts"]
-    asyncio.run(orch2.check_layout(RuntimeConfig(data_dir=str(fresh)).to_dict()))
-    assert json.loads((fresh / LAYOUT_FILE).read_text())["hosts"] == orch2.cfg.hosts
+    ctl2 = RuntimeController(RuntimeConfig(data_dir=str(fresh)).to_dict())  # nothing recorded: the CPUs
+    assert ctl2.cfg.hosts == sizes_for(os.cpu_count() or 2)["hosts"]
+    asyncio.run(ctl2.check_layout(RuntimeConfig(data_dir=str(fresh)).to_dict()))
+    assert json.loads((fresh / LAYOUT_FILE).read_text())["hosts"] == ctl2.cfg.hosts

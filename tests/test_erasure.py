@@ -63,7 +63,7 @@ def test_forget_leaves_no_byte_of_the_soul_and_the_soul_is_new(tmp_path: Path, s
     out = forget_soul(soul)
     assert out["episodic"] >= 30 and out["semantic"] == 1 and out["traces"] == 4
     assert disk_hits(tmp_path, STEM, "river path", "beagle") == {}
-    assert mem.is_empty() and mem.recall("beagle Caroline", now=1.8e9) == [] and soul.traces(10) == []
+    assert mem.is_empty() and mem.recall("beagle Caroline", at=1.8e9) == [] and soul.traces(10) == []
     assert soul.state.buffer.turns == []
     # a fresh soul: the same message id is new again, the sequence goes on, an import is accepted
     res = soul.observe([{"speaker": "Caroline", "text": "I bought a red kayak for the lake.", "id": "m1"}],
@@ -99,7 +99,7 @@ def test_forget_where_a_phrase_removes_every_copy_and_keeps_the_rest(tmp_path: P
     assert told <= deleted and mem.facts() == []
     # besides those, only episodes indexed under the secret's words go (a reply quotes the message it answers)
     assert {e.id for e in mem.episodes()} == before - deleted and len(before & deleted) <= len(told) + 2
-    assert mem.recall("walked kilometres river path", now=1.8e9)  # the rest is still recalled
+    assert mem.recall("walked kilometres river path", at=1.8e9)  # the rest is still recalled
     # recorded in the trace, by id only; a retried request is not applied twice
     trace = soul.traces(1)[0]
     assert trace.kind == "forget" and trace.seq == 5 and {w.key for w in trace.writes} == deleted

@@ -1,5 +1,5 @@
-"""Faults on a real local Ray: SIGKILL a soul host, a store actor or the orchestrator mid-stream (turns do not
-pass through the orchestrator: killing it must not disturb them).
+"""Faults on a real local Ray: SIGKILL a soul host, a store actor or the controller mid-stream (turns do not
+pass through the controller: killing it must not disturb them).
 
 Every acknowledged turn must be present exactly once afterwards (trace, episode,
 fact), the turn in flight must be completed or cleanly retried, and the soul must
@@ -29,8 +29,8 @@ SEED = 20261129
 def _victim(runtime, soul_id: str, kind: str):
     if kind == "host":
         return raycalls.get_actor(runtime.placement(soul_id)["host"], runtime.cfg.namespace)
-    if kind == "orchestrator":
-        return runtime.orchestrator
+    if kind == "controller":
+        return runtime.controller
     layer = {"episodic-store": "episodic", "semantic-store": "semantic"}[kind]
     name = store_name(layer, shard_index(soul_id, runtime.cfg.shards(layer), layer))
     return raycalls.get_actor(name, runtime.cfg.namespace)
@@ -55,7 +55,7 @@ def _turn_with_retries(soul, text: str, rid: str, deadline: float):
             time.sleep(0.3)
 
 
-@pytest.mark.parametrize("kind", ["host", "episodic-store", "semantic-store", "orchestrator"])
+@pytest.mark.parametrize("kind", ["host", "episodic-store", "semantic-store", "controller"])
 def test_sigkill_mid_stream_loses_nothing_acknowledged(runtime, soul_id, kind) -> None:
     rng = random.Random(f"{SEED}-{kind}")
     soul = runtime.soul(soul_id)
@@ -77,7 +77,7 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(runtime, soul_id, kind) -
 
     # acknowledged turns: dense, ordered, each exactly once
     assert [r.seq for r in results] == list(range(1, TURNS + 1))
-    traces = soul.trace(last=TURNS + 5)
+    traces = soul.traces(last=TURNS + 5)
     assert [t.seq for t in traces] == list(range(1, TURNS + 1))
     assert [t.request_id for t in traces] == [f"{soul_id}-req-{i}" for i in range(TURNS)]
     # their writes: one fact per turn, one episode per turn, no duplicates

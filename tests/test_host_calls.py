@@ -26,16 +26,16 @@ class Recorded:
 def test_a_layer_with_no_file_is_not_asked_to_recall(tmp_path: Path) -> None:
     calls = Recorded()
     mem = RemoteMemory("s1", calls, tmp_path)  # type: ignore[arg-type]
-    assert mem.recall("what is up", now=1.0) == [] and calls.asked == []  # a fresh soul: no call at all
+    assert mem.recall("what is up", at=1.0) == [] and calls.asked == []  # a fresh soul: no call at all
     (tmp_path / "episodic.sqlite").write_bytes(b"")
-    mem.recall("what is up", now=1.0)
+    mem.recall("what is up", at=1.0)
     assert calls.asked == ["episodic"]
     (tmp_path / "semantic.sqlite").write_bytes(b"")
     calls.asked.clear()
-    mem.recall("what is up", now=1.0)
+    mem.recall("what is up", at=1.0)
     assert sorted(calls.asked) == ["episodic", "semantic"]
     shared = Recorded()  # no directory (shared storage, files maybe on another node): every layer is asked
-    RemoteMemory("s1", shared).recall("what is up", now=1.0)  # type: ignore[arg-type]
+    RemoteMemory("s1", shared).recall("what is up", at=1.0)  # type: ignore[arg-type]
     assert sorted(shared.asked) == ["episodic", "procedural", "semantic"]
 
 
@@ -105,7 +105,7 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
     assert log == [("send", "fence", "episodic", 7), ("send", "fence", "semantic", 7)]  # sent, not waited
     log.clear()
     with pytest.raises(StaleOwner):
-        mem.recall("what is up", now=1.0)
+        mem.recall("what is up", at=1.0)
     assert sorted(log[:2]) == [("send", "recall_batch", "episodic"), ("send", "recall_batch", "semantic")]
     assert log[2:] == [("wait", "fence", "fence")]  # the recall went out beside the fence
     log.clear()
@@ -118,5 +118,5 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
     assert log[:3] == [("send", "fence", "episodic", 7), ("send", "fence", "semantic", 7), ("wait", "fence", "fence")]
     assert [e[1] for e in log[3:] if e[0] == "send"] == ["forget"] * 3  # the writes only after the fence
     log.clear()
-    mem.recall("what is up", now=1.0)  # fenced: no more fence calls
+    mem.recall("what is up", at=1.0)  # fenced: no more fence calls
     assert all(e[1] != "fence" for e in log)

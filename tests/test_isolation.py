@@ -42,7 +42,7 @@ def everything(mem: SoulMemory, soul: Soul | None, queries: list[str], now: floa
     """All that soul's memory shows: recall for every query, facts, histories, procedures, episodes, traces, export."""
     parts: list[str] = []
     for q in queries:
-        parts += [f"{it.id} {it.text} {' '.join(it.sources)}" for it in mem.recall(q, 50, now=now)]
+        parts += [f"{it.id} {it.text} {' '.join(it.sources)}" for it in mem.recall(q, 50, at=now)]
     for f in mem.facts():
         parts.append(f"{f.key} {f.value} {f.display_entity} {' '.join(f.sources)}")
         parts += [f"{h.value} {' '.join(h.sources)}" for h in mem.fact_history(f.entity, f.attribute)]
@@ -107,7 +107,7 @@ def test_souls_in_one_process_never_see_each_other(two_souls: Any, a: str, b: st
 
 # ---- on Ray: same host, same shards, before and after passivation -----------------------------------------------
 def _colocated_pair(cfg: Any, prefix: str) -> tuple[str, str]:
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import rendezvous, shard_index
 
     hosts = [host_name(i) for i in range(cfg.hosts)]
@@ -132,7 +132,7 @@ def _ray_everything(s: Any, queries: list[str]) -> str:
         parts += [f"{h.value} {' '.join(h.sources)}" for h in s.fact_history(f.entity, f.attribute)]
     parts += [f"{p.task_class} {' '.join(p.steps)} {' '.join(p.sources)}" for p in s.procedures()]
     parts += [f"{e.summary} {' '.join(e.sources)} {' '.join(e.entities)}" for e in s.episodes()]
-    parts += [str(t.to_dict()) for t in s.trace(last=1000)]
+    parts += [str(t.to_dict()) for t in s.traces(last=1000)]
     parts.append(str(msgpack.unpackb(s.export(), raw=False, strict_map_key=False)))
     return "\n".join(parts)
 
@@ -140,7 +140,7 @@ def _ray_everything(s: Any, queries: list[str]) -> str:
 @pytest.mark.ray
 def test_colocated_souls_on_ray_are_isolated_across_passivation(runtime: Any, soul_id: str) -> None:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import rendezvous
 
     cfg = runtime.cfg

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from actors import auth_token, sockets
+from actors import auth_token, listening_ports
 from soul_runtime.owner_only import create_file, loose_entries, make_dir, warn_if_loose, write_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,12 +134,12 @@ def test_socket_reader_sees_what_this_process_listens_on() -> None:
         for s in (lo, anyv4, v6):
             s.listen()
         ports = {s.getsockname()[1]: s for s in (lo, anyv4, v6)}
-        found = {x.port: x for x in sockets.listeners({os.getpid()}) if x.port in ports}
+        found = {x.port: x for x in listening_ports.listeners({os.getpid()}) if x.port in ports}
         assert set(found) == set(ports)
         assert found[lo.getsockname()[1]].loopback and found[lo.getsockname()[1]].host == "127.0.0.1"
         assert not found[anyv4.getsockname()[1]].loopback and found[anyv4.getsockname()[1]].host == "every interface"
         assert not found[v6.getsockname()[1]].loopback
-        assert os.getpid() in sockets.descendants(os.getppid())
+        assert os.getpid() in listening_ports.descendants(os.getppid())
     finally:
         for s in (lo, anyv4, v6):
             s.close()
@@ -202,11 +202,11 @@ def embedded() -> Iterator[Embedded]:
 
 @pytest.mark.ray
 def test_embedded_default_listens_on_loopback_only(embedded: Embedded) -> None:
-    found = sockets.listeners(sockets.descendants(embedded.pid))
+    found = listening_ports.listeners(listening_ports.descendants(embedded.pid))
     procs = " ".join(x.process for x in found)
     # not vacuous: the driver, the GCS, the raylet and the runtime's actors all listen somewhere
     assert "gcs_server" in procs and "raylet" in procs, found
-    assert sum("LayerShard" in x.process or "SoulHost" in x.process or "Orchestrator" in x.process
+    assert sum("LayerShard" in x.process or "SoulHost" in x.process or "RuntimeController" in x.process
                for x in found) >= 5, found
     exposed = [x for x in found if not x.loopback]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(map(str, exposed))

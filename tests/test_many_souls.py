@@ -46,7 +46,7 @@ async def _first_turns(rt, ids: list[str]) -> list:
 
 def test_two_thousand_souls_each_keep_exactly_their_own_history(small_runtime) -> None:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
 
     rt = small_runtime
     ids = [f"many-{i:05d}" for i in range(SOULS)]
@@ -67,7 +67,7 @@ def test_two_thousand_souls_each_keep_exactly_their_own_history(small_runtime) -
     rng = random.Random(11)
     for i in rng.sample(range(SOULS), 40):
         h = rt.soul(ids[i])
-        (tr,) = h.trace(last=1)
+        (tr,) = h.traces(last=1)
         assert tr.query == _text(i) and tr.seq == 1
         r = h.turn(f"Where does order {i * 7 + 3} arrive?", user="ops", at=1_780_100_000 + i)
         assert r.seq == 2

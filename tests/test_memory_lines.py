@@ -135,7 +135,7 @@ def test_when_did_is_answered_from_a_dated_memory(tmp_path: Path) -> None:
 def test_what_happened_three_sessions_ago(tmp_path: Path) -> None:
     soul, mem = soul_with_sessions(tmp_path)
     # four sessions back from the newest (session_5) is session_1; three back is session_2
-    items = mem.recall("What happened three sessions ago?", 10, now=SAT + 40 * DAY)
+    items = mem.recall("What happened three sessions ago?", 10, at=SAT + 40 * DAY)
     assert items[0].sources == ("D2:1",) and "lemon tart" in items[0].text
     r = soul.turn("What happened three sessions ago?", user="sam", at=SAT + 40 * DAY)
     assert "lemon tart" in r.reply and "22 July 2023" in r.reply

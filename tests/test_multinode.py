@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     from ray.cluster_utils import Cluster
     import soul_runtime
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     from actors.placement import store_name
 
     data_dir = sys.argv[1]
@@ -68,7 +68,7 @@ SCRIPT = textwrap.dedent("""
     out = {"nodes": len(nodes), "lost": lost, "seqs": acked, "target": target, "errors": errors,
            "layout": json.load(open(data_dir + "/runtime.json")),
            "facts": {s: len(rt.soul(s).facts()) for s in souls},
-           "traces": {s: [t.seq for t in rt.soul(s).trace(last=50)] for s in souls}}
+           "traces": {s: [t.seq for t in rt.soul(s).traces(last=50)] for s in souls}}
     print("RESULT " + json.dumps(out))
     rt.close()
     ray.shutdown()

@@ -83,9 +83,9 @@ def test_two_hundred_submitters_one_soul(runtime, soul_id) -> None:
     assert len(done) == total == 200
     seqs = sorted(seq for _, seq in done)
     assert seqs == list(range(1, total + 1))  # dense: nothing lost, nothing twice
-    traces = s.trace(last=total + 10)
+    traces = s.traces(last=total + 10)
     assert [t.seq for t in traces] == list(range(1, total + 1))
     assert Counter(t.request_id for t in traces) == Counter(rid for rid, _ in done)
     by_rid = {rid: seq for rid, seq in done}
     assert all(by_rid[t.request_id] == t.seq for t in traces)
-    assert raycalls.get(raycalls.call(runtime.orchestrator, "ping")) == "ok"
+    assert raycalls.get(raycalls.call(runtime.controller, "ping")) == "ok"

@@ -101,7 +101,7 @@ def play(tmp: Path, model: OfflineModel, mcfg: MemoryConfig) -> Outcome:
     try:
         for i, row in enumerate(CORPUS):
             if row.get("verbatim"):  # a recalled line pasted back: it must be what this soul really recalls
-                lines = {memory_line(it) for it in mem.recall(row["text"], 12, now=T0 + 60 * i)}
+                lines = {memory_line(it) for it in mem.recall(row["text"], 12, at=T0 + 60 * i)}
                 assert row["text"] in lines, (row["text"], lines)
             before, episodes_before = _snapshot(mem), len(mem.episodes())
             r: TurnResult = soul.turn(row["text"], user=USER, at=T0 + 60 * i)

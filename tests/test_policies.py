@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from soul_runtime.clock import DAY
-from soul_runtime.config import MemoryConfig
+from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.errors import ConfigError
 from soul_runtime.memory.policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
@@ -48,7 +48,7 @@ def test_recency_is_relative_to_the_given_now_and_floored() -> None:
 
 
 def test_decay_drops_old_unpromoted_episodes_only() -> None:
-    cfg = MemoryConfig(decay_days=30)
+    cfg = MemoryConfig(recall_horizon_days=30)
     assert in_recall(NOW - 29 * DAY, False, NOW, cfg)
     assert not in_recall(NOW - 31 * DAY, False, NOW, cfg)
     assert in_recall(NOW - 3000 * DAY, True, NOW, cfg)
@@ -163,7 +163,7 @@ def test_active_version_counts_clean_runs_and_failures() -> None:
 
 
 # ---- configuration -----------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs", [{"half_life_days": 0}, {"decay_days": -1}, {"dense_weight": 1.5},
+@pytest.mark.parametrize("kwargs", [{"half_life_days": 0}, {"recall_horizon_days": -1}, {"dense_weight": 1.5},
                                     {"promotion_observations": 0}, {"merge_similarity": float("nan")},
                                     {"rollout_clean_runs": 2.5}, {"half_life_days": "7"}, {"fact_match_similarity": 0},
                                     {"fact_match_similarity": 1.5}])
@@ -197,3 +197,13 @@ def test_lexical_clauses_keep_rare_terms_and_pairs_within_a_budget() -> None:
     got = lexical_clauses(list(wide), wide, 100_000, lim)
     assert got and all(len(c) == 2 for c in got) and len(got) <= 12
     assert sum(wide[a] * wide[b] / 100_000 for a, b in got) <= 1_000
+
+
+def test_the_deprecated_decay_days_still_sets_the_recall_horizon() -> None:
+    with pytest.warns(DeprecationWarning, match="recall_horizon_days"):
+        cfg = MemoryConfig(decay_days=12)
+    assert cfg.recall_horizon_days == 12
+    with pytest.warns(DeprecationWarning):
+        assert cfg.decay_days == 12
+    assert "decay_days" not in SoulConfig(memory=cfg).to_dict()["memory"]
+    assert SoulConfig.from_dict(SoulConfig(memory=cfg).to_dict()).memory == cfg

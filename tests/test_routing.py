@@ -15,14 +15,16 @@ import pytest
 import ray.exceptions
 
 from actors import raycalls, routing, soul_host
-from actors.routing import AsyncSoulLocks, Moved, Routed, Router, SoulLocks, _Batchable, _Pause
+from actors.keyed_locks import KeyedLocks
+from actors.retry import RetryPolicy
+from actors.routing import AsyncSoulLocks, Call, Moved, Routed, Router, _Pause
 from actors.soul_host import SoulHost
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable, StaleOwner, TurnFailed
 from soul_runtime.models.offline import OfflineModel
 
 
 def test_soul_locks_serialise_one_soul_and_drop_their_entries() -> None:
-    locks = SoulLocks()
+    locks: KeyedLocks[threading.Lock] = KeyedLocks(threading.Lock)
     inside: dict[str, int] = {}
     worst: dict[str, int] = {}
 
@@ -38,15 +40,15 @@ def test_soul_locks_serialise_one_soul_and_drop_their_entries() -> None:
     for t in threads:
         t.join()
     assert worst == {"s0": 1, "s1": 1, "s2": 1}  # never two calls of one soul at once
-    assert locks.locks == {}  # state bounded by the souls in flight
+    assert len(locks) == 0  # state bounded by the souls in flight
 
 
 def test_async_soul_locks_keep_arrival_order() -> None:
-    locks = AsyncSoulLocks()
+    locks = AsyncSoulLocks(None)
     order: list[int] = []
 
     async def turn(i: int) -> None:
-        with locks._entry("a") as lock:
+        with locks.locks.entry("a") as lock:
             async with lock:
                 order.append(i)
                 await asyncio.sleep(0.001)
@@ -54,7 +56,7 @@ def test_async_soul_locks_keep_arrival_order() -> None:
     async def main() -> None:
         await asyncio.gather(*(turn(i) for i in range(20)))
     asyncio.run(main())
-    assert order == list(range(20)) and locks.locks == {}
+    assert order == list(range(20)) and len(locks.locks) == 0
 
 
 class Handle:
@@ -75,8 +77,9 @@ def router(monkeypatch: pytest.MonkeyPatch) -> tuple[Router, list[tuple[str, str
 
 
 def _to(step: Any) -> str:
-    """The actor a step of the policy calls (a turn is a batchable call; others are sent at once)."""
-    return step.name if isinstance(step, _Batchable) else step[0]
+    """The actor a step of the policy calls."""
+    assert isinstance(step, Call)
+    return step.name
 
 
 def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> None:
@@ -84,7 +87,7 @@ def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> Non
     home = r.owner("maya")
     gen = r.steps(Routed("maya", "run", ("turn", None, "rid-1", {})))
     first = next(gen)
-    assert isinstance(first, _Batchable) and _to(first) == home
+    assert isinstance(first, Call) and first.batchable and _to(first) == home
     assert first.item == ("maya", "turn", None, "rid-1", {})
     pause = gen.throw(ray.exceptions.RayActorError())  # the host died: wait a moment, same request again
     assert isinstance(pause, _Pause) and pause.seconds > 0
@@ -103,7 +106,8 @@ def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> Non
     assert _to(gen.throw(Moved("maya", home))) == home  # moved back home: the hash again
     assert "maya" not in r.dedicated
     gen = r.steps(Routed("maya", "traces", (3,)))
-    assert next(gen)[0] == home and sent == [(home, "traces")]  # other calls go at once
+    step = next(gen)
+    assert _to(step) == home and step.method == "traces" and not step.batchable  # other calls go alone
 
 
 def test_the_callers_errors_are_not_retried(router: Any) -> None:
@@ -114,15 +118,15 @@ def test_the_callers_errors_are_not_retried(router: Any) -> None:
         with pytest.raises(InvalidInput):
             gen.throw(err)
     gen = r.steps(Routed("ana", "trace", ("ana/1",)))
-    next(gen)
+    calls = [next(gen)]
     with pytest.raises(TurnFailed):  # a failure that is not ours: reported once, not retried
-        gen.throw(_task_error(ZeroDivisionError("boom")))
-    assert len(sent) == 1
+        calls.append(gen.throw(_task_error(ZeroDivisionError("boom"))))
+    assert len(calls) == 1 and sent == []  # one call, made by the driver
 
 
 def test_an_owner_that_stays_dead_is_reported(router: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     r, _ = router
-    monkeypatch.setattr(routing, "RETRIES", 3)
+    r.retry = RetryPolicy(attempts=3)
     gen = r.steps(Routed("ana", "run", ()))
     step = next(gen)
     with pytest.raises(RuntimeUnavailable):
@@ -214,9 +218,10 @@ def test_a_straggler_of_a_batch_is_asked_for_alone_with_the_same_request(router:
     r, sent = router
     gen = r.steps(Routed("maya", "run", ("turn", None, "rid-9", {})))
     first = next(gen)
-    assert isinstance(first, _Batchable)
+    assert isinstance(first, Call) and first.batchable
     alone = gen.send(routing.Later())  # the host answered the others; this turn was still running
-    assert alone == (r.owner("maya"), ("maya", "turn", None, "rid-9", {})) and sent == [(r.owner("maya"), "run")]
+    assert _to(alone) == r.owner("maya") and alone.item == ("maya", "turn", None, "rid-9", {})
+    assert alone.method == "run" and not alone.batchable  # asked for alone, with the same request
     with pytest.raises(StopIteration) as done:
         gen.send("the result")
     assert done.value.value == "the result"
@@ -296,12 +301,17 @@ def test_a_blocking_turn_goes_over_its_hosts_channel_and_falls_back_to_ray(monke
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        def start(self, method: str, *args: Any) -> Any:
             over_channel.append((self.name, args))
             b = behaviour.pop(self.name, None)
-            if b is not None:
-                raise b
-            return ("by channel", self.name, args[3])
+            name = self.name
+
+            class Sent:
+                def result(self, timeout: float | None = None) -> Any:
+                    if b is not None:
+                        raise b
+                    return ("by channel", name, args[3])
+            return Sent()
     monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
     monkeypatch.setattr(raycalls, "call", lambda h, method, *args: over_ray.append((h.name, args)) or h.name)
     monkeypatch.setattr(raycalls, "get_raw", lambda ref, timeout=None: ("by ray", ref))

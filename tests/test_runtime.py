@@ -81,7 +81,7 @@ def test_turns_of_one_soul_are_strictly_ordered_under_concurrency(runtime, soul_
     assert not errors
     seqs = sorted(r.seq for r in results)
     assert seqs == list(range(1, 41))
-    traces = s.trace(last=40)
+    traces = s.traces(last=40)
     assert [t.seq for t in traces] == list(range(1, 41))
     assert Counter(t.query for t in traces).most_common(1)[0][1] == 1  # no turn applied twice
 
@@ -107,7 +107,7 @@ def test_turn_n_plus_one_reads_what_turn_n_wrote(runtime, soul_id) -> None:
 def test_passivated_soul_reactivates_with_its_buffer(runtime, soul_id) -> None:
     s = runtime.soul(soul_id)
     s.turn("My favourite editor is Helix.", user="sam")
-    before = s.trace(last=1)[0]
+    before = s.traces(last=1)[0]
     host = runtime.placement(soul_id)["host"]
     from actors import raycalls
     handle = raycalls.get_actor(host, runtime.cfg.namespace)
@@ -239,11 +239,11 @@ def test_forget_erases_a_soul_for_good(runtime, soul_id) -> None:
     s.observe([{"speaker": "Caroline", "text": "My beagle is called Zephyrquill.", "id": "m1"}], at="2026-05-01")
     assert s.facts() and disk_hits(where, "archive-7", "zephyrqu")
     one = s.forget_where(query="zephyrquill")
-    assert one.writes and disk_hits(where, "zephyrqu") == {} and s.trace(last=1)[0].kind == "forget"
+    assert one.writes and disk_hits(where, "zephyrqu") == {} and s.traces(last=1)[0].kind == "forget"
     assert s.facts()  # the rest stays
     s.forget()
     assert disk_hits(where, "archive-7", "zephyrqu", "maya") == {}
-    assert s.facts() == [] and s.stats()["episodes"] == 0 and s.trace(last=5) == []
+    assert s.facts() == [] and s.stats()["episodes"] == 0 and s.traces(last=5) == []
     assert s.turn("hello again", user="maya").seq == 5
     again = s.observe([{"speaker": "Caroline", "text": "I bought a red kayak for the lake.", "id": "m1"}],
                       at="2026-05-02")
@@ -302,7 +302,7 @@ def test_reply_first_through_the_handle(runtime, soul_id) -> None:
     with pytest.raises(InvalidInput, match="wait_writes"):
         s.turn("hello there", wait_writes="no")
     usage = s.stats()["model_usage"]
-    assert usage["calls"] == sum(t.usage["calls"] for t in s.trace(last=10)) and usage["by_model"]
+    assert usage["calls"] == sum(t.usage["calls"] for t in s.traces(last=10)) and usage["by_model"]
 
 
 def test_a_client_with_another_layout_is_refused(runtime) -> None:

@@ -253,7 +253,7 @@ def test_an_evicted_store_closes_off_the_callers_path_and_its_soul_waits_for_the
     from soul_runtime.memory.semantic import SemanticStore
     shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 1, "default", 0, 1, 0.0)
     facts = {sid: shard.read(sid, "stats") for sid in ("a", "b")}  # b's opening evicted a
-    shard.settle()
+    shard.wait_closed()
     gate, closing = threading.Event(), threading.Event()
     real_close = SemanticStore.close
 
@@ -271,7 +271,7 @@ def test_an_evicted_store_closes_off_the_callers_path_and_its_soul_waits_for_the
     assert waiter.is_alive() and not got  # b's call waits for b's close
     gate.set()
     waiter.join(10)
-    assert got == [facts["b"]] and shard.settle() == 1 and list(shard.open) == ["b"]
+    assert got == [facts["b"]] and shard.wait_closed() == 1 and list(shard.open) == ["b"]
     assert set(shard.locks) <= {"b"}  # no lock entry left behind for a closed store
 
 
@@ -300,9 +300,9 @@ def test_a_host_closes_evicted_souls_off_the_activating_call(tmp_path: Path, mon
     assert h.last_seq("c") == 0  # returns while a's close waits at the gate
     assert h.active_souls() == ["b", "c"] and h.metrics.local["passivations:capacity"] == 1 and closed == []
     gate.set()
-    h.settle()
+    h.wait_closed()
     assert closed == ["a"] and h.last_seq("a") == 0  # reactivates from its closed files
-    h.settle()
+    h.wait_closed()
     assert h.active_souls() == ["c", "a"] and closed == ["a", "b"]
     clock.t += 30  # nobody idle (60 s), within capacity: nothing to do
     assert h._evict() == 0 and h.active_souls() == ["c", "a"]
@@ -327,7 +327,7 @@ def test_a_host_over_capacity_by_count_takes_its_oldest_souls_without_a_pass(
     real = soul_host.to_passivate
     monkeypatch.setattr(soul_host, "to_passivate", no_pass)
     h.last_seq("d")
-    h.settle()
+    h.wait_closed()
     assert h.active_souls() == ["c", "a", "d"] and h.metrics.local["passivations:capacity"] == 1
     monkeypatch.setattr(soul_host, "to_passivate", real)
     clock.t += 600  # c, a and d idle past idle_passivate_s (60 s): the policy decides

@@ -38,7 +38,7 @@ def test_turn_300_stays_under_budget_and_the_buffer_holds_only_the_session(tmp_p
     assert buf.tokens() <= 2000
     assert all(turn.at >= start for turn in buf.turns)  # yesterday's session is gone from the buffer
     assert not any("Juniper" in turn.text for turn in buf.turns)
-    assert any("Juniper" in it.text for it in mem.recall("Orca staging cluster", 5, now=start + DAY))
+    assert any("Juniper" in it.text for it in mem.recall("Orca staging cluster", 5, at=start + DAY))
 
 
 def test_a_long_pause_starts_a_new_session(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def test_tendril_correction_keeps_one_active_fact_with_history(mem: SoulMemory) 
     hist = mem.fact_history("tendril", "production_database")
     assert [h.value for h in hist] == ["Postgres 15", "Postgres 16"]
     assert set(hist[0].sources) == {"t1/u", "t2/u"}  # the statement and its confirmation
-    items = mem.recall("which Postgres version does Tendril run in production", 10, now=NOW + 2 * DAY)
+    items = mem.recall("which Postgres version does Tendril run in production", 10, at=NOW + 2 * DAY)
     assert items and items[0].store == "semantic" and "Postgres 16" in items[0].text
     assert not any("Postgres 15" in it.text for it in items), [it.text for it in items]
 
@@ -67,7 +67,7 @@ def test_the_same_fact_ten_times_is_one_record(mem: SoulMemory) -> None:
 
 
 def test_a_fact_seen_in_three_episodes_is_promoted_and_its_episodes_stop_decaying(tmp_path: Path) -> None:
-    cfg = MemoryConfig(decay_days=30)
+    cfg = MemoryConfig(recall_horizon_days=30)
     m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=cfg)
     writes = []
     for i in range(3):
@@ -79,7 +79,7 @@ def test_a_fact_seen_in_three_episodes_is_promoted_and_its_episodes_stop_decayin
     assert sem[0].op is Op.ADD and "promoted" in sem[0].reason
     assert m.facts()[0].sources == ("t0/u", "t1/u", "t2/u")
     assert m.stats()["promoted_episodes"] == 3
-    later = m.recall("Tendril Postgres", 10, now=NOW + 400 * DAY, stores=["episodic"])
+    later = m.recall("Tendril Postgres", 10, at=NOW + 400 * DAY, stores=["episodic"])
     assert len(later) == 3
     m.close()
 
@@ -88,16 +88,16 @@ def test_recent_episode_outranks_an_equally_similar_old_one(mem: SoulMemory) -> 
     text = "Maya deployed the billing service to production."
     mem.write(req("old", Extraction(episode=text, event=True), NOW - 200 * DAY, session="a"))
     mem.write(req("new", Extraction(episode=text, event=True), NOW - 2 * DAY, session="b"))
-    items = mem.recall("billing service deployment", 5, now=NOW, stores=["episodic"])
+    items = mem.recall("billing service deployment", 5, at=NOW, stores=["episodic"])
     assert [it.sources for it in items] == [("new/u",), ("old/u",)]
     assert items[0].score > items[1].score
 
 
-def test_episode_past_decay_days_is_not_recalled(tmp_path: Path) -> None:
-    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(decay_days=30))
+def test_episode_past_its_recall_horizon_is_not_recalled(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(recall_horizon_days=30))
     m.write(req("t", Extraction(episode="Maya adopted a cat named Miso.", event=True), NOW - 31 * DAY))
-    assert m.recall("cat named Miso", 5, now=NOW) == []
-    assert len(m.recall("cat named Miso", 5, now=NOW - 20 * DAY)) == 1
+    assert m.recall("cat named Miso", 5, at=NOW) == []
+    assert len(m.recall("cat named Miso", 5, at=NOW - 20 * DAY)) == 1
     m.close()
 
 
@@ -128,7 +128,7 @@ def test_procedure_after_third_success_and_versioned_rollout(mem: SoulMemory) ->
                                           task=TaskReport("draft postmortem", steps2, "success"))))
         status = {p.version: p.status for p in mem.procedures("draft postmortem")}
         assert status == ({1: "active", 2: "candidate"} if i < 2 else {1: "retired", 2: "active"}), status
-    items = mem.recall("please draft a postmortem for incident-9", 5, now=NOW, stores=["procedural"])
+    items = mem.recall("please draft a postmortem for incident-9", 5, at=NOW, stores=["procedural"])
     assert items[0].id == "draft postmortem@v2" and "on-call log" in items[0].text
 
 
@@ -149,7 +149,7 @@ def test_export_import_round_trip_is_exact(mem: SoulMemory, tmp_path: Path) -> N
     other = SoulMemory(tmp_path / "other", embedder=HashEmbedder())
     other.import_(blob)
     assert other.export() == blob
-    assert other.recall("thing Postgres", 10, now=NOW) == mem.recall("thing Postgres", 10, now=NOW)
+    assert other.recall("thing Postgres", 10, at=NOW) == mem.recall("thing Postgres", 10, at=NOW)
     with pytest.raises(InvalidInput):
         other.import_(blob)  # not empty any more
     other.close()
@@ -167,7 +167,7 @@ def test_index_is_rebuilt_when_deleted_truncated_or_corrupt(tmp_path: Path) -> N
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     for i in range(20):
         m.write(req(f"t{i}", Extraction(episode=f"Maya finished task {i} on project {i % 3}.", event=True)))
-    expect = m.recall("project 1", 5, now=NOW)
+    expect = m.recall("project 1", 5, at=NOW)
     m.close()
     idx = tmp_path / "episodic.usearch"
     for damage in ("delete", "truncate", "garbage"):
@@ -180,7 +180,7 @@ def test_index_is_rebuilt_when_deleted_truncated_or_corrupt(tmp_path: Path) -> N
             idx.write_bytes(os.urandom(idx.stat().st_size))
         m = SoulMemory(tmp_path, embedder=HashEmbedder())
         assert m.episodic.index.rebuilt, damage
-        assert m.recall("project 1", 5, now=NOW) == expect
+        assert m.recall("project 1", 5, at=NOW) == expect
         assert m.stats()["indexed"] == 20
         m.close()
 
@@ -207,7 +207,7 @@ def test_reopening_a_store_loads_its_saved_index(tmp_path: Path) -> None:
     m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
     assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 1
     assert (idx.stat().st_ino, idx.stat().st_mtime_ns, idx.read_bytes()) == saved  # not rewritten
-    assert m2.recall("first episode", 1, now=NOW + 60)[0].text == "first episode here"
+    assert m2.recall("first episode", 1, at=NOW + 60)[0].text == "first episode here"
     m2.write(req("b", Extraction(episode="second episode there", event=True)))
     m2.close()
     m3 = SoulMemory(tmp_path, embedder=HashEmbedder())
@@ -259,11 +259,11 @@ def test_bad_input_raises_clear_errors_and_changes_nothing(mem: SoulMemory) -> N
                                    event=True)))
     before = mem.export()
     with pytest.raises(InvalidInput):
-        mem.recall("x", 0, now=NOW)
+        mem.recall("x", 0, at=NOW)
     with pytest.raises(InvalidInput):
-        mem.recall("x", 5, now=float("nan"))
+        mem.recall("x", 5, at=float("nan"))
     with pytest.raises(InvalidInput):
-        mem.recall("x", 5, now=NOW, stores=["nonsense"])
+        mem.recall("x", 5, at=NOW, stores=["nonsense"])
     with pytest.raises(InvalidInput):
         mem.write(req("t2", Extraction(episode="bad \udc80 text", event=True)))
     with pytest.raises(NotFound):
@@ -353,7 +353,7 @@ def test_closing_a_large_index_leaves_it_and_replays_the_log(tmp_path: Path, mon
     assert (tmp_path / "episodic.usearch").read_bytes() == saved  # not rewritten on close
     m2 = SoulMemory(tmp_path, embedder=HashEmbedder())
     assert not m2.episodic.index.rebuilt and m2.stats()["indexed"] == 5
-    assert m2.recall("after the save", 1, now=NOW + 60)[0].text == "an episode after the save"
+    assert m2.recall("after the save", 1, at=NOW + 60)[0].text == "an episode after the save"
     m2.close()
 
 
@@ -391,7 +391,7 @@ def test_recall_scores_candidates_from_the_covering_index(tmp_path: Path) -> Non
         "EXPLAIN QUERY PLAN SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
         "WHERE rowid IN (1, 2)"))
     assert "COVERING INDEX episodes_recall" in plan
-    assert [it.text for it in m.recall("flight to Osaka", 3, now=NOW + 60)] == ["Ana booked the flight to Osaka."]
+    assert [it.text for it in m.recall("flight to Osaka", 3, at=NOW + 60)] == ["Ana booked the flight to Osaka."]
 
 
 def test_a_time_scoped_hit_that_is_also_a_lexical_hit_keeps_its_lexical_score(tmp_path: Path) -> None:
@@ -432,7 +432,6 @@ def test_a_time_scoped_hit_that_is_also_a_lexical_hit_keeps_its_lexical_score(tm
 def test_the_size_lexical_pruning_reads_follows_inserts_and_deletes(tmp_path: Path) -> None:
     """The store size the lexical query is pruned by is remembered between recalls: it follows inserts, and a
     forget that removes the newest episodes brings a store back under ``prune_at`` (every term searched)."""
-    from soul_runtime.memory.erasure import ForgetQuery
     from soul_runtime.memory.policy_episodic import LexicalLimits
     m = SoulMemory(tmp_path, embedder=HashEmbedder())
     store = m.episodic
@@ -441,10 +440,10 @@ def test_the_size_lexical_pruning_reads_follows_inserts_and_deletes(tmp_path: Pa
     for i in range(14):
         word = ["violet", "lantern", "pier"][i % 3]
         m.write(req(f"t{i}", Extraction(episode=f"Ana noted item {i} near the {word}.", event=True), at=NOW + i))
-        m.recall(query, 3, now=NOW + 60)
+        m.recall(query, 3, at=NOW + 60)
         assert store._max_key == store.db.execute("SELECT MAX(rowid) FROM episodes").fetchone()[0] == i + 1
     assert store._match(query) != '"violet" OR "lantern" OR "pier"'  # 14 episodes: pruned
-    m.forget_where(ForgetQuery(ids=("ep-13", "ep-14", "ep-12")))
+    m.forget_where(ids=("ep-13", "ep-14", "ep-12"))
     assert store._match(query) == '"violet" OR "lantern" OR "pier"'  # 11: every term
     assert store._max_key == 11
     m.close()
@@ -484,7 +483,7 @@ def test_semantic_recall_names_the_entity_whole_and_ranks_subject_only_hits_last
     got = {it.id: it.score for it in mem.semantic.recall("where did Rui ride the bike", 10)}
     assert got["rui:favourite_tea"] == MemoryConfig().subject_only_score  # Rui named, nothing about tea asked
     assert got["rui:bike"] > 0.8  # Rui named and the bike asked about
-    order = [it.id for it in mem.recall("where did Rui ride the bike", 10, now=NOW + DAY)]
+    order = [it.id for it in mem.recall("where did Rui ride the bike", 10, at=NOW + DAY)]
     assert order.index("rui:bike") < order.index("rui:favourite_tea")
     assert order.index("ep-2") < order.index("rui:favourite_tea")  # the episode that matches what is asked first
 

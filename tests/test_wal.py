@@ -39,5 +39,5 @@ def test_torn_wal_tail_loses_nothing_acknowledged(tmp_path: Path, damage: str) -
     assert m.stats()["indexed"] == m.stats()["episodes"]
     m.write(WriteRequest(turn_key="after", now=1.7e9 + 10_000, actor="maya", sources=("after",),
                          extraction=Extraction(episode="The store keeps working after the repair.", event=True)))
-    assert any("after" in it.sources for it in m.recall("store keeps working", 3, now=1.7e9 + 10_001))
+    assert any("after" in it.sources for it in m.recall("store keeps working", 3, at=1.7e9 + 10_001))
     m.close()

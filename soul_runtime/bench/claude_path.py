@@ -78,7 +78,7 @@ def bench_turns(turns: int = 20, delay_s: float = 0.5, cache_min: int | None = N
             soul = _soul(d, _model(api, cache_min), SoulConfig(), embedder)
             lat, before = [], []
             for i in range(turns):
-                soul.settle()  # a user's pause between turns: the previous memory work is done (not timed)
+                soul.wait_memory_work()  # a user's pause between turns: the previous memory work is done (not timed)
                 n0 = len(api.requests)
                 t0 = time.perf_counter()
                 r = soul.turn(f"Turn {i}: we moved the staging database of project {i % 7} to the new cluster.",
@@ -86,7 +86,7 @@ def bench_turns(turns: int = 20, delay_s: float = 0.5, cache_min: int | None = N
                 lat.append(time.perf_counter() - t0)
                 before.append(len(api.requests) - n0 if not wait else 1)
                 assert r.writes_pending is not wait
-            soul.settle()
+            soul.wait_memory_work()
             traces = soul.traces(turns)
             soul.close()
             calls = [t.usage["calls"] for t in traces]

@@ -288,7 +288,7 @@ def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], 
     for i, q in enumerate(queries):
         tm: dict[str, float] = {}
         c0, t0 = time.process_time(), time.perf_counter()
-        mem.recall(q, k, now=at, timings=tm)
+        mem.recall(q, k, at=at, timings=tm)
         whole.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
         for name, v in tm.items():

@@ -244,7 +244,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         qvecs = embedder.embed([q.question for q in qas])
         for qi, q in enumerate(qas):
             t0 = time.perf_counter()
-            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, now=now)
+            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, at=now)
             recall_ms.append((time.perf_counter() - t0) * 1000)
             b_rank = np.argsort(-bm25.scores(q.question), kind="stable")
             d_rank = np.argsort(-(vecs @ qvecs[qi]), kind="stable")

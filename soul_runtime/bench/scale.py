@@ -206,7 +206,7 @@ def _per_turn(before: dict[str, int], after: dict[str, int], turns: int,
 
 def _host_counters(rt: Any) -> dict[str, int]:
     from actors import raycalls
-    from actors.orchestrator import host_name
+    from actors.controller import host_name
     total: dict[str, int] = {}
     for i in range(rt.cfg.hosts):
         h = raycalls.get_actor(host_name(i), rt.cfg.namespace)

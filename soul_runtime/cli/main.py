@@ -196,7 +196,7 @@ def _chat_line(ctx: Ctx, soul: Any, user: str, line: str) -> bool:
         ctx.emit(facts, render.facts_table(facts) if facts else "no facts yet")
     elif cmd == "trace":
         n = int(arg) if arg.isdigit() and int(arg) > 0 else 5
-        traces = soul.trace(last=n)
+        traces = soul.traces(last=n)
         ctx.emit(traces, render.traces_table(traces))
     else:
         ctx.err.print(f"unknown command /{cmd}; /help lists them")
@@ -343,7 +343,7 @@ def cmd_export(ctx: Ctx) -> int:
 
 
 def cmd_import(ctx: Ctx) -> int:
-    from soul_runtime.memory.soul_memory import unpack_export
+    from soul_runtime.memory.export import unpack_export
     sid = check_id(ctx.args.soul, what="soul id")
     blob = Path(ctx.args.file).read_bytes()
     unpack_export(blob)  # a bad file fails here, before Ray starts

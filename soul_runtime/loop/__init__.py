@@ -1,6 +1,7 @@
 """The turn loop: one soul's turn from its short-term buffer to its trace.
 
-Lives here: ``Soul`` (buffer → recall → assemble → reply → tag → extract → guards → writes → trace), the
+Lives here: ``Soul``, the turn orchestrator of one soul, which enforces a turn's read-then-write order
+(buffer → recall → assemble → reply, then one memory decision → guards → writes → trace), the
 short-term buffer, context assembly under a token budget, the guards, turn traces, the soul's durable state
 (buffer checkpoint, write intents, traces), the write-policy audit and message ingestion (JSONL / LoCoMo).
 

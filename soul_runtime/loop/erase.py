@@ -24,9 +24,9 @@ ROUNDS = 3
 class ErasableMemory(Protocol):
     """What forgetting needs from long-term memory (in process: SoulMemory; on Ray: the store actors)."""
 
-    def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]: ...
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]: ...
 
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]: ...
+    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]: ...
 
 
 def _memory(soul: Soul) -> ErasableMemory:
@@ -37,7 +37,7 @@ def _memory(soul: Soul) -> ErasableMemory:
 def forget_soul(soul: Soul, stores: Iterable[str] | None = None) -> dict[str, int]:
     """Erase the soul's memory (these layers, all by default) and its traces and buffer, which hold the words
     every layer was built from."""
-    soul.settle()  # the last turn's memory work lands first, then everything goes
+    soul.wait_memory_work()  # the last turn's memory work lands first, then everything goes
     out = {k: int(v) for k, v in _memory(soul).forget(stores=stores).items()}
     out["traces"] = soul.state.erase()
     return out
@@ -48,7 +48,7 @@ def forget_where(soul: Soul, ids: Iterable[str] | None = None, query: str | None
     """Delete single memories by id, or every memory containing the phrase ``query``; ordered and idempotent
     like a turn (``seq``, ``request_id``). The result's writes are the DELETEs."""
     q = ForgetQuery.make(ids, query)
-    soul.settle()  # the last turn's memory work lands first
+    soul.wait_memory_work()  # the last turn's memory work lands first
     nxt = soul._next_seq(seq, request_id)
     if isinstance(nxt, TurnTrace):
         return soul._result(nxt)
@@ -56,7 +56,7 @@ def forget_where(soul: Soul, ids: Iterable[str] | None = None, query: str | None
     total, step = Erased(), q
     for _ in range(ROUNDS):  # then what states the forgotten words or was recorded from the same messages
         found = Erased()
-        for layer, e in _memory(soul).forget_where(step).items():
+        for layer, e in _memory(soul).forget_matching(step).items():
             per_layer[layer] = per_layer.get(layer, Erased()) + e
             found = found + e
         if not found.ids:

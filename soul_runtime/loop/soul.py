@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,7 +56,7 @@ from soul_runtime.text import check_id, check_text, estimate_tokens
 class MemoryPort(Protocol):
     """What the loop needs from long-term memory (in process: SoulMemory; on Ray: store actors)."""
 
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Any = None,
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
                task_class: str | None = None) -> list[RecalledItem]: ...
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]: ...
@@ -121,8 +122,10 @@ class _Pending:
 
 
 class Soul:
-    """One soul. One caller at a time (a host's per-soul lock); the memory work of a turn may run
-    on a background thread, which the next call waits for (:meth:`settle`)."""
+    """One soul and its turn orchestrator: a turn reads the short-term buffer and long-term memory before its
+    inference, and writes after it, in that order, numbered by the soul. One caller at a time (a host's
+    per-soul lock); the memory work of a turn may run on a background thread, which the next call waits for
+    (:meth:`wait_memory_work`)."""
 
     def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort, model: LanguageModel,
                  config: SoulConfig | None = None, clock: Callable[[], float] = time.time,
@@ -175,6 +178,11 @@ class Soul:
         return p is not None and p.thread is not None and p.thread.is_alive()
 
     def settle(self) -> None:
+        """Deprecated name of :meth:`wait_memory_work` (removed in 0.3)."""
+        warnings.warn("Soul.settle() is deprecated: use Soul.wait_memory_work()", DeprecationWarning, stacklevel=2)
+        self.wait_memory_work()
+
+    def wait_memory_work(self) -> None:
         """Wait for the memory work of the last turn; complete it from its intent if it failed."""
         p = self._pending
         if p is not None:
@@ -261,7 +269,7 @@ class Soul:
             raise InvalidInput(f"turn text does not fit the context budget of {tc.context_tokens} tokens")
         if not isinstance(wait_writes, bool):
             raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
-        self.settle()
+        self.wait_memory_work()
         nxt = self._next_seq(seq, request_id)
         if isinstance(nxt, TurnTrace):
             return self._result(nxt)
@@ -278,7 +286,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = self.memory.recall(text, tc.recall_k, now=now)
+        recalled = self.memory.recall(text, tc.recall_k, at=now)
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()
@@ -317,7 +325,7 @@ class Soul:
         def run() -> None:
             try:
                 self._memory_work(trace, exchange, intent)
-            except BaseException as e:  # noqa: BLE001 — kept for settle(); the intent stays on disk
+            except BaseException as e:  # noqa: BLE001 — kept for wait_memory_work(); the intent stays on disk
                 pending.error = e
 
         pending.thread = threading.Thread(target=run, name=f"memory-{turn_id}", daemon=True)
@@ -375,7 +383,7 @@ class Soul:
         tc = self.cfg.turn
         default_at = to_timestamp(at) if at is not None else None
         msgs = check_messages(messages, default_at if default_at is not None else self.clock(), tc.max_text_chars)
-        self.settle()
+        self.wait_memory_work()
         nxt = self._next_seq(seq, request_id)
         if isinstance(nxt, TurnTrace):
             return self._result(nxt)

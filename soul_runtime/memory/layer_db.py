@@ -11,8 +11,8 @@ import msgpack
 
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory import fence
-from soul_runtime.memory.erasure import ForgetQuery, unlink_files
-from soul_runtime.memory.sqlite_db import open_db, transaction
+from soul_runtime.memory.erasure import ForgetQuery
+from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import MemoryWrite, WriteRequest
 from soul_runtime.text import check_write_request
 
@@ -63,18 +63,6 @@ def drop_applied(db: sqlite3.Connection, turn_keys: set[str], ids: set[str], q: 
             doomed.append((key,))
     db.executemany("DELETE FROM applied WHERE turn_key = ?", doomed)
     return len(doomed)
-
-
-def reopen_empty(db: sqlite3.Connection, directory: Path, layer: str,
-                 migrations: Sequence[tuple[str, str]]) -> sqlite3.Connection:
-    """Forget a layer's store for good: close it, unlink its files (database, WAL, sidecars) and reopen it empty
-    under the same fencing epoch (an older owner stays refused)."""
-    epoch = fence.current(db)
-    db.close()
-    unlink_files(directory, layer)
-    new = open_db(directory / f"{layer}.sqlite", migrations)
-    fence.restore(new, epoch)
-    return new
 
 
 def dump_tables(db: sqlite3.Connection, tables: Sequence[str]) -> dict[str, list[list[Any]]]:

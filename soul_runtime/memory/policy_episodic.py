@@ -56,8 +56,8 @@ def recency_weight(at: Num, now: float, cfg: MemoryConfig) -> Num:
 
 
 def in_recall(at: Num, promoted: bool | np.ndarray, now: float, cfg: MemoryConfig) -> bool | np.ndarray:
-    """Episodes older than ``decay_days`` drop out of recall unless promoted."""
-    out: bool | np.ndarray = np.logical_or(promoted, (now - at) <= cfg.decay_days * DAY)
+    """Episodes older than ``recall_horizon_days`` drop out of recall unless promoted."""
+    out: bool | np.ndarray = np.logical_or(promoted, (now - at) <= cfg.recall_horizon_days * DAY)
     return out
 
 

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from soul_runtime.config import MemoryConfig
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory import fence
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
-    dump_tables,
-    file_bytes,
-    is_empty,
-    load_tables,
     pack,
-    reopen_empty,
     unpack,
 )
+from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
-from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
+from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from soul_runtime.text import terms
 
@@ -56,20 +50,11 @@ def classify_lexically(query: str, classes: list[str]) -> list[tuple[str, float]
 TABLES = ("procedures", "runs", "applied")
 
 
-class ProceduralStore:
+class ProceduralStore(LayerStore):
     store = Store.PROCEDURAL
-
-    def __init__(self, directory: Path, cfg: MemoryConfig) -> None:
-        self.dir = Path(directory)
-        self.cfg = cfg
-        self.db = open_db(self.dir / "procedural.sqlite", MIGRATIONS)
-
-    def close(self) -> None:
-        self.db.close()
-
-    def memory_bytes(self) -> int:
-        """What this open store holds in memory: its SQLite page cache."""
-        return memory_bytes(self.db)
+    MIGRATIONS = MIGRATIONS
+    TABLES = TABLES
+    COUNTED = "procedures"
 
     @staticmethod
     def _proc(r: tuple[Any, ...]) -> Procedure:
@@ -142,15 +127,6 @@ class ProceduralStore:
         items.sort(key=lambda it: (-it.score, it.id))
         return items[:k]
 
-    def erase(self) -> int:
-        """Forget every procedure and task run for good: unlink the files, reopen empty."""
-        n = int(self.db.execute("SELECT COUNT(*) FROM procedures").fetchone()[0])
-        self.db = reopen_empty(self.db, self.dir, "procedural", MIGRATIONS)
-        return n
-
-    def fence(self, epoch: int) -> None:
-        fence.fence(self.db, epoch, f"soul {self.dir.name} procedural")
-
     def forget_where(self, q: ForgetQuery) -> Erased:
         """Delete the procedure versions ``q`` names (``task@vN``, or a task class for all its versions) or
         whose steps contain its phrase, the task runs they were learned from (or that contain the phrase),
@@ -180,18 +156,9 @@ class ProceduralStore:
         a = self.db.execute("SELECT COUNT(*) FROM procedures WHERE status = 'active'").fetchone()[0]
         c = self.db.execute("SELECT COUNT(*) FROM procedures WHERE status = 'candidate'").fetchone()[0]
         r = self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        size = file_bytes(self.dir, "procedural")
+        size = self.file_bytes()
         return {"procedures": int(a), "candidate_procedures": int(c), "task_runs": int(r), "procedural_bytes": size}
 
-    def is_empty(self) -> bool:
-        return is_empty(self.db, TABLES)
-
-    def export(self) -> dict[str, Any]:
-        return dump_tables(self.db, TABLES)
-
-    def import_(self, data: dict[str, Any]) -> None:
-        with transaction(self.db):
-            load_tables(self.db, data, TABLES)
 
 
 def _reports_run(req: WriteRequest) -> bool:

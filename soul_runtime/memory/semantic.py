@@ -19,16 +19,12 @@ from soul_runtime.memory.fact_match import match_stored
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
-    dump_tables,
-    file_bytes,
-    is_empty,
-    load_tables,
     pack,
-    reopen_empty,
     unpack,
 )
+from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
-from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
+from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import (
     Fact,
     FactCandidate,
@@ -67,22 +63,16 @@ def _history(raw: bytes) -> tuple[FactVersion, ...]:
 TABLES = ("facts", "observations", "applied")
 
 
-class SemanticStore:
+class SemanticStore(LayerStore):
     store = Store.SEMANTIC
+    MIGRATIONS = MIGRATIONS
+    TABLES = TABLES
+    COUNTED = "facts"
 
     def __init__(self, directory: Path, cfg: MemoryConfig, embedder: Embedder | None = None) -> None:
-        self.dir = Path(directory)
-        self.cfg = cfg
         self.embedder = embedder  # for reconciliation by meaning (fact_match); None: exact and normalised only
-        self.db = open_db(self.dir / "semantic.sqlite", MIGRATIONS)
         self.matches = {"normalised": 0, "meaning": 0}
-
-    def close(self) -> None:
-        self.db.close()
-
-    def memory_bytes(self) -> int:
-        """What this open store holds in memory: its SQLite page cache."""
-        return memory_bytes(self.db)
+        super().__init__(directory, cfg)
 
     def _fact(self, r: tuple[Any, ...]) -> Fact:
         return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],
@@ -194,15 +184,6 @@ class SemanticStore:
         return replace(c, entity=best[0], attribute=best[1], display_entity=best[0],
                        display_attribute=best[1].replace("_", " "))
 
-    def erase(self) -> int:
-        """Forget every fact, its history and observations for good: unlink the files, reopen empty."""
-        n = int(self.db.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
-        self.db = reopen_empty(self.db, self.dir, "semantic", MIGRATIONS)
-        return n
-
-    def fence(self, epoch: int) -> None:
-        fence.fence(self.db, epoch, f"soul {self.dir.name} semantic")
-
     def forget_where(self, q: ForgetQuery) -> Erased:
         """Delete the facts ``q`` names (``entity:attribute``) or whose current value contains its phrase; a
         phrase found only in a fact's history removes those past values. Observations of forgotten values go
@@ -299,15 +280,6 @@ class SemanticStore:
         a = self.db.execute("SELECT COUNT(*) FROM facts WHERE status = 'active'").fetchone()[0]
         b = self.db.execute("SELECT COUNT(*) FROM facts WHERE status != 'active'").fetchone()[0]
         o = self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
-        size = file_bytes(self.dir, "semantic")
+        size = self.file_bytes()
         return {"facts": int(a), "archived_facts": int(b), "observations": int(o), "semantic_bytes": size}
 
-    def is_empty(self) -> bool:
-        return is_empty(self.db, TABLES)
-
-    def export(self) -> dict[str, Any]:
-        return dump_tables(self.db, TABLES)
-
-    def import_(self, data: dict[str, Any]) -> None:
-        with transaction(self.db):
-            load_tables(self.db, data, TABLES)

@@ -6,14 +6,12 @@ individually (:func:`open_layer`), a laptop opens all three (:class:`SoulMemory`
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
-
-import msgpack
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import MemoryConfig
@@ -21,6 +19,7 @@ from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.erasure import Erased, ForgetQuery
+from soul_runtime.memory.export import import_export, pack_export
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.records import (
@@ -35,8 +34,6 @@ from soul_runtime.records import (
     WriteRequest,
 )
 from soul_runtime.text import check_write_request
-
-EXPORT_FORMAT = "soul-runtime/memory@1"
 
 
 def parse_stores(stores: Iterable[str] | None) -> tuple[Store, ...]:
@@ -126,13 +123,18 @@ class SoulMemory:
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
     # ---- reads -----------------------------------------------------------------------
-    def recall(self, query: str, k: int = 10, *, now: Any, stores: Iterable[str] | None = None,
-               task_class: str | None = None, timings: dict[str, float] | None = None) -> list[RecalledItem]:
-        """The three layers' best ``k`` for ``query``. ``timings``: if given, milliseconds per stage are added
-        to it (the episodic layer's embed, dense, lexical and score; semantic; procedural; merge)."""
+    def recall(self, query: str, k: int = 10, at: Any = None, stores: Iterable[str] | None = None, *,
+               task_class: str | None = None, timings: dict[str, float] | None = None,
+               now: Any = None) -> list[RecalledItem]:
+        """The three layers' best ``k`` for ``query``, as of ``at`` (None: now). ``timings``: if given,
+        milliseconds per stage are added to it (the episodic layer's embed, dense, lexical and score; semantic;
+        procedural; merge). ``now`` is the deprecated name of ``at``."""
+        if now is not None:
+            warnings.warn("SoulMemory.recall(now=...) is deprecated: use at=", DeprecationWarning, stacklevel=2)
+            at = now if at is None else at
         if not isinstance(k, int) or isinstance(k, bool) or k < 1 or k > 1000:
             raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
-        t = to_timestamp(now)
+        t = time.time() if at is None else to_timestamp(at)
         lists = []
         clock = time.perf_counter
         for s in parse_stores(stores):
@@ -161,7 +163,7 @@ class SoulMemory:
     def procedures(self, task_class: str | None = None) -> list[Procedure]:
         return self.procedural.procedures(_opt_text(task_class, "task class"))
 
-    def episodes(self, *, since: Any = None, until: Any = None, session: str | None = None,
+    def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
         if sessions_ago is not None and (not isinstance(sessions_ago, int) or isinstance(sessions_ago, bool)
                                          or not 0 <= sessions_ago <= 1_000_000):
@@ -174,14 +176,25 @@ class SoulMemory:
         t = to_timestamp(now)
         return {**self.episodic.sweep(t), **self.semantic.sweep(t)}
 
-    def forget(self, *, stores: Iterable[str] | None = None) -> dict[str, int]:
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase these layers (all by default) for good: their files are unlinked and recreated empty, so no
         row, history, idempotency record, FTS segment, index entry, WAL frame or free page is left."""
         return {s.value: self._layer(s).erase() for s in parse_stores(stores)}
 
-    def forget_where(self, query: ForgetQuery) -> dict[str, Erased]:
-        """Delete single memories (by id, or every memory whose text contains a phrase) in every layer."""
-        return {s.value: self._layer(s).forget_where(query) for s in LAYERS}
+    def forget_where(self, ids: Iterable[str] | ForgetQuery | None = None, query: str | None = None
+                     ) -> dict[str, Erased]:
+        """Delete single memories in every layer: these ids (``ep-3``, ``tendril:database``, ``deploy@v2``) and
+        every memory whose text contains the phrase ``query``. What each layer erased, by layer. (A
+        :class:`ForgetQuery` as ``ids`` is the deprecated form.)"""
+        if isinstance(ids, ForgetQuery):
+            warnings.warn("SoulMemory.forget_where(ForgetQuery) is deprecated: pass ids= and query=",
+                          DeprecationWarning, stacklevel=2)
+            return self.forget_matching(ids)
+        return self.forget_matching(ForgetQuery.make(ids, query))
+
+    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]:
+        """:meth:`forget_where` for a query already made (the loop's erasure step)."""
+        return {s.value: self._layer(s).forget_where(q) for s in LAYERS}
 
     def fence(self, epoch: int) -> None:
         """Take the soul over with this fencing epoch: from now on every layer refuses older writers."""
@@ -199,18 +212,15 @@ class SoulMemory:
 
     # ---- export / import -------------------------------------------------------------
     def export(self) -> bytes:
-        return msgpack.packb({"format": EXPORT_FORMAT, "episodic": self.episodic.export(),
-                              "semantic": self.semantic.export(), "procedural": self.procedural.export()},
-                             use_bin_type=True)
+        return pack_export({s: getattr(self, s.value).export() for s in LAYERS})
 
     def import_(self, blob: bytes) -> None:
         """Load an export into this (empty) soul; a bad export changes nothing."""
-        data = unpack_export(blob)
-        if not self.is_empty():
-            raise InvalidInput("import needs an empty soul: this one already has memories")
-        self.episodic.import_(data["episodic"])
-        self.semantic.import_(data["semantic"])
-        self.procedural.import_(data["procedural"])
+        import_export(self, blob, self.episodic.dir.name)
+
+    def import_layers(self, data: dict[str, Any]) -> None:
+        for s in LAYERS:
+            getattr(self, s.value).import_(data[s.value])
 
 
 def _text(v: object, what: str) -> str:
@@ -221,53 +231,6 @@ def _text(v: object, what: str) -> str:
 
 def _opt_text(v: object, what: str) -> str | None:
     return None if v is None else _text(v, what)
-
-
-def unpack_export(blob: bytes) -> dict[str, Any]:
-    try:
-        data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-    except Exception as e:
-        raise InvalidInput(f"not a soul-runtime export: {e.__class__.__name__}") from None
-    if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-        raise InvalidInput("not a soul-runtime export (missing or unknown format tag)")
-    for layer, tables in _SHAPES.items():
-        section = data.get(layer)
-        if not isinstance(section, dict):
-            raise InvalidInput(f"export is missing its {layer} section")
-        for table, kinds in tables.items():
-            rows = section.get(table)
-            if not isinstance(rows, list) or not all(_row_ok(r, kinds) for r in rows):
-                raise InvalidInput(f"export's {layer}.{table} is malformed")
-    return data
-
-
-# column kinds of each exported table: i int, f number, s str, b bytes, m msgpack bytes
-_SHAPES = {"episodic": {"episodes": "ifssmmmsiisbis", "sessions": "sif", "applied": "sm"},
-           "semantic": {"facts": "sssssfmfsm", "observations": "sssssmf", "applied": "sm"},
-           "procedural": {"procedures": "simsmfii", "runs": "issmsfms", "applied": "sm"}}
-
-
-def _cell_ok(v: object, kind: str) -> bool:
-    if kind == "i":
-        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
-    if kind == "f":
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 2**63
-    if kind == "s":
-        return isinstance(v, str)
-    if kind == "b":
-        return isinstance(v, bytes)
-    if not isinstance(v, bytes):
-        return False
-    try:
-        msgpack.unpackb(v, raw=False)
-    except Exception:
-        return False
-    return True
-
-
-def _row_ok(row: object, kinds: str) -> bool:
-    return isinstance(row, list) and len(row) == len(kinds) and all(_cell_ok(v, k) for v, k in zip(row, kinds,
-                                                                                                  strict=True))
 
 
 def wipe(directory: str | Path) -> None:

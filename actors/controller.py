@@ -20,11 +20,11 @@ from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
 
 from . import raycalls
+from . import retry as retry_policy
+from .handles import ActorHandles
 from .placement import rendezvous
 from .routing import REGISTRY, read_registry
 from .settings import SIZE_KEYS, RuntimeConfig, claim_data_dir, layout, mismatch, recorded_layout, resolve
-
-RETRIES = 40
 
 
 def host_name(i: int) -> str:
@@ -35,7 +35,9 @@ def dedicated_name(soul_id: str) -> str:
     return f"soul-dedicated-{soul_id}"
 
 
-class TurnOrchestrator:
+class RuntimeController:
+    """The runtime's control actor (see the module's doc)."""
+
     def __init__(self, config: dict[str, Any], host_class: Any = None) -> None:
         # automatic host and shard counts are decided here, once, where the data dir is: its recorded layout,
         # else the cluster's CPUs; every client and actor then takes them from this actor
@@ -47,30 +49,22 @@ class TurnOrchestrator:
         self.dedicated: dict[str, str] = read_registry(self.cfg.data_dir)
         self._moving = asyncio.Lock()  # one dedicate or undedicate at a time
         self.hosts = [host_name(i) for i in range(self.cfg.hosts)]
-        self._handles: dict[str, Any] = {}
+        self.handles = ActorHandles(self.cfg.namespace)
 
     def _save_registry(self) -> None:
         write_file(self.registry, json.dumps(self.dedicated))  # durable: a restarted host routes by it
 
-    def _handle(self, name: str) -> Any:
-        h = self._handles.get(name)
-        if h is None:
-            h = raycalls.get_actor(name, self.cfg.namespace)
-            if h is None:
-                raise RuntimeUnavailable(f"soul host {name} is not running")
-            self._handles[name] = h
-        return h
-
     async def _call(self, name: str, method: str, *args: Any) -> Any:
         """Call a host, retrying while it is dead or restarting (the calls are idempotent)."""
-        for attempt in range(RETRIES):
+        retry = retry_policy.DEFAULT
+        for attempt in range(retry.attempts):
             try:
-                return await raycalls.call(self._handle(name), method, *args)
+                return await raycalls.call(self.handles.get(name), method, *args)
             except raycalls.ACTOR_DIED:
-                self._handles.pop(name, None)
-                if attempt == RETRIES - 1:
+                self.handles.forget(name)
+                if retry.last(attempt):
                     raise RuntimeUnavailable(f"soul host {name} stays unavailable") from None
-                await asyncio.sleep(min(2.0, 0.1 * (attempt + 1)))
+                await asyncio.sleep(retry.pause(attempt))
             except raycalls.TASK_ERROR as e:
                 raise raycalls.translate(e) from None
         raise AssertionError("unreachable")
@@ -94,7 +88,7 @@ class TurnOrchestrator:
             try:
                 await asyncio.wait_for(self._call(name, "ping"), timeout=60)
             except asyncio.TimeoutError:
-                self._handles.pop(name, None)
+                self.handles.forget(name)
                 raycalls.kill(handle)
                 raise RuntimeUnavailable("no 'soul_slot' resource free for a dedicated soul actor") from None
             self.dedicated[soul_id] = name
@@ -112,7 +106,7 @@ class TurnOrchestrator:
             del self.dedicated[soul_id]
             self._save_registry()
             await self._call(home, "unmove", soul_id)
-            handle = self._handles.pop(name, None) or raycalls.get_actor(name, self.cfg.namespace)
+            handle = self.handles.forget(name) or raycalls.get_actor(name, self.cfg.namespace)
             if handle is not None:
                 raycalls.kill(handle)
             return True
@@ -129,6 +123,10 @@ class TurnOrchestrator:
     async def souls(self) -> list[str]:
         root = Path(self.cfg.data_dir) / "souls"
         return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+    async def stop(self) -> int:
+        """Stop (the lifecycle of :mod:`actors.introspection`): nothing runs beside its calls."""
+        return 0
 
     async def ping(self) -> str:
         return "ok"
@@ -156,4 +154,4 @@ class TurnOrchestrator:
         return self.config
 
 
-__all__ = ["TurnOrchestrator"]
+__all__ = ["RuntimeController"]

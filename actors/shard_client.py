@@ -1,0 +1,114 @@
+"""A host's side of the store shards: where a soul's layer lives, and its calls batched across the host's souls."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from soul_runtime.batching import Crowd, MicroBatcher, Ticket
+
+from . import raycalls
+from .channel import ChannelBook
+from .handles import ActorHandles
+from .introspection import channel_address
+from .placement import store_name, store_of
+from .settings import RuntimeConfig
+from .transport import DirectTransport, Reply, Transport
+
+SHARD_CHANNEL_METHODS = ("recall_batch", "apply_batch")
+"""What a store shard serves on its local channel (:meth:`actors.layer_shard.LayerShard.serve_channel`)."""
+
+
+class StoreLocator:
+    """Handles of the store shards, by layer and soul (light: no memory engine, for drivers too)."""
+
+    def __init__(self, cfg: RuntimeConfig) -> None:
+        self.cfg = cfg
+        self.handles = ActorHandles(cfg.namespace)
+
+    def name(self, layer: str, soul_id: str) -> str:
+        return store_of(soul_id, layer, self.cfg.shards(layer))
+
+    def handle(self, layer: str, soul_id: str) -> Any:
+        return self.handles.get(self.name(layer, soul_id))
+
+
+def _resolve(reply: Reply) -> Any:
+    """A batch's answer, with Ray's errors as the project's own."""
+    try:
+        return reply.result()
+    except Exception as e:  # noqa: BLE001 — translated, raised to the batch's callers
+        raise raycalls.translate(e) from None
+
+
+def results(replies: Sequence[Any], read: Callable[[Any], Any] = _resolve) -> list[Any]:
+    """Every reply's answer (``read(reply)``), each read even when one fails — a batch's answer left unread
+    would hold its channel connection; the first error is raised (as the project's own)."""
+    out, error = [], None
+    for r in replies:
+        try:
+            out.append(read(r))
+        except BaseException as e:  # noqa: BLE001 — raised after the others are read
+            error = error or e
+    if error is not None:
+        raise error
+    return out
+
+
+class ShardCalls:
+    """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
+    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
+
+    A call waits until the other turns of the host's ``crowd`` (its threads running turns) are parked (waiting
+    in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls; a turn running
+    alone never waits.
+
+    ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
+    through Ray; one whose channel broke is asked for its address again at most once a second. ``transport``:
+    how the calls travel (default: that; :class:`~actors.transport.DirectTransport` in tests)."""
+
+    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05,
+                 channels: bool = False, transport: Transport | DirectTransport | None = None) -> None:
+        self.stores = stores
+        self.crowd = crowd
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
+        self.transport = transport if transport is not None else \
+            Transport(ChannelBook(channel_address, enabled=channels), SHARD_CHANNEL_METHODS)
+        self._lock = threading.Lock()
+
+    def counts(self) -> dict[str, int]:
+        """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``), and how many of
+        the calls went on a local channel."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for (_, method), b in self._batchers.items():
+                out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
+                out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
+        for method, n in list(self.transport.channel_calls.items()):
+            out[f"shard_channel_calls:{method}"] = n
+        return out
+
+    def send(self, layer: str, soul_id: str, method: str, *args: Any) -> Reply:
+        """One call to the shard holding the soul's layer, alone (not batched)."""
+        return self.transport.send(self.stores.name(layer, soul_id), self.stores.handle(layer, soul_id), method,
+                                   *args)
+
+    def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
+        """Send ``item`` to the shard holding the soul's layer (``method`` is ``recall_batch`` or
+        ``apply_batch``); ``.result()`` on the ticket waits for its answer."""
+        name = self.stores.name(layer, soul_id)
+        with self._lock:
+            b = self._batchers.get((name, method))
+            if b is None:
+                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
+                        _name: str = name) -> Reply:
+                    return self.transport.send(_name, self.stores.handle(_layer, _soul), _m, items)
+                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=_resolve, max_batch=self.max_batch,
+                                                                  max_wait_s=self.max_wait_s, crowd=self.crowd)
+        return b.start([item])
+
+
+__all__ = ["SHARD_CHANNEL_METHODS", "ShardCalls", "StoreLocator", "results", "store_name"]

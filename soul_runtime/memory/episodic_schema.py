@@ -1,0 +1,42 @@
+"""The episodic store's schema: ``episodic.sqlite``'s migrations, in order."""
+
+from __future__ import annotations
+
+from soul_runtime.memory import fence
+
+MIGRATIONS = [
+    ("0001_episodes", """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE episodes (
+            rowid INTEGER PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, summary TEXT NOT NULL,
+            sources BLOB NOT NULL, entities BLOB NOT NULL, tags BLOB NOT NULL, session TEXT NOT NULL,
+            session_index INTEGER NOT NULL, promoted INTEGER NOT NULL DEFAULT 0, turn_key TEXT NOT NULL,
+            vector BLOB NOT NULL);
+        CREATE INDEX episodes_at ON episodes(at);
+        CREATE INDEX episodes_session ON episodes(session_index);
+        CREATE INDEX episodes_turn ON episodes(turn_key);
+        CREATE VIRTUAL TABLE episodes_fts USING fts5(summary, tokenize='porter unicode61');
+        CREATE TABLE sessions (name TEXT PRIMARY KEY, idx INTEGER NOT NULL UNIQUE, first_at REAL NOT NULL);
+        CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, key INTEGER NOT NULL);
+        CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
+    """),
+    ("0002_superseded", """
+        ALTER TABLE episodes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0
+    """),
+    ("0003_key_text", """
+        ALTER TABLE episodes ADD COLUMN key_text TEXT NOT NULL DEFAULT ''
+    """),
+    ("0004_session_index", """
+        CREATE INDEX episodes_session_name ON episodes(session, rowid)
+    """),
+    ("0005_term_counts", """
+        CREATE VIRTUAL TABLE episodes_vocab USING fts5vocab(episodes_fts, 'row')
+    """),
+    ("0006_fence", fence.MIGRATION[1]),
+    ("0007_recall_cover", """
+        CREATE INDEX episodes_recall ON episodes(rowid, at, promoted, superseded)
+    """),
+]
+"""0007: recall scores its candidates on date and flags read from this covering index. An episode's row holds
+its vector and text, and its later columns sit on overflow pages; reading them per candidate dominated recall
+in a large store."""

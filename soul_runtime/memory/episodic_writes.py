@@ -1,0 +1,168 @@
+"""The episodic store's writes: episodes from exchanges, near-duplicate merging, promotion and supersession
+marks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from soul_runtime.memory import fence
+from soul_runtime.memory.episodic_table import EpisodeTable
+from soul_runtime.memory.layer_db import applied_writes, pack, record_applied, unpack
+from soul_runtime.memory.policy_episodic import decide_episode, is_near_duplicate
+from soul_runtime.memory.policy_semantic import merge_sources
+from soul_runtime.memory.sqlite_db import transaction
+from soul_runtime.records import Episode, MemoryWrite, Op, Store, WriteRequest
+from soul_runtime.text import check_write_request
+
+SAVE_EVERY = 2000
+MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
+
+
+@dataclass(frozen=True)
+class _Row:
+    rowid: int
+    episode: Episode
+
+
+class EpisodeWrites(EpisodeTable):
+    # ---- writes ----------------------------------------------------------------------
+    @staticmethod
+    def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+        return writes_without_store(reqs)
+
+    def apply(self, req: WriteRequest) -> list[MemoryWrite]:
+        return self.apply_many([req])[0]
+
+    def apply_many(self, reqs: list[WriteRequest], *, promote_turns: list[str] | None = None,
+                   supersede_sources: list[str] | None = None) -> list[list[MemoryWrite]]:
+        """Apply the episodic writes of several exchanges in one durable transaction.
+
+        Idempotent per ``turn_key``: a turn applied before returns its recorded writes.
+        ``promote_turns``: turns whose episodes fed a promoted fact (they stop decaying).
+        ``supersede_sources``: message ids of fact values just replaced or retracted;
+        episodes derived from them leave recall (they would contradict the new value).
+        """
+        for req in reqs:
+            check_write_request(req)
+        out: list[list[MemoryWrite] | None] = [None] * len(reqs)
+        todo: list[tuple[int, WriteRequest]] = []
+        for i, req in enumerate(reqs):
+            prev = applied_writes(self.db, req.turn_key)
+            if prev is not None:
+                out[i] = prev
+            else:
+                todo.append((i, req))
+        wanted = [(i, r, decide_episode(r.extraction)) for i, r in todo]
+        texts = [r.extraction.episode.strip()[: self.cfg.max_episode_chars] for _, r, d in wanted if d.write]
+        keys = [index_key_text(r) for _, r, d in wanted if d.write]
+        vectors = self.embedder.embed(keys) if keys else np.zeros((0, self.embedder.dim), np.float32)
+        index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
+        vi = 0
+        with transaction(self.db):
+            for req in reqs:
+                fence.check(self.db, req.epoch, f"soul {self.dir.name} episodic")
+                self.epoch = max(self.epoch, req.epoch)
+            for i, req, decision in wanted:
+                writes: list[MemoryWrite] = []
+                if decision.write:
+                    writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops))
+                    vi += 1
+                else:
+                    writes.append(_noop(decision.reason))
+                record_applied(self.db, req.turn_key, writes)
+                out[i] = writes
+            self._mark(promote_turns or [], supersede_sources or [])
+        if self._max_key is not None:  # committed: the new rows' keys
+            self._max_key = max([self._max_key] + [key for op, key, _, _ in index_ops if op == "add"])
+        for op, key, vec, seq in index_ops:  # the record is durable; now the cache
+            if op == "add" and vec is not None:
+                self.index.add(key, vec, seq)
+            else:
+                self.index.remove(key, seq)
+        self._unsaved += len(index_ops)
+        if self._unsaved >= SAVE_EVERY:
+            self.flush()
+        return [o or [] for o in out]
+
+    def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
+                   index_ops: list[tuple[str, int, np.ndarray | None, int]]) -> MemoryWrite:
+        ex = req.extraction
+        tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
+                                                          else set())))
+        sources = merge_sources(tuple(ex.extra_sources), req.sources)
+        dup = self._near_duplicate(vec, text, req.session)
+        if dup is not None:
+            merged = merge_sources(dup.episode.sources, sources)
+            entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
+            self.db.execute("UPDATE episodes SET sources = ?, entities = ?, at = MAX(at, ?) WHERE rowid = ?",
+                            (pack(list(merged)), pack(list(entities)), req.now, dup.rowid))
+            return MemoryWrite(Store.EPISODIC, Op.UPDATE, dup.episode.id,
+                               "near-duplicate episode: merged sources", {"summary": dup.episode.summary,
+                                                                           "sources": list(merged)})
+        sidx = self._session_index(req.session, req.now)
+        cur = self.db.execute(
+            "INSERT INTO episodes (at, actor, summary, sources, entities, tags, session, session_index, turn_key,"
+            " vector, key_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (req.now, req.actor, text, pack(list(sources)), pack(list(ex.entities)), pack(list(tags)),
+             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text))
+        key = int(cur.lastrowid or 0)
+        self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
+        index_ops.append(("add", key, vec, self._log("add", key)))
+        return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
+                           {"summary": text, "sources": list(sources), "at": req.now})
+
+    def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
+        """A stored episode of the same session that says the same thing (exact scan of the session's
+        latest episodes: the cost does not grow with the store)."""
+        rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? "
+                               f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
+        if not rows:
+            return None
+        sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
+            vec, np.float32)
+        for i in np.argsort(-sims)[:3]:  # only these few are read whole, and only when similar enough
+            if float(sims[i]) < self.cfg.merge_similarity:
+                break  # is_near_duplicate refuses it, and every one after it is less similar
+            ep = self._rows("rowid = ?", (rows[i][0],))[0]
+            if is_near_duplicate(float(sims[i]), text, ep.summary, self.cfg):
+                return _Row(int(rows[i][0]), ep)
+        return None
+
+    def _mark(self, promote_turns: list[str], supersede_sources: list[str]) -> None:
+        for tk in promote_turns:
+            self.db.execute("UPDATE episodes SET promoted = 1 WHERE turn_key = ?", (tk,))
+        if supersede_sources:
+            wanted = sorted(set(supersede_sources))
+            # the packed sources hold each id's UTF-8 bytes: SQLite's instr() picks the candidate rows in C, the
+            # unpacked list decides (an id inside a longer one is not a match)
+            near = " OR ".join(["instr(sources, ?) > 0"] * len(wanted))
+            rows = self.db.execute(f"SELECT rowid, sources FROM episodes WHERE superseded = 0 AND ({near})",
+                                   [w.encode() for w in wanted]).fetchall()
+            for key, srcs in rows:
+                if set(wanted) & set(unpack(srcs)):
+                    self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
+
+
+def _noop(reason: str) -> MemoryWrite:
+    return MemoryWrite(Store.EPISODIC, Op.NOOP, "", reason)
+
+
+def writes_without_store(reqs: list[WriteRequest]) -> list[list[MemoryWrite]] | None:
+    """What :meth:`EpisodicStore.apply_many` answers (without cross-layer marks) when none of ``reqs`` writes an
+    episode, whatever is stored; None when one does."""
+    decisions = [decide_episode(r.extraction) for r in reqs]
+    if any(d.write for d in decisions):
+        return None
+    return [[_noop(d.reason)] for d in decisions]
+
+
+def index_key_text(req: WriteRequest) -> str:
+    """What an episode is indexed under: its summary, the model's fuller wording, and the words it was said
+    in (the message and the one it replied to). Only the summary is shown in recall."""
+    summary = req.extraction.episode.strip()
+    detail = req.extraction.detail.strip()
+    parts = [detail] if detail and summary.rstrip(".…") in detail else [summary, detail]
+    parts.append(req.key_context.strip())
+    return " ".join(p for p in parts if p)[:4000]

@@ -1,0 +1,50 @@
+"""The actors' stop step: what runs beside their calls ends, and every open soul or store is closed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from actors.layer_shard import LayerShard
+from soul_runtime.config import MemoryConfig
+
+from .test_schedule import Clock, host
+
+
+def test_a_host_stops_its_ticker_and_passivates_every_soul(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = host(tmp_path, Clock(), monkeypatch, host_capacity=8, idle_check_s=30.0)
+    ticker = h.ticker
+    assert ticker is not None and ticker._thread.is_alive()
+    for sid in ("a", "b", "c"):
+        h.last_seq(sid)
+    assert h.stop() == 3
+    assert h.active_souls() == [] and h.ticker is None and not ticker._thread.is_alive()
+    assert h.metrics.local["passivations:asked"] == 3
+    with pytest.raises(RuntimeError):  # the closing thread has ended
+        h._closer.run(lambda: None)
+
+
+def _open_files_under(root: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    out = []
+    for fd in fds.iterdir():
+        try:
+            target = str(fd.resolve())
+        except OSError:
+            continue
+        if target.startswith(str(root)):
+            out.append(target)
+    return out
+
+
+def test_a_shard_stops_closing_every_open_store(tmp_path: Path) -> None:
+    shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "default", 0, 1, 0.0)
+    before = {sid: shard.read(sid, "stats") for sid in ("a", "b")}
+    assert _open_files_under(tmp_path)  # the two stores' databases are open
+    assert shard.stop() == 2 and len(shard.open) == 0 and len(shard.locks) == 0
+    assert _open_files_under(tmp_path) == []
+    again = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "default", 0, 1, 0.0)
+    assert {sid: again.read(sid, "stats") for sid in ("a", "b")} == before
+    again.stop()

@@ -1,0 +1,65 @@
+"""The public API: what ``soul_runtime`` exports, and one set of signatures in process and through the runtime."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import soul_runtime
+from actors.runtime import AsyncSoulHandle, SoulHandle
+from soul_runtime.embedding.fast import FastEmbedder
+from soul_runtime.memory.erasure import ForgetQuery
+from soul_runtime.memory.soul_memory import SoulMemory
+
+SHARED = ("recall", "facts", "fact_history", "procedures", "episodes", "forget", "forget_where", "stats", "export",
+          "import_")
+
+
+def test_every_exported_name_resolves_and_the_core_stays_light() -> None:
+    for name in soul_runtime.__all__:
+        assert getattr(soul_runtime, name) is not None, name
+    for name in ("StaleOwner", "RuntimeConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact"):
+        assert name in soul_runtime.__all__
+    assert issubclass(soul_runtime.StaleOwner, soul_runtime.SoulError)
+    with pytest.raises(AttributeError):
+        soul_runtime.NoSuchThing  # noqa: B018
+
+
+def _params(fn: Any) -> list[tuple[str, Any]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if p.name != "self" and p.kind is not inspect.Parameter.KEYWORD_ONLY]
+
+
+@pytest.mark.parametrize("method", SHARED)
+def test_the_in_process_memory_and_the_handles_take_the_same_arguments(method: str) -> None:
+    """Positional parameters, names and defaults alike (each side may add keyword-only extras)."""
+    assert _params(getattr(SoulMemory, method)) == _params(getattr(SoulHandle, method))
+    assert hasattr(AsyncSoulHandle, method)
+
+
+def test_the_deprecated_forms_still_work_and_warn(tmp_path: Path) -> None:
+    m = SoulMemory(tmp_path / "s", embedder=FastEmbedder())
+    with pytest.warns(DeprecationWarning, match="at="):
+        assert m.recall("anything", 3, now=1_700_000_000.0) == []
+    with pytest.warns(DeprecationWarning, match="ids= and query="):
+        got = m.forget_where(ForgetQuery.make(["ep-1"], None))
+    assert set(got) == {"episodic", "semantic", "procedural"}
+    assert m.forget_where(ids=["ep-1"]) == got
+    m.close()
+
+
+@pytest.mark.ray
+def test_a_handle_reads_one_trace_by_id_and_the_last_ones(runtime: Any, soul_id: str) -> None:
+    import asyncio
+    s = runtime.soul(soul_id)
+    ids = [s.turn(f"Note {i}: the build runs on runner {i}.", user="maya", at=1_700_000_000 + i).turn_id
+           for i in range(3)]
+    assert s.trace(ids[1]).turn_id == ids[1]
+    assert [t.turn_id for t in s.traces(last=2)] == ids[1:]
+    with pytest.warns(DeprecationWarning, match="traces"):
+        assert [t.turn_id for t in s.trace(last=3)] == ids
+    a = runtime.async_soul(soul_id)
+    assert [t.turn_id for t in asyncio.run(a.traces(last=1))] == ids[2:]
