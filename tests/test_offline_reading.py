@@ -8,18 +8,18 @@ from soul_runtime.models import offline_rules as rules
 
 
 @pytest.mark.parametrize("text,rest,marked", [
-    ("FYI, the cache is Redis.", "FYI, the cache is Redis.", False),  # a comma lead-in: see below
-    ("Heads-up: the cache is Redis.", "The cache is Redis.", False),
-    ("One more thing you should know: the cache is Redis.", "The cache is Redis.", False),
-    ("Hmm, no — the cache is Redis.", "The cache is Redis.", True),
-    ("Nope. The cache is Redis.", "The cache is Redis.", True),
-    ("Update: the cache is Redis.", "The cache is Redis.", True),
-    ("Revised — the cache is Redis.", "The cache is Redis.", True),
-    ("My favourite book: Dune.", "My favourite book: Dune.", False),  # an attribute and its value, not a label
-    ("Confirmed: the cache is Redis.", "Confirmed: the cache is Redis.", False),
-    ("No worries, talk soon.", "No worries, talk soon.", False),
+    ("FYI, the cache is Redis.", "FYI, the cache is Redis.", ""),  # a comma lead-in: see below
+    ("Heads-up: the cache is Redis.", "The cache is Redis.", ""),
+    ("One more thing you should know: the cache is Redis.", "The cache is Redis.", ""),
+    ("Hmm, no — the cache is Redis.", "The cache is Redis.", "no"),
+    ("Nope. The cache is Redis.", "The cache is Redis.", "no"),
+    ("Update: the cache is Redis.", "The cache is Redis.", "fix"),
+    ("Revised — the cache is Redis.", "The cache is Redis.", "fix"),
+    ("My favourite book: Dune.", "My favourite book: Dune.", ""),  # an attribute and its value, not a label
+    ("Confirmed: the cache is Redis.", "Confirmed: the cache is Redis.", ""),
+    ("No worries, talk soon.", "No worries, talk soon.", ""),
 ])
-def test_openings(text: str, rest: str, marked: bool) -> None:
+def test_openings(text: str, rest: str, marked: str) -> None:
     assert rules.read_opening(text) == (rest, marked)
 
 
@@ -36,6 +36,9 @@ def test_pronouns_name_the_thing_or_person_last_named() -> None:
     assert rules.last_person("My sister lives in Dublin.") == ""  # a place, not a person
     assert rules.resolve_pronouns("It's written in Ruby", "Gizmo", "") == "Gizmo is written in Ruby"
     assert rules.resolve_pronouns("it's 16", "Gizmo", "") == "it's 16"  # a bare value: resolved against facts
+    assert rules.resolve_pronouns("It runs on Lambda", "Gizmo", "") == "Gizmo runs on Lambda"
+    for clause in ("It's important to help", "It can be rewarding", "It sounds fun", "It's great to be here"):
+        assert rules.resolve_pronouns(clause, "Maria", "") == clause  # no fact of a thing
     assert rules.as_first_person("She works from Turin") == "I work from Turin"
     assert rules.as_first_person("He's based in Oslo") == "I'm based in Oslo"
 

@@ -344,6 +344,8 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
         a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
         rest = conf
     marked, opening = False, True  # the message's opening markers, read off its first sentences
+    asked = bool(prev_user) and rules.is_question((rules.split_sentences(prev_user.content) or [""])[-1])  # type: ignore[union-attr]
+    just_said = [] if asked else previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
     thing = recent_said[-1].display_entity if recent_said else cands[0].display_entity if cands else ""
     person = next((p for m in reversed(hist) if m.role == "user" and (p := rules.last_person(m.content))), "")
     for sentence in rules.split_sentences(rest):
@@ -351,9 +353,11 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
             leftover.append(sentence)
             continue
         read = sentence
-        if opening:
+        if opening:  # a negation marks a correction only of what was just said: a fact stated the turn before
             read, mark = rules.read_opening(sentence)
-            marked, opening = marked or mark, not read
+            if mark == "no" and not just_said:
+                read, mark = sentence, ""  # "no, but it sounds fun": an answer, not a correction
+            marked, opening = marked or bool(mark), not read
             if not read:  # "Mm, no." — only a marker: it bears on the sentences after it
                 continue
         clauses, kept = rules.split_clauses(rules.strip_fillers(read)), []

@@ -26,7 +26,7 @@ _NEGATION = re.compile(r"^(?i:no(?:[\s,]+no)*|nope|nah|not quite|not really|not 
                        r"that's (?:not (?:right|correct|it|true|quite right)|wrong|incorrect|off)|"
                        r"that is (?:not (?:right|correct)|wrong|incorrect)|that was wrong|my bad|my mistake|"
                        r"i was wrong|i misspoke|scratch that|i got (?:that|it) wrong)"
-                       r"(?:\s*[,.!:;\u2014\u2013]+\s*|\s+-+\s+|$)")
+                       r"(?:\s*[,.!:;\u2014\u2013]+\s*|\s+-+\s+|$)(?!\s*(?i:but|and|thanks|worries|problem)\b)")
 _LABEL = re.compile(r"^(?P<label>[A-Za-z][\w'/-]*(?:\s+[\w'/-]+){0,7}?)\s*(?::|\s[\u2014\u2013]|\s-+)\s+(?=\S)")
 _CLAUSE = re.compile(r"\b(?:is|are|was|were|has|have|had|'s|'re|uses?|runs?|lives?|works?|hosts?|requires?|targets?|"
                      r"belongs?|owns?|costs?|[a-z]{3,}(?:ed|es))\b", re.I)
@@ -38,13 +38,14 @@ _NOT_LABEL = re.compile(r"\b(?i:is|are|was|were|am|has|have|had|'s|'re|'m|i|we|y
 
 
 @memo
-def read_opening(text: str) -> tuple[str, bool]:
-    """(the text without its opening markers, whether one of them marks a correction)."""
-    s, marked = text.strip().replace("\u2019", "'"), False
+def read_opening(text: str) -> tuple[str, str]:
+    """(the text without its opening markers, the kind of correction they mark): "fix" for a label naming a
+    change ("Fix:", "Update —"), "no" for a negation or interjection ("no", "nope", "hmm, not quite"), ""."""
+    s, marked = text.strip().replace("\u2019", "'"), ""
     for _ in range(6):
         m = _NEGATION.match(s)
         if m:
-            s, marked = s[m.end():].strip(), True
+            s, marked = s[m.end():].strip(), marked or "no"
             continue
         m = _INTERJECTION.match(s)
         if m and m.end() < len(s):
@@ -54,7 +55,7 @@ def read_opening(text: str) -> tuple[str, bool]:
         short = m and not _NOT_LABEL.search(m.group("label")) and len(m.group("label").split()) <= 6
         if m and (short or (not _COPULA.search(m.group("label")) and _CLAUSE.search(s[m.end():])
                             and not re.match(r"^(?i:my|our|the)\b", m.group("label")))):
-            marked = marked or bool(_CHANGE_LABEL.search(m.group("label")))
+            marked = "fix" if _CHANGE_LABEL.search(m.group("label")) else marked
             s = s[m.end():].strip()
             continue
         break
@@ -112,8 +113,11 @@ _IT = re.compile(r"^(?i:it)(?P<be>'s|\s+is)?\s+(?=\S)")
 _HE = re.compile(r"^(?i:he|she)(?P<be>'s|\s+is)?\s+(?=\S)")
 
 
-_PREDICATE = re.compile(r"^(?:(?:now|still|also)\s+)?(?:[a-z]+(?:ed|en|wn|lt|t|ne)\s+(?:in|on|at|by|with|to|from|for|against|"
-                        r"under|into|onto|using|via)\b|(?:on|in|at|from)\s)")
+_PREDICATE = re.compile(r"^(?:(?:now|still|also)\s+)?(?:(?:[a-z]+(?:ed|en|wn)|built|kept|held|sent|set|put|made|run|done)\s+"
+                        r"(?:in|on|at|by|with|to|from|for|against|under|into|onto|using|via)\b|(?:on|in|at|from)\s+[A-Z0-9])")
+_VERB = re.compile(r"^(?!(?:looks|sounds|seems|feels|means|makes|gets|takes|depends|matters|helps|happens|goes|works out|"
+                   r"was|is|has been|had)\b)[a-z]+s\s+\S")
+"""A present-tense verb of a thing ("it runs on …", "it weighs …"), not one of judgement ("it sounds fun")."""
 
 
 def resolve_pronouns(clause: str, thing: str, person: str) -> str:
@@ -124,6 +128,8 @@ def resolve_pronouns(clause: str, thing: str, person: str) -> str:
         rest = c[m.end():] if m else ""
         if m and m.group("be") and not _PREDICATE.match(rest):
             continue  # "it's 16", "it's Traefik": a bare value, resolved against the facts it may correct
+        if m and not m.group("be") and not _VERB.match(rest):
+            continue  # "it can be rewarding", "it sounds fun": no fact of a thing
         if m and name and not re.match(r"^(?:was|has been|had|isn't|is not|wasn't|not|no longer|never)\b", rest):
             return f"{name}{' is' if m.group('be') else ''} {rest}"
     return c
