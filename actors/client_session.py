@@ -93,7 +93,7 @@ def open_session(address: str, attach: Callable[[bool], T], kwargs: dict[str, An
             if not retry:
                 hint = (f"; {attempt} attempts in {elapsed:.1f} s" if attempt > 1 else "") + (
                     "; see ray_client_server*.err in the head's session logs, and start the head with "
-                    "GRPC_ENABLE_FORK_SUPPORT=0 (cluster/README.md)" if e.transient else
+                    "GRPC_ENABLE_FORK_SUPPORT=0 (docs/troubleshooting.md)" if e.transient else
                     "; the head may be too busy to start a session server in time (its "
                     "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S)" if "Proxy failed" in str(e) else
                     "; see ray_client_server.err (the proxy) and ray_client_server_*.err in the head's session "

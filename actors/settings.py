@@ -54,7 +54,7 @@ class RuntimeConfig:
     """``default`` (MiniLM on onnxruntime) or ``fast`` (hashing; for benchmarks and tests)."""
     storage: str = "local"
     """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
-    storage that actors on several nodes open (see cluster/README.md)."""
+    storage that actors on several nodes open (see docs/deploying.md)."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline`` or ``anthropic``."""
     soul: SoulConfig = field(default_factory=SoulConfig)

@@ -1,7 +1,7 @@
 """Configuration: small keyword-only frozen dataclasses, validated on creation.
 
 Every threshold of the write, recall and retention policies lives here with its
-default; the README's configuration reference is generated from these fields.
+default; docs/configuration.md lists them.
 """
 
 from __future__ import annotations

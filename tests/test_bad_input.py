@@ -220,7 +220,7 @@ def test_unknown_turn_ids_are_not_found(world: World, turn_id: Any, last: Any) -
     rejects(world, "traces last", lambda: world.soul.traces(last), expect=InvalidInput)
 
 
-def test_fixed_unknown_ids(world: World) -> None:
+def test_named_unknown_ids(world: World) -> None:
     rejects(world, "trace id", lambda: world.soul.trace("x/99"), expect=NotFound)
     rejects(world, "trace id", lambda: world.soul.trace("bad-input/99"), expect=NotFound)
     rejects(world, "fact id", lambda: world.mem.fact_history("nobody", "nothing"), expect=NotFound)

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from soul_runtime.bench import locomo as bench_locomo
+from soul_runtime.bench import plotting
 from soul_runtime.cli.bench import locomo_markdown, update_readme
+from soul_runtime.cli.main import main
+from soul_runtime.errors import ConfigError
 from tests.fakes import HashEmbedder
 
 
@@ -88,3 +94,16 @@ def test_baseline_lines_are_taken_in_rank_order_within_the_budget() -> None:
     assert [src for _, src in taken] == [("x",), ("z",)]  # the long line does not fit and is skipped
     order = bench_locomo.rrf(np.array([3, 0, 1, 2]), np.array([3, 2, 1, 0]))
     assert order[0] == 3 and set(order[1:]) == {0, 1, 2}  # first in both is first
+
+
+def test_a_plot_without_matplotlib_fails_at_once_saying_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the `bench` extra were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ConfigError, match=re.escape("pip install 'soul-runtime[bench]'")):
+        plotting.pyplot()
+    png = tmp_path / "p.png"
+    code = main(["bench", "locomo", str(tmp_path / "no-such-data"), "--plot", str(png)])
+    err = capsys.readouterr().err
+    assert code != 0 and "soul-runtime[bench]" in err and "no-such-data" not in err  # refused before the run
+    assert not png.exists()

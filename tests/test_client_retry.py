@@ -173,21 +173,31 @@ def test_a_head_that_did_not_start_names_the_raylets_reason(tmp_path: Any) -> No
 def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -> None:
     from soul_runtime.bench.client import summarize
     ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
-    rows = [{"scenario": "head-failed", "variant": "fixed", "i": 0, "head_error": "raylet died"},
-            {"scenario": "fresh", "variant": "fixed", "i": 0, **ok},
-            {"scenario": "fresh", "variant": "fixed", "i": 1, **ok, "connect_s": 30.0, "retries": 1, "slow_warnings": 2},
-            {"scenario": "fresh", "variant": "fixed", "i": 2, "stage": "connect", "error": "RuntimeUnavailable: x",
+    rows = [{"scenario": "head-failed", "variant": "runtime", "i": 0, "head_error": "raylet died"},
+            {"scenario": "fresh", "variant": "runtime", "i": 0, **ok},
+            {"scenario": "fresh", "variant": "runtime", "i": 1, **ok, "connect_s": 30.0, "retries": 1, "slow_warnings": 2},
+            {"scenario": "fresh", "variant": "runtime", "i": 2, "stage": "connect", "error": "RuntimeUnavailable: x",
              "fail_s": 3.2, "load1": 60.0},
-            {"scenario": "busy", "variant": "fixed", "i": 0, **ok, "stage": "turn", "error": "TurnFailed: y"},
-            {"scenario": "head-failed", "variant": "fixed", "i": -1, "head_error": "raylet died"},
-            {"scenario": "busy-load", "variant": "fixed", "busy_turns": 10}]
+            {"scenario": "busy", "variant": "runtime", "i": 0, **ok, "stage": "turn", "error": "TurnFailed: y"},
+            {"scenario": "head-failed", "variant": "runtime", "i": -1, "head_error": "raylet died"},
+            {"scenario": "busy-load", "variant": "runtime", "busy_turns": 10}]
     s = summarize(rows)
-    fresh, busy = s["fresh/fixed"], s["busy/fixed"]
+    fresh, busy = s["fresh/runtime"], s["busy/runtime"]
     assert (fresh["heads_not_started"], fresh["connects"], fresh["failed"], fresh["failed_after_connect"]) == (1, 3, 1, 0)
     assert fresh["retried"] == 1 and fresh["slow_warned"] == 1 and fresh["fail_s"] == [3.2]
     assert fresh["connect_p50_s"] == 10.0
     assert fresh["connect_max_s"] == 30.0 and fresh["head_errors"] == ["raylet died"]
     assert (busy["heads_not_started"], busy["connects"], busy["failed"], busy["failed_after_connect"]) == (1, 1, 0, 1)
+
+
+def test_the_bench_reads_result_rows_under_their_older_variant_names() -> None:
+    from soul_runtime.bench.client import summarize
+    ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
+    new = [{"scenario": "fresh", "variant": "runtime", "i": 0, **ok},
+           {"scenario": "fresh", "variant": "ray-default", "i": 0, **ok, "connect_s": 20.0}]
+    old = [{**r, "variant": {"runtime": "fixed", "ray-default": "baseline"}[r["variant"]]} for r in new]
+    assert summarize(old) == summarize(new)
+    assert set(summarize(new)) == {"fresh/runtime", "fresh/ray-default"}
 
 
 # ---- while connecting: a lost session ends at once; afterwards Ray's reconnect is the session's again -----------

@@ -28,7 +28,7 @@ mode, address, ns = sys.argv[1:4]
 out = {}
 t0 = time.monotonic()
 if mode == "probe":
-    from actors.raycalls import check_client_access  # imports ray: not part of the probe's time
+    from actors.client_session import check_client_access  # imports ray: not part of the probe's time
     t0 = time.monotonic()
     try:
         check_client_access(address, timeout=5)

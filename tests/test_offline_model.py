@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -336,14 +337,14 @@ def test_deterministic() -> None:
     assert [str(x) for x in run_scenario()] == [str(x) for x in run_scenario()]
 
 
-# ---- ordinary phrasing (tests/fixtures/phrasings.jsonl, written for issue 14) ---------------------
+# ---- ordinary phrasing (tests/fixtures/phrasings.jsonl) ---------------------------------------------
 
 PHRASINGS = phrasing.load(Path(__file__).parent / "fixtures" / "phrasings.jsonl")
 PHRASING_FLOOR = 0.9  # the whole corpus, and each split below unless it has its own measured floor
-# Splits measured under the 90 % floor, held at what they scored when the rules were last changed (no
-# regression): held2 was held apart from the tuning, fresh5 was written last and tuned on only briefly.
-# Both are reported beside the others by `soul bench phrasing`; raising them is open work.
-PHRASING_SPLIT_FLOORS = {"held2": 0.76, "fresh5": 0.78}
+# Splits that score under the 90 % floor are held at their measured score (no regression): holdout-3 was
+# kept apart from the fitting of the rules, tuning-5 was fitted to only briefly. `soul bench phrasing`
+# reports them beside the others.
+PHRASING_SPLIT_FLOORS = {"holdout-3": 0.76, "tuning-5": 0.78}
 KINDS = {"statement", "confirm", "correct", "retract", "repeat", "task", "save", "none"}
 
 
@@ -371,6 +372,20 @@ def test_phrasing_corpus_has_negatives_and_procedures() -> None:
     assert sum(not c.get("expect_procedures") for c in procs) >= 6
 
 
+def test_corpus_and_result_files_with_older_split_names_load_under_the_current_ones(tmp_path: Path) -> None:
+    assert set(phrasing.SPLITS.values()) == {c["split"] for c in PHRASINGS}
+    old = {v: k for k, v in phrasing.SPLITS.items()}
+    corpus = tmp_path / "old.jsonl"
+    corpus.write_text("".join(json.dumps({**c, "split": old[c["split"]]}) + "\n" for c in PHRASINGS[:40]))
+    assert phrasing.load(corpus) == PHRASINGS[:40]
+    result = tmp_path / "old-result.json"
+    result.write_text(json.dumps({"by_split": {"held3": {"passed": 1, "cases": 2}, "dev": {"passed": 2, "cases": 2}},
+                                  "failures": [{"id": "x", "split": "fresh5"}], "accuracy": 0.75}))
+    res = phrasing.load_result(result)
+    assert res["by_split"] == {"blind": {"passed": 1, "cases": 2}, "tuning-1": {"passed": 2, "cases": 2}}
+    assert res["failures"] == [{"id": "x", "split": "tuning-5"}] and res["accuracy"] == 0.75
+
+
 def test_procedure_judge_is_strict() -> None:
     want = [{"task": "backup", "steps": 3, "words": ["rsync"]}]
     assert phrasing.judge_procedures(want, [("backup photo library", ("plug in", "run rsync", "verify"))])
@@ -389,8 +404,8 @@ def test_phrasing_judge_is_strict() -> None:
     assert not phrasing.judge([["payments", "Nomad"]], [("billing", "runs_on", "Nomad")])
 
 
-def test_the_issue_examples() -> None:
-    """The three exchanges and the paraphrases quoted in issue 14, as a check (the rules do not name them)."""
+def test_corrections_and_a_confirmation_in_everyday_words() -> None:
+    """Three corrections and a confirmation in everyday words (the rules do not name these sentences)."""
     cases = [
         {"id": "i1", "kind": "correct", "user": "Sam", "turns": [
             "The payments API is deployed on Kubernetes.", "Yep.", "Correction: payments moved to Nomad last sprint."],

@@ -199,7 +199,7 @@ def test_lexical_clauses_keep_rare_terms_and_pairs_within_a_budget() -> None:
     assert sum(wide[a] * wide[b] / 100_000 for a, b in got) <= 1_000
 
 
-def test_the_deprecated_decay_days_still_sets_the_recall_horizon() -> None:
+def test_the_deprecated_decay_days_sets_the_recall_horizon() -> None:
     with pytest.warns(DeprecationWarning, match="recall_horizon_days"):
         cfg = MemoryConfig(decay_days=12)
     assert cfg.recall_horizon_days == 12

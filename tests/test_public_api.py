@@ -40,7 +40,7 @@ def test_the_in_process_memory_and_the_handles_take_the_same_arguments(method: s
     assert hasattr(AsyncSoulHandle, method)
 
 
-def test_the_deprecated_forms_still_work_and_warn(tmp_path: Path) -> None:
+def test_the_deprecated_forms_work_and_warn(tmp_path: Path) -> None:
     m = SoulMemory(tmp_path / "s", embedder=FastEmbedder())
     with pytest.warns(DeprecationWarning, match="at="):
         assert m.recall("anything", 3, now=1_700_000_000.0) == []

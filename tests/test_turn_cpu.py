@@ -81,7 +81,7 @@ SAT = to_timestamp("2023-07-15T13:00")  # a Saturday
 START = to_timestamp("2023-07-15T00:00")
 
 
-def test_every_relative_date_rule_still_fires_in_any_case() -> None:
+def test_every_relative_date_rule_fires_in_any_case() -> None:
     cases = {
         "THE DAY BEFORE YESTERDAY we met.": "On 13 July 2023 we met.",
         "Last night was fun": "The night of 14 July 2023 was fun",
@@ -105,7 +105,7 @@ def test_every_relative_date_rule_still_fires_in_any_case() -> None:
         assert resolve_relative(text, SAT) == want, text
 
 
-def test_every_question_time_scope_still_found() -> None:
+def test_every_question_time_scope_is_found() -> None:
     assert query_scope("What did I do THIS MORNING?", SAT) == TimeScope(since=START, until=START + DAY)
     assert query_scope("earlier today", SAT) == TimeScope(since=START, until=START + DAY)
     assert query_scope("what about last month", SAT) == TimeScope(since=START - 62 * DAY, until=START)
@@ -160,7 +160,7 @@ def test_instruction_prefilters_on_plain_and_odd_text() -> None:
     assert not lacks_words("caf\u00e9 only", ("you",))  # not ASCII: never ruled out
 
 
-def test_control_characters_still_refused_first_one_named() -> None:
+def test_control_characters_are_refused_the_first_one_named() -> None:
     for c in [chr(i) for i in range(32) if chr(i) not in "\t\n\r"] + ["\x7f"]:
         with pytest.raises(InvalidInput, match=f"U\\+{ord(c):04X}"):
             check_text(f"ok{c}then\x01")

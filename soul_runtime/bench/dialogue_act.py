@@ -1,8 +1,8 @@
 """Dialogue acts of the phrasing corpus: the offline rules against a classifier over the shipped embedder.
 
-Issue 14 asked whether a classifier over the embedder (MiniLM int8 ONNX) should decide the dialogue act
-of a user message (statement / confirmation / correction / retraction / save request / other) instead of
-the rules. This module measures it: each corpus turn whose act is plain from the case's kind gets a gold
+Should a classifier over the embedder (MiniLM int8 ONNX) decide the dialogue act of a user message
+(statement / confirmation / correction / retraction / save request / other) instead of the rules? This
+module measures it: each corpus turn whose act is plain from the case's kind gets a gold
 act; the rules' act is read from :mod:`soul_runtime.models.offline_rules` (what the offline model acts
 on); the classifiers (nearest centroid, and a small numpy logistic regression) are trained on
 ``TRAIN`` — generic examples written for this purpose, not taken from the corpus — and judged on the

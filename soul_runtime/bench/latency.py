@@ -528,10 +528,8 @@ def table(result: dict[str, Any]) -> Table:
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
     """Search, exact-scan, write, whole-recall and turn-overhead p50 vs store size, log-log, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soul_runtime.bench.plotting import pyplot
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, label in (("search_p50_ms", "HNSW search p50"), ("exact_p50_ms", "exact numpy scan p50"),
@@ -568,6 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedder", choices=("default", "fast"), default="default",
                     help="default: MiniLM (real text embeddings); fast: the deterministic hashing embedder")
     a = ap.parse_args(argv)
+    if a.plot:
+        from soul_runtime.bench.plotting import require
+        require()
 
     def prog(what: str, done: int, total: int) -> None:
         print(f"\r{what}: {done:,}/{total:,}", end="\n" if done >= total else "", file=sys.stderr, flush=True)

@@ -292,9 +292,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soul_runtime.bench.plotting import pyplot
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     styles = {"soul": "o-", "bm25": "s--", "dense": "^--", "hybrid": "v--", "bm25_dated": "d:"}
     for ax, metric in zip(axes, ("answer_recall", "evidence_recall"), strict=True):

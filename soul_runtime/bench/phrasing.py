@@ -2,7 +2,7 @@
 
 A corpus line (JSONL) is one short conversation of one user with a soul::
 
-    {"id": "k03", "split": "held", "kind": "correct", "user": "Lena",
+    {"id": "k03", "split": "tuning-1", "kind": "correct", "user": "Lena",
      "turns": ["My phone is a Pixel 7.", "yes", "I upgraded to a Pixel 9 last month."],
      "expect": [["phone", "Pixel 9"]]}
 
@@ -17,10 +17,11 @@ A case passes when the soul's current facts are exactly the expected ones: as ma
 and for each ``[hint, value]`` an active fact with that value whose entity and attribute contain the
 hint's words; and its active procedures are exactly the expected ones (none when the case names
 none): as many, and for each one a procedure whose task class contains ``task``, with ``steps`` steps,
-each of ``words`` found in one of them. Accuracy is reported per kind and per split (``dev``: the
-half the rules were tuned on; ``held``: held apart; ``fresh``: written after that tuning, never tuned
-on; ``fresh2``: written for the second round before the rules were read, tuned on; ``held2``:
-written with ``fresh2``, never tuned on).
+each of ``words`` found in one of them. Accuracy is reported per kind and per split: ``tuning-1`` …
+``tuning-6`` hold the cases the offline rules were fitted to; ``holdout-1`` … ``holdout-3`` cases kept apart
+from that fitting; ``blind`` cases kept apart whose failures were never read either (the fairest estimate
+of the rules on new wording). ``SPLITS`` maps the split names of older corpora and result files to these;
+:func:`load` and :func:`load_result` apply it.
 """
 
 from __future__ import annotations
@@ -43,8 +44,34 @@ T0 = 1_780_000_000.0
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
+SPLITS = {"dev": "tuning-1", "held": "holdout-1", "fresh": "holdout-2", "fresh2": "tuning-2",
+          "held2": "holdout-3", "fresh3": "tuning-3", "fresh4": "tuning-4", "fresh5": "tuning-5",
+          "fresh6": "tuning-6", "held3": "blind"}
+"""Older split names -> current ones (a name not in it is kept as it is)."""
+
+
+def split_name(name: str) -> str:
+    return SPLITS.get(name, name)
+
+
 def load(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The corpus's cases, their splits under the current names."""
+    cases = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    for case in cases:
+        if "split" in case:
+            case["split"] = split_name(str(case["split"]))
+    return cases
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """A result file of :func:`run` (``soul bench phrasing --json``), its splits under the current names."""
+    res: dict[str, Any] = json.loads(Path(path).read_text())
+    if "by_split" in res:
+        res["by_split"] = {split_name(k): v for k, v in res["by_split"].items()}
+    for failure in res.get("failures", ()):
+        if "split" in failure:
+            failure["split"] = split_name(str(failure["split"]))
+    return res
 
 
 def _norm(text: str) -> str:

@@ -338,9 +338,8 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
 
 
 def plot(res: dict[str, Any], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from soul_runtime.bench.plotting import pyplot
+    plt = pyplot()
 
     steady = [p for p in res["phases"] if p["phase"] == "turns"]
     xs = [p["active"] for p in steady]

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from soul_runtime.bench import plotting
 from soul_runtime.owner_only import write_file
 
 README_START = "<!-- bench:locomo:start -->"
@@ -80,6 +81,8 @@ def update_readme(path: Path, block: str) -> bool:
 
 
 def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
+    if args.plot:
+        plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=out, transient=True) as prog:
@@ -145,6 +148,8 @@ def _levels(text: str) -> list[int]:
 
 
 def cmd_scale(args: argparse.Namespace, out: Console) -> int:
+    if args.plot:
+        plotting.require()
     from soul_runtime.bench import scale as bench_scale
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=out, transient=True) as prog:
@@ -357,7 +362,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     lp.add_argument("--json", metavar="FILE")
     lp.add_argument("--plot", metavar="PNG")
-    lp.add_argument("--readme", metavar="README", help="rewrite the results block of this README")
+    lp.add_argument("--readme", metavar="MARKDOWN",
+                    help="rewrite the results block (between the bench:locomo markers) of this Markdown file, "
+                         "e.g. docs/benchmarks.md")
     lp.set_defaults(bench_fn=cmd_locomo)
     tp = bsub.add_parser("latency", help="search / exact scan / write latency vs store size, query embedding")
     tp.add_argument("--sizes", default="1000,10000,100000")
@@ -406,7 +413,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="then the next turn of K souls picked at random, one at a time (reactivation latency)")
     sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
     sp.add_argument("--ray-only", action="store_true",
-                    help="every call through Ray, no local channels (what the runtime did before them)")
+                    help="every call through Ray, no local channels (local_channels=False)")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
     sp.set_defaults(bench_fn=cmd_scale)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
@@ -421,9 +428,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     clp.add_argument("--fresh", type=int, default=20, help="fresh heads (one connect each) per variant")
     clp.add_argument("--busy", type=int, default=20, help="connects to one busy head per variant")
     clp.add_argument("--inflight", type=int, default=32, help="turns the busy head's other client keeps in flight")
-    clp.add_argument("--variants", default="fixed,baseline",
-                    help="fixed (this project's head settings + retry) and/or baseline (Ray's default head, "
-                         "10 s session timeout, no retry: the behaviour before issue 17)")
+    clp.add_argument("--variants", default="runtime,ray-default",
+                    help="runtime (heads as `soul cluster up` starts them, connect() with its retries) and/or "
+                         "ray-default (Ray's default head settings, a 10 s session-start wait, no retry)")
     clp.add_argument("--json", metavar="FILE")
     clp.add_argument("--keep-logs", metavar="DIR", help="copy the head's logs here after each failed connect")
     clp.set_defaults(bench_fn=cmd_client)
