@@ -80,6 +80,10 @@ class LayerShard(ActorInfo):
         # the episodic shards share the cores: each embeds with its share of them (at least one thread)
         self.embedder = BatchingEmbedder(make_embedder(embedder, threads=embed_threads(raycalls.cluster_cpus(), shards),
                                                        args=embedder_args)) if self.layer is Store.EPISODIC else None
+        # the semantic shards reconcile facts by meaning (fact_match): one thread, the model loaded on the first
+        # candidate that needs a comparison of meaning (most are settled by their exact or normalised key)
+        self.fact_embedder = BatchingEmbedder(make_embedder(embedder, threads=1, args=embedder_args)) if (
+            self.layer is Store.SEMANTIC and self.cfg.fact_match_similarity < 1.0) else None
         self.metrics = Metrics.create()
         self.name = store_name(self.layer.value, index)
         self.shards = shards
@@ -159,7 +163,9 @@ class LayerShard(ActorInfo):
         if self.layer is Store.EPISODIC:
             assert self.embedder is not None
             return EpisodicStore(d, self.embedder, self.cfg)
-        return SemanticStore(d, self.cfg) if self.layer is Store.SEMANTIC else ProceduralStore(d, self.cfg)
+        if self.layer is Store.SEMANTIC:
+            return SemanticStore(d, self.cfg, self.fact_embedder)
+        return ProceduralStore(d, self.cfg)
 
     def _absent(self, soul_id: str) -> bool:
         """The soul has no store of this layer: none open here and no file on disk."""

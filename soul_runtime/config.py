@@ -40,6 +40,10 @@ class MemoryConfig:
     # semantic
     promotion_observations: int = 3
     """Distinct episodes a stated fact must be seen in before it is promoted."""
+    fact_match_similarity: float = 0.85
+    """Cosine of two "entity attribute" phrases at or above which a candidate fact is reconciled with the stored
+    fact of another key (reconciliation by meaning, ``memory/fact_match.py``); 1.0 turns matching by meaning off
+    (no embedder is then loaded for it). Exact and normalised keys always match."""
     # procedural
     procedure_successes: int = 3
     """Successful runs with the same step pattern that create a procedure."""
@@ -74,6 +78,7 @@ class MemoryConfig:
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
         _check(self.subject_only_score <= 1.0, "subject_only_score must be in [0, 1]")
+        _check(0.0 < self.fact_match_similarity <= 1.0, "fact_match_similarity must be in (0, 1]")
         for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",
                      "max_episode_chars"):
             v = getattr(self, name)

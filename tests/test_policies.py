@@ -165,7 +165,8 @@ def test_active_version_counts_clean_runs_and_failures() -> None:
 # ---- configuration -----------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs", [{"half_life_days": 0}, {"recall_horizon_days": -1}, {"dense_weight": 1.5},
                                     {"promotion_observations": 0}, {"merge_similarity": float("nan")},
-                                    {"rollout_clean_runs": 2.5}, {"half_life_days": "7"}])
+                                    {"rollout_clean_runs": 2.5}, {"half_life_days": "7"}, {"fact_match_similarity": 0},
+                                    {"fact_match_similarity": 1.5}])
 def test_invalid_configuration_is_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         MemoryConfig(**kwargs)  # type: ignore[arg-type]

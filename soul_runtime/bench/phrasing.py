@@ -35,6 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder
 
 T0 = 1_780_000_000.0
@@ -99,19 +100,19 @@ def judge_procedures(expect: list[dict[str, Any]], procs: list[tuple[str, tuple[
     return all(any(fits(e, t, st) for t, st in procs) for e in expect)
 
 
-def run_case(case: dict[str, Any], embedder: Embedder) -> list[tuple[str, str, str]]:
+def run_case(case: dict[str, Any], embedder: Embedder, config: MemoryConfig | None = None) -> list[tuple[str, str, str]]:
     """The current facts (entity, attribute, value) after the case's turns."""
-    return run_case_full(case, embedder)[0]
+    return run_case_full(case, embedder, config)[0]
 
 
-def run_case_full(case: dict[str, Any], embedder: Embedder
+def run_case_full(case: dict[str, Any], embedder: Embedder, config: MemoryConfig | None = None
                   ) -> tuple[list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
     """The current facts (entity, attribute, value) and active procedures (task class, steps) after the turns."""
     from soul_runtime.loop.soul import Soul
     from soul_runtime.memory.soul_memory import SoulMemory
     from soul_runtime.models.offline import OfflineModel
     d = Path(tempfile.mkdtemp(prefix="soul-phrasing-", dir=_SCRATCH))
-    mem = SoulMemory(d, embedder=embedder)
+    mem = SoulMemory(d, embedder=embedder, config=config)
     soul = Soul("phrasing", d, memory=mem, model=OfflineModel())
     try:
         gap = float(case.get("gap_s") or (86_400.0 if case["kind"] in ("repeat", "task") else 60.0))

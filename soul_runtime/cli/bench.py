@@ -352,6 +352,36 @@ def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_english(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import ordinary_english
+    from soul_runtime.embedding.choice import make_embedder
+    cases = ordinary_english.load(args.corpus)
+    with out.status(f"{len(cases)} conversations on the offline model…", spinner="dots"):
+        res = ordinary_english.run(cases, make_embedder(args.embedder))
+    table = Table(title=f"offline model: the right current fact and no stale value ({args.corpus}, "
+                        f"{args.embedder} embedder)")
+    for col in ("", "passed", "cases", "accuracy", "keys only"):
+        table.add_column(col, justify="right" if col else "left")
+    base = res["baseline"]
+    for axis in ("by_kind", "by_split"):
+        for k, v in res[axis].items():
+            b = base[axis][k]
+            table.add_row(f"{axis[3:]}: {k}", str(v["passed"]), str(v["cases"]), f"{v['passed'] / v['cases']:.0%}",
+                          f"{b['passed'] / b['cases']:.0%}")
+    table.add_row("all", str(res["passed"]), str(res["cases"]), f"{res['accuracy']:.0%}", f"{base['accuracy']:.0%}")
+    out.print(table)
+    out.print("keys only: the same run with the store matching facts by exact and normalised keys, not by meaning",
+              highlight=False)
+    out.print(f"facts beyond the expected ones: {res['extra_facts']} (keys only: {base['extra_facts']})", highlight=False)
+    for f in res["failures"]:
+        want = "; ".join(f"{e['about'][0]} {e['attribute'][0]} = {e['value'][0]}".replace("  ", " ") for e in f["expected"])
+        out.print(f"[red]{f['id']}[/] ({f['split']}) {f['turns']} → {f['got']} (expected {want or 'nothing'}"
+                  f"{', stale ' + ', '.join(f['stale']) if f['stale'] else ''})", markup=True, highlight=False)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
 def cmd_acts(args: argparse.Namespace, out: Console) -> int:
     from soul_runtime.bench import dialogue_act, phrasing
     from soul_runtime.embedding.base import default_embedder
@@ -391,7 +421,8 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|longchat|latency|embedders|scale|claude|client|cli|phrasing|acts`` to the CLI's subcommands."""
+    """Add ``soul bench locomo|longchat|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
+    CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
                                          "ordinary phrasing",
@@ -439,6 +470,12 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     pp.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
     pp.add_argument("--json", metavar="FILE")
     pp.set_defaults(bench_fn=cmd_phrasing)
+    gp = bsub.add_parser("english", help="offline model: the right current fact and no stale value after ordinary "
+                                         "English, per kind (tests/fixtures/ordinary_english.jsonl)")
+    gp.add_argument("corpus", help="a JSONL corpus of expected facts by meaning (tests/fixtures/ordinary_english.jsonl)")
+    gp.add_argument("--embedder", choices=("default", "fast"), default="default")
+    gp.add_argument("--json", metavar="FILE")
+    gp.set_defaults(bench_fn=cmd_english)
     ap = bsub.add_parser("acts", help="dialogue act per message: the offline rules vs classifiers over the embedder")
     ap.add_argument("corpus", help="a JSONL phrasing corpus (tests/fixtures/phrasings.jsonl)")
     ap.add_argument("--json", metavar="FILE")

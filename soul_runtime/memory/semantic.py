@@ -7,11 +7,15 @@ are counted per distinct episode until :func:`reconcile_fact` promotes them.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from soul_runtime.config import MemoryConfig
+from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.memory import fence
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
+from soul_runtime.memory.fact_match import match_stored
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
     drop_applied,
@@ -64,6 +68,11 @@ class SemanticStore(LayerStore):
     MIGRATIONS = MIGRATIONS
     TABLES = TABLES
     COUNTED = "facts"
+
+    def __init__(self, directory: Path, cfg: MemoryConfig, embedder: Embedder | None = None) -> None:
+        self.embedder = embedder  # for reconciliation by meaning (fact_match); None: exact and normalised only
+        self.matches = {"normalised": 0, "meaning": 0}
+        super().__init__(directory, cfg)
 
     def _fact(self, r: tuple[Any, ...]) -> Fact:
         return Fact(entity=r[0], attribute=r[1], value=r[2], display_entity=r[3], display_attribute=r[4],
@@ -126,6 +135,12 @@ class SemanticStore(LayerStore):
             observations = len(obs)
             promoted_turns = [o[0] for o in obs]
         existing = self._get(c.entity, c.attribute)
+        if existing is None or existing.status != "active":
+            about = self._about(c)
+            if about is not None:  # the same fact under another key: reconcile against it
+                c = replace(c, entity=about.entity, attribute=about.attribute, display_entity=about.display_entity,
+                            display_attribute=about.display_attribute)
+                key, existing = about.key, about
         d = reconcile_fact(existing, c, observations=observations, now=req.now, cfg=self.cfg)
         payload: dict[str, Any] = {"value": c.value, "kind": c.kind, "sources": list(c.sources)}
         if d.fact is not None:
@@ -136,6 +151,22 @@ class SemanticStore(LayerStore):
             payload["previous"] = existing.value
             payload["superseded_sources"] = [s for s in existing.sources if s not in c.sources]
         return MemoryWrite(Store.SEMANTIC, d.op, key, d.reason, payload)
+
+    def _about(self, c: FactCandidate) -> Fact | None:
+        """The active fact ``c`` is about under another key (:func:`fact_match.match_stored`), else None."""
+        rows = self.db.execute("SELECT * FROM facts WHERE status = 'active'").fetchall()
+        by_meaning = self.embedder is not None and self.cfg.fact_match_similarity < 1.0
+        m = match_stored(c, [self._fact(r) for r in rows], self._cosines if by_meaning else None,
+                         self.cfg.fact_match_similarity)
+        if m is None:
+            return None
+        self.matches[m.how] += 1
+        return m.fact
+
+    def _cosines(self, query: str, texts: list[str]) -> list[float]:
+        assert self.embedder is not None
+        vecs = self.embedder.embed([query, *texts])
+        return [float(x) for x in vecs[1:] @ vecs[0]]
 
     def _gathering_key(self, c: FactCandidate, vnorm: str) -> FactCandidate:
         """The key under which the same value said of the same thing in other words is counted: a fact that

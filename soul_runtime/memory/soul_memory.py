@@ -94,7 +94,7 @@ class SoulMemory:
         self.cfg = config or MemoryConfig()
         self.embedder = embedder or default_embedder()
         self.episodic = EpisodicStore(self.dir, self.embedder, self.cfg)
-        self.semantic = SemanticStore(self.dir, self.cfg)
+        self.semantic = SemanticStore(self.dir, self.cfg, self.embedder)
         self.procedural = ProceduralStore(self.dir, self.cfg)
 
     def close(self) -> None:

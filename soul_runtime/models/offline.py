@@ -85,12 +85,17 @@ def _parsed_facts(msg: ChatMessage, speaker: str) -> tuple[FactCandidate, ...]:
         return ()
     subject = "" if msg.role == "assistant" else _subject(msg.speaker or speaker, text)
     out: list[FactCandidate] = []
-    for sentence in rules.split_sentences(text):
+    thing = person = ""
+    for sentence in rules.split_sentences(rules.read_opening(text)[0] if msg.role == "user" else text):
         for clause in rules.split_clauses(rules.strip_fillers(sentence)):
             clause = re.sub(r"^(?i:noted|updated|confirmed|thanks|got it)\s*[:,\u2014-]\s*", "", clause)
+            first = rules.as_first_person(clause) if person else ""
+            clause, who = (first, person) if first else (
+                rules.resolve_pronouns(clause, thing or (out[-1].display_entity if out else ""), person), subject)
             corr = rules.parse_correction(clause)
             clause = corr.statement if corr and corr.statement else clause
-            out += [_candidate(st, "", ()) for st in rules.parse_statements(clause, subject)]
+            out += [_candidate(st, "", ()) for st in rules.parse_statements(clause, who)]
+        thing, person = rules.last_thing(sentence) or thing, rules.last_person(sentence) or person
     return tuple(out)
 
 
@@ -338,13 +343,28 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
         confirmed = previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
         a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
         rest = conf
+    marked, opening = False, True  # the message's opening markers, read off its first sentences
+    asked = bool(prev_user) and rules.is_question((rules.split_sentences(prev_user.content) or [""])[-1])  # type: ignore[union-attr]
+    just_said = [] if asked else previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
+    thing = recent_said[-1].display_entity if recent_said else cands[0].display_entity if cands else ""
+    person = next((p for m in reversed(hist) if m.role == "user" and (p := rules.last_person(m.content))), "")
     for sentence in rules.split_sentences(rest):
         if rules.is_question(sentence):
             leftover.append(sentence)
             continue
-        clauses, kept = rules.split_clauses(rules.strip_fillers(sentence)), []
-        for clause in clauses:
+        read = sentence
+        if opening:  # a negation marks a correction only of what was just said: a fact stated the turn before
+            read, mark = rules.read_opening(sentence)
+            if mark == "no" and not just_said:
+                read, mark = sentence, ""  # "no, but it sounds fun": an answer, not a correction
+            marked, opening = marked or bool(mark), not read
+            if not read:  # "Mm, no." — only a marker: it bears on the sentences after it
+                continue
+        clauses, kept = rules.split_clauses(rules.strip_fillers(read)), []
+        for spoken in clauses:
             n_facts = len(a.facts)
+            first = rules.as_first_person(spoken) if person else ""  # "he's based in …": the person just named
+            clause, who = (first, person) if first else (rules.resolve_pronouns(spoken, thing, person), subject)
             if rules.echoes(clause, persona) or rules.pastes(clause, ex.recalled):  # a user saying a fact again is fine
                 continue
             m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
@@ -355,26 +375,28 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
                 a.facts += [dataclasses.replace(c, kind="retracted", sources=srcs) for c in cands
                             if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))
                             or _names_attribute(words, c)][:3]
-            chg = rules.parse_change(clause) if not m and positive is None and not gone else None
-            changed = _changed(chg, subject, cands, recent, srcs) if chg else []
-            corr = rules.parse_correction(clause) if not m and positive is None and not changed and not gone else None
+            chg = rules.parse_change(clause, marked) if not m and positive is None and not gone else None
+            changed = _changed(chg, who, cands, recent, srcs) if chg else []
+            corr = rules.parse_correction(clause, marked) if not m and positive is None and not changed and not gone else None
             if gone:
                 pass
             elif changed:
                 a.facts += changed
             elif m:
-                a.facts += [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), subject)]
+                a.facts += [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), who)]
             elif positive is not None:
-                a.facts += _retract(positive, clause, subject, cands, previous or recent_said, srcs)
+                a.facts += _retract(positive, clause, who, cands, previous or recent_said, srcs)
             elif corr and corr.statement:
-                a.facts += [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, subject)]
+                a.facts += [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, who)]
             elif corr:
                 fixed = _resolve(corr, cands, srcs)
                 a.facts += [fixed] if fixed else []
             else:
-                a.facts += [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, subject)]
+                a.facts += [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, who)]
             if len(a.facts) == n_facts or all(f.kind == "stated" for f in a.facts[n_facts:]):
-                kept.append(clause)
+                kept.append(spoken)
+        thing = rules.last_thing(sentence) or (a.facts[-1].display_entity if a.facts else "") or thing
+        person = rules.last_person(sentence) or person
         leftover += [" \u2014 ".join(kept).rstrip(".!") + "."] if len(kept) < len(clauses) and kept else []
         leftover += [sentence] if len(kept) == len(clauses) else []
     a.facts = _successor(a.facts, text, srcs)

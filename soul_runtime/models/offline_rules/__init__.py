@@ -38,6 +38,14 @@ from soul_runtime.models.offline_rules.cleaning import (
 from soul_runtime.models.offline_rules.correction import Correction, parse_correction, replace_number
 from soul_runtime.models.offline_rules.episodes import cap, entities, is_elliptic, question_gist, to_third_person
 from soul_runtime.models.offline_rules.procedures import parse_procedure, similar_task, task_stem, title_class
+from soul_runtime.models.offline_rules.reading import (
+    as_first_person,
+    last_person,
+    last_thing,
+    parse_predicate,
+    read_opening,
+    resolve_pronouns,
+)
 from soul_runtime.models.offline_rules.relations import is_timeish, lemma, parse_relation, trim_time
 from soul_runtime.models.offline_rules.retraction import parse_dropped, parse_retraction
 from soul_runtime.models.offline_rules.statements import find_name, parse_statements
@@ -99,6 +107,12 @@ __all__ = [
     "lemma",
     "parse_relation",
     "trim_time",
+    "as_first_person",
+    "last_person",
+    "last_thing",
+    "parse_predicate",
+    "read_opening",
+    "resolve_pronouns",
     "parse_dropped",
     "parse_retraction",
     "find_name",

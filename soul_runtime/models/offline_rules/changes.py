@@ -18,13 +18,19 @@ _CHANGE_MARK = re.compile(
     r"to correct myself|change of plan|news)\b[\s,:;!.\u2014\u2013-]*")
 TIME_WORDS = frozenset("since recently lately nowadays currently anymore starting week month year sprint ago weve theyve "
                        "while".split())
-_CHANGE_ADVERB = re.compile(r"\b(?i:now|from now on|these days|nowadays|anymore|any more|since|starting|as of|"
+_CHANGE_ADVERB = re.compile(r"\b(?i:now|from now on|these days|nowadays|anymore|any more|since|starting|as of|going forward|"
+                            r"from (?:the )?next \w+|from today|from tomorrow|instead|"
                             r"no longer|recently|lately)\b")
 _CHANGE_VERBS = (r"moved|migrated|switched|changed|relocated|upgraded|downgraded|shifted|swapped|transitioned|"
                  r"converted|ported|rewrote|rewritten|rebuilt|replaced|rescheduled|pushed|bumped|updated|traded|"
-                 r"exchanged|repointed|cut over|flipped")
+                 r"exchanged|repointed|cut over|flipped|slipped|grew|grown|rose|risen|went up|went down|gone up|"
+                 r"gone down|cut|raised|lowered|increased|decreased|reduced|extended|expanded|shortened|"
+                 r"transferred|reassigned|handed|passed|renewed|postponed|delayed|brought forward|(?:is|are) (?:now )?down|"
+                 r"(?:is|are) (?:now )?up")
 _CHANGE = re.compile(rf"^(?P<ctx>.*?)\b(?P<verb>{_CHANGE_VERBS})\b(?P<obj>.*?)\s+(?:over\s+|back\s+)?"
-                     rf"(?P<prep>to|for|with|in|into|onto|from \S+ to)\s+(?P<new>.+)$", re.I)
+                     rf"(?P<prep>to|for|with|in|into|onto|by|until|till|from \S+ to)\s+(?P<new>.+)$", re.I)
+_TOOK_OVER = re.compile(r"^(?P<new>[A-Z][\w.-]*(?:\s+[A-Z][\w.-]*){0,2})\s+(?:has\s+)?(?:took|taken|takes)\s+over\s+"
+                        r"(?P<ctx>.+?)(?:\s+from\s+(?P<old>.+))?$")
 _SWAP = re.compile(r"^(?P<ctx>.*?)\b(?:sold|dropped|ditched|gave up|left|quit|retired|cancelled|canceled)\s+"
                    r"(?P<old>.+?)\s+and\s+(?:\w+\s+)?(?:bought|got|picked up|adopted|joined|went with|switched to|"
                    r"moved to|started using|signed up (?:for|with))\s+(?P<new>.+)$", re.I)
@@ -52,15 +58,20 @@ def strip_change_marker(clause: str) -> tuple[str, bool]:
 
 
 @memo
-def parse_change(clause: str) -> Change | None:
-    """A change of an earlier fact stated with a verb of change or a replacement, marked or not."""
-    s, marked = strip_change_marker(re.sub(r"^(?i:so|and|but)\s+(?=(?i:now|these days|nowadays|i|we)\b)", "", clause.strip()))
+def parse_change(clause: str, marked: bool = False) -> Change | None:
+    """A change of an earlier fact stated with a verb of change or a replacement, marked or not (``marked``: the
+    message opened with a correction marker)."""
+    s, own_mark = strip_change_marker(re.sub(r"^(?i:so|and|but)\s+(?=(?i:now|these days|nowadays|i|we)\b)", "", clause.strip()))
+    marked = marked or own_mark
     if not s or is_question(s) or is_hypothetical(s):
         return None
     old = ""
     m = _NOT_OLD.search(s)
     if m and len(m.group("old").split()) <= 4:
         old, s = clean_value(m.group("old")), s[: m.start()]
+    m = _TOOK_OVER.match(s)
+    if m:  # "Dimitri took over the roadmap from Clara": a new owner
+        return Change(m.group("ctx"), clean_value(m.group("new")), clean_value(m.group("old") or "") or old, marked, True)
     m = _SWAP.match(s)
     if m:
         return Change(m.group("ctx"), trim_time(m.group("new")), clean_value(m.group("old")), marked, True)

@@ -43,7 +43,8 @@ def split_sentences(text: str) -> list[str]:
 @memo
 def split_clauses(sentence: str) -> list[str]:
     parts = re.split(r"\s+[\u2014\u2013]\s+|\s+--?\s+|;\s+|,\s+(?=(?:and\s+|but\s+|so\s+)?(?:now\s+)?(?:I|I'm|my|My|we|We|we've|we're|(?:the|my|our) new)\b)"
-                     r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)", sentence)
+                     r"|\s+(?:and|but)\s+(?=(?:I|I'm|my)\b)"
+                     r"|,?\s+(?:and|but|while|whereas)\s+(?=(?:the|our|my|its|their)\s+[\w' -]{1,40}?\s(?:is|are)\s)", sentence)
     return [p.strip(" ,") for p in parts if p and p.strip(" ,")]
 
 

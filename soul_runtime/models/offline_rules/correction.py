@@ -25,7 +25,8 @@ class Correction:
 
 
 @memo
-def parse_correction(clause: str) -> Correction | None:
+def parse_correction(clause: str, marked: bool = False) -> Correction | None:
+    """A correction in ``clause``; ``marked``: the message opened with a correction marker ("no, …", "Fix: …")."""
     s = clause.strip().replace("\u2019", "'")
     s = re.sub(r"^(?i:it|that)\s+(?:isn't|is not|'s not)\s+(?P<old>.+?)\s+(?:any ?more|now)(?=,)", r"it is not \g<old>", s)
     s = re.sub(r"^(?i:it|that)\s+isn't\b", "it is not", s)
@@ -37,9 +38,9 @@ def parse_correction(clause: str) -> Correction | None:
     if re.search(r"\s(?i:is|are) actually\s", s):
         return Correction(statement=re.sub(r"\s+actually\b", "", s, count=1, flags=re.I))
     m = _CORR_MARK.match(s)
-    if not m or not m.group("rest"):
+    if (not m or not m.group("rest")) and not marked:
         return None
-    rest = clean_value(m.group("rest"))
+    rest = clean_value(m.group("rest") if m and m.group("rest") else s)
     b = _BARE.match(rest)
     if b or re.search(r"\s(?:is|are)\s", rest):
         return Correction(value=clean_value(b.group("val"))) if b else Correction(statement=rest)

@@ -21,9 +21,12 @@ _RELATION_VERBS = {
 _REL_OF = {lemma: rel for rel, words in _RELATION_VERBS.items() for lemma in words.split()}
 _IRREGULAR = {"written": "write", "wrote": "write", "built": "build", "made": "make", "kept": "keep", "ran": "run",
               "held": "hold", "sat": "sit", "left": "leave", "met": "meet", "went": "go", "got": "get"}
-_PREP = r"out of|on|in|at|to|with|by|using|via|through|from|inside|onto|into|every"
+_PREP = r"out of|on|in|at|to|with|by|using|via|through|from|inside|onto|into|every|against"
 _DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
-_TIMEISH = re.compile(rf"^(?:at\s+|on\s+)?(?:\d{{1,2}}(?:[:.]\d\d)?\s*(?:am|pm|a\.m\.|p\.m\.)?|noon|midnight|{_DAY}|"
+_MONTH = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_DATE = (rf"(?:{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:\s+\d{{4}})?|"
+         rf"{_MONTH}\s+\d{{4}}|\d{{4}}-\d\d-\d\d|week\s+\d{{1,2}}|(?:next|this)\s+{_DAY})")
+_TIMEISH = re.compile(rf"^(?:at\s+|on\s+)?(?:\d{{1,2}}(?:[:.]\d\d)?\s*(?:am|pm|a\.m\.|p\.m\.)?|noon|midnight|{_DAY}|{_DATE}|"
                       rf"(?:every|each)\s+.+|(?:the\s+)?\d{{1,2}}(?:st|nd|rd|th)|(?:daily|weekly|monthly|nightly|hourly|"
                       r"fortnightly|biweekly|quarterly|yearly))$", re.I)
 _TRAILING_TIME = re.compile(
@@ -31,7 +34,7 @@ _TRAILING_TIME = re.compile(
     r"a while (?:ago|back)|\w+ (?:days?|weeks?|months?|years?) ago|last \w+|this \w+|next \w+|starting .+|since .+|"
     r"as of .+|effective .+|in (?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w*(?:\s+\d{4})?|in \d{4}|"
     r"for (?!now\b)[a-z].*|instead|as well|yesterday|today|tonight|earlier|this (?:morning|afternoon|evening)|"
-    r"the other day|this time|(?:in|over) the (?:spring|summer|autumn|fall|winter)|always has been|has always been|as always|"
+    r"the other day|this time|(?:in|over) (?:the )?(?:spring|summer|autumn|fall|winter)|from (?:the )?next \w+|from today|from tomorrow|going forward|always has been|has always been|as always|"
     r"as usual))+$", re.I)
 _KIN = frozenset("mum mom mam mother dad father mother-in-law father-in-law sister brother wife husband partner son "
                  "daughter grandma grandmother grandpa grandfather nan aunt uncle cousin niece nephew boss".split())
@@ -109,14 +112,14 @@ def _fact(ent: str, att: str, rel: str, value: str, owned: bool = False) -> Stat
     v = _value(trim_time(_named(value)))
     if not v or not ent or ent.split()[0].lower() in _NOT_NP:
         return None
-    named = bool(re.search(r"[A-Z0-9]", v)) or is_timeish(v)
+    named = bool(re.search(r"[A-Z0-9]", v)) or is_timeish(v) or bool(re.search(r"\w[-_./@]\w|^#\w", v))
     if not named and not att and not owned:
         return None
     return Statement(ent, att or rel or "description", v)
 
 
 _SPLIT = re.compile(rf"\s(?:(?P<be>is|are|was|were)\s+(?:(?:now|currently|still|actually|also)\s+)?"
-                    rf"(?:(?!(?:{_PREP})\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold|done)\s+)?|"
+                    rf"(?:(?!(?:{_PREP}|next|last|first|most|best|just|not|about|almost|often)\b)(?P<part>[a-z]{{2,}}(?:ed|en|t|n)|held|paid|made|laid|led|hid|kept|sold|done)\s+)?|"
                     rf"(?:(?:now|currently|still|also|actually)\s+)?"
                     rf"(?P<v>[a-z]+)\s+(?:(?:out|up|off|over|down|back)\s+(?=(?:{_PREP})\s))?)(?:(?P<prep>{_PREP})\s+)?"
                     rf"(?P<val>\S.*)$")
@@ -157,7 +160,7 @@ def _splits(s: str) -> list[_Split]:
 _INVERTED = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[\w.+-]+){0,3}|\d[\w:.]*)\s+(?:is|are)\s+(?P<det>our|my|the)\s+"
                        r"(?P<np>\w[\w' -]{0,40}?)(?P<rc>\s+(?:we|i)\s+(?:use|have|run|picked|chose))?$")
 _ACTIVE = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?P<verb>hosts|runs|powers|serves|backs|"
-                     r"stores|holds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
+                     r"stores|holds|orchestrates|builds)\s+(?P<det>our|my|the)\s+(?P<np>[a-z][\w -]{0,40})$")
 _WE_VERB = re.compile(rf"^(?:we|i)\s+(?:(?i:now|still|currently|also|just)\s+)?(?P<verb>[a-z]+)\s+(?:(?:our|the|my)\s+)?"
                       rf"(?P<np>[a-z][\w -]{{0,40}}?)\s+(?P<prep>{_PREP})\s+(?P<val>.+)$", re.I)
 _AGENT = re.compile(r"^(?P<val>[A-Z][\w&.+-]*(?:\s+(?:&\s+)?[A-Z][\w&.+-]*){0,3})\s+(?:is|are)\s+(?:now\s+)?(?:doing|handling|"
@@ -167,7 +170,7 @@ _HAVE_BRAND = re.compile(r"^(?i:we|i)\s+(?i:have|own|got|use)\s+(?i:a|an)\s+(?P<
                          r"(?P<np>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,3})$")
 _WE_WHEN = re.compile(r"^(?:we|i)\s+(?P<verb>[a-z]+)\s+(?P<prep>on|at|every)\s+(?P<val>.+)$", re.I)
 _WE_USE_FOR = re.compile(r"^(?:we|i)(?:\s+(?:now|still|currently|also|mostly))?(?:\s+use|\s+are using|'re using|'re on|"
-                         r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+"
+                         r"\s+are on|'m on|\s+am on|\s+run|'re running|\s+are running)\s+(?:an?\s+)?"
                          r"(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:for|as)\s+(?:our\s+|the\s+|my\s+)?"
                          r"(?P<np>[a-z][\w -]{0,40})$", re.I)
 
@@ -187,6 +190,7 @@ def _plain_form(s: str) -> str:
     s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
                lambda m: f"{m.group('e')} is ", s)
     s = re.sub(r"\s(?P<be>is|are)\s+being\s+(?=[a-z]+(?:ed|en|ne|t)\s+by\b)", lambda m: f" {m.group('be')} ", s)
+    s = re.sub(r"\s(?P<be>is|are)\s+scheduled\s+(?:for|at)\s+", lambda m: f" {m.group('be')} at ", s)
     return re.sub(r"\s(?P<be>is|are)\s+(?:called|named)\s+", lambda m: f" {m.group('be')} ", s)
 
 
@@ -244,7 +248,8 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
             continue
         plain = bool(sp.group("be")) and not verb and not prep
         uses = lemma(verb) == "use" and not prep
-        rel = "" if plain else "uses" if uses else _relation(verb, prep, sp.group("val"))
+        rel = ("schedule" if is_timeish(trim_time(sp.group("val"))) else "") if plain else "uses" if uses else _relation(
+            verb, prep, sp.group("val"))
         st = _fact(np[0], np[1], rel, ("every " if prep == "every" else "") + sp.group("val"), np[2])
         if st and uses and not np[1]:  # the existing convention: one "uses_<tool>" fact per tool
             st = Statement(st.entity, "uses", st.value, "uses_" + _head(st.value))

@@ -12,6 +12,7 @@ from soul_runtime.models.offline_rules.cleaning import (
     split_sentences,
     strip_fillers,
 )
+from soul_runtime.models.offline_rules.reading import parse_predicate
 from soul_runtime.models.offline_rules.relations import _plain_form, is_timeish, parse_relation, trim_time
 from soul_runtime.models.offline_rules.values import _NOT_NAMES, Statement, _bad_entity, _head, _named, _value
 from soul_runtime.models.offline_rules.words import memo
@@ -27,7 +28,7 @@ _TEAM = re.compile(r"^(?i:i'm|i am|i work|i'm working)\s+(?i:on|in|with|for)\s+(
 _WORK_AT = re.compile(r"^(?i:i work|i'm working|i am working)\s+(?i:at|for)\s+(?P<org>[A-Z].*)$")
 _FROM = re.compile(r"^(?i:i'm|i am|i come)\s+(?i:originally\s+)?from\s+(?P<val>[A-Z].*)$")
 _LIVE = re.compile(r"^(?i:i live|i'm living|i am living|i moved|i've moved|i just moved|i'm based|i am based|i'm located|"
-                   r"i am located)\s+(?i:in|to)\s+(?P<val>[A-Z].*)$")
+                   r"i am located|i work|i'm working|i am working)\s+(?i:in|to|from)\s+(?P<val>[A-Z].*)$")
 _PREF1 = re.compile(r"^(?i:i)\s+(?:(?i:really|also|just|totally|absolutely|still|much|do)\s+)?"
                     r"(?P<verb>(?i:prefer|like|love|enjoy|hate|dislike|use))\s+(?P<val>.+)$")
 _PREF3 = re.compile(r"^" + _ENT + r"\s+(?P<verb>prefers|likes|loves|enjoys|hates|dislikes|uses|runs on)\s+(?P<val>.+)$")
@@ -58,10 +59,16 @@ def find_name(text: str) -> str:
     return next((n for n in names if n.split()[0].lower() not in _NOT_NAMES), "")
 
 
+_LEAD_IN = re.compile(r"^[A-Za-z][\w'-]*(?:\s+[\w'-]+){0,7}?,\s+(?:so\s+|and\s+|but\s+)?(?=(?:the|our|my|their)\b|[A-Z])")
+
+
 @memo
 def parse_statements(clause: str, subject: str) -> list[Statement]:
     """Facts stated in one clause; first person maps to ``subject`` (skipped when '')."""
     out = _statements(clause, subject)
+    lead = _LEAD_IN.match(clause.strip())
+    if not out and lead:  # "Reminder, the VPN endpoint is …": a lead-in before the statement
+        out = _statements(clause.strip()[lead.end():], subject)
     if subject:
         out = [Statement(st.entity, st.attribute, re.sub(r"\b[Mm]y\b", subject + "'s", st.value), st.key) for st in out]
     return out
@@ -123,6 +130,9 @@ def _statements(clause: str, subject: str) -> list[Statement]:
                 trim_time(m.group("val"))) and not (s[:2].lower() == "we" and is_timeish(trim_time(m.group("val")))):
             att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
             return [Statement(subject, att, _value(trim_time(m.group("val"))))]
+    pred = parse_predicate(s, subject)
+    if pred:
+        return pred
     rel = parse_relation(s, subject)
     if rel:
         return rel

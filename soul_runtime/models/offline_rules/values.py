@@ -26,7 +26,7 @@ class Statement:
 _NOT_NAMES = frozenset("not so just really here back off also sorry glad happy good fine ok okay thinking "
                        "going doing feeling still".split())
 _CUT = re.compile(r",\s+(?:which|who|but|and|so|because|since|though|as|when|while)\b|\s+(?:because|since|which|"
-                  r"although|though|but)\b|\s+[\u2014\u2013]\s+|\s+--?\s+")
+                  r"although|though|but|more than|better than|over any)\b|\s+[\u2014\u2013]\s+|\s+--?\s+")
 
 
 def _named(raw: str) -> str:
