@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from soul_runtime.batching import Crowd, parked
-from soul_runtime.models.base import LanguageModel
+from soul_runtime.models.base import LanguageModel, ModelWrapper
 
 
-class ParkedModel(LanguageModel):
+class ParkedModel(ModelWrapper):
     """A remote model as the host's turns use it: a turn waiting for the model's answer counts as parked in the
     host's crowd, so the other turns' store calls do not wait for it. Otherwise the very same model."""
 
     def __init__(self, inner: LanguageModel, crowd: Crowd) -> None:
-        self.inner, self.crowd = inner, crowd
-        self.model_id, self.offline = inner.model_id, inner.offline
+        super().__init__(inner)
+        self.inner: LanguageModel = inner
+        self.crowd = crowd
 
     def reply(self, request: Any) -> Any:
         with parked(self.crowd):
@@ -31,14 +32,3 @@ class ParkedModel(LanguageModel):
     def classify_task(self, text: str, known: tuple[str, ...]) -> Any:
         with parked(self.crowd):
             return self.inner.classify_task(text, known)
-
-    @property
-    def memory_model_id(self) -> str:
-        return self.inner.memory_model_id
-
-    @property
-    def label(self) -> str:
-        return self.inner.label
-
-    def __getattr__(self, name: str) -> Any:  # anything else a model offers, as it is
-        return getattr(self.inner, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
+from typing import Any
 
 from soul_runtime.errors import InvalidInput
 
@@ -39,3 +40,14 @@ def iso(ts: float) -> str:
 
 def day_label(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%d %b %Y")
+
+
+def time_arg(value: str | None) -> Any:
+    """A time as a command line or a query string gives it: seconds since the epoch, or ISO-8601 text (checked
+    where it is used, with :func:`to_timestamp`); None stays None."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value

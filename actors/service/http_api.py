@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, SoulError
 from soul_runtime.idempotency import Ledger, digest
 from soul_runtime.tenants import Scope, TenantTable
@@ -213,7 +214,7 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
                        session: str | None = None, sessions_ago: Annotated[int | None, Query(ge=0)] = None
                        ) -> dict[str, list[Any]]:
         s = await backend.souls(request)
-        return {"episodes": await s.episodes(soul_id, _time(since), _time(until), session, sessions_ago)}
+        return {"episodes": await s.episodes(soul_id, time_arg(since), time_arg(until), session, sessions_ago)}
 
     @app.get(v1 + "/{soul_id}/procedures", tags=["souls"], responses=ERRORS)
     async def procedures(soul_id: SoulId, request: Request, task: str | None = None) -> dict[str, list[Any]]:
@@ -280,13 +281,6 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     return app
 
 
-def _time(value: str | None) -> Any:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value
 
 
 @contextlib.asynccontextmanager

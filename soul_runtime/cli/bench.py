@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +82,24 @@ def update_readme(path: Path, block: str) -> bool:
     return True
 
 
+
+@contextmanager
+def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A transient progress bar; yields the ``progress(what, done, total)`` callback a benchmark reports to."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=True) as prog:
+        task = prog.add_task(first, total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+        yield progress
+
+
 def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
     if args.plot:
         plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=True) as prog:
-        task = prog.add_task("loading the embedder", total=1)
-
-        def progress(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
+    with progress_bar(out, "loading the embedder") as progress:
         res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
     from soul_runtime.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
@@ -131,12 +141,7 @@ def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
     if args.make is not None:
         made = write(args.data, args.make, args.tokens)
         out.print(f"wrote {len(made)} chats to {args.data}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=True) as prog:
-        task = prog.add_task("loading the embedder", total=1)
-
-        def progress(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
+    with progress_bar(out, "loading the embedder") as progress:
         res = bench_longchat.run(args.data, args.budget, progress=progress, limit=args.limit)
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="Long technical chats: evidence recall / key-phrase recall of the lines shown (same run)")
@@ -204,12 +209,7 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     if args.plot:
         plotting.require()
     from soul_runtime.bench import scale as bench_scale
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=True) as prog:
-        task = prog.add_task("starting the runtime", total=1)
-
-        def progress(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
+    with progress_bar(out, "starting the runtime") as progress:
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
                               reactivate=args.reactivate, local_channels=not args.ray_only, progress=progress)
@@ -275,12 +275,7 @@ def cmd_claude(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_client(args: argparse.Namespace, out: Console) -> int:
     from soul_runtime.bench import client as bench_client
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=True) as prog:
-        task = prog.add_task("starting", total=1)
-
-        def progress(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
+    with progress_bar(out, "starting") as progress:
         res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
                                inflight=args.inflight, progress=progress, checkpoint=args.json,
                                keep_logs=args.keep_logs)

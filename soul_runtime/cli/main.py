@@ -23,6 +23,7 @@ from rich.console import Console
 
 from actors import local_runtime as background
 from soul_runtime.cli import render
+from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
 from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
@@ -128,13 +129,6 @@ class Ctx:
                 self.out.print(r)
 
 
-def _time(value: str | None) -> Any:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value  # ISO-8601; validated by the runtime (InvalidInput)
 
 
 # ---- commands ------------------------------------------------------------------------
@@ -244,7 +238,7 @@ def cmd_observe(ctx: Ctx) -> int:
 def cmd_recall(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
-        items = rt.soul(sid).recall(ctx.args.query, k=ctx.args.k, at=_time(ctx.args.at), stores=ctx.args.store)
+        items = rt.soul(sid).recall(ctx.args.query, k=ctx.args.k, at=time_arg(ctx.args.at), stores=ctx.args.store)
     ctx.emit(items, render.recalled_table(items, f"recall {ctx.args.query!r} (k={ctx.args.k})") if items
              else "nothing recalled")
     return 0
@@ -279,7 +273,7 @@ def cmd_episodes(ctx: Ctx) -> int:
     a = ctx.args
     sid = ctx.require_soul(a.soul)
     with ctx.runtime() as rt:
-        eps = rt.soul(sid).episodes(since=_time(a.since), until=_time(a.until), session=a.session,
+        eps = rt.soul(sid).episodes(since=time_arg(a.since), until=time_arg(a.until), session=a.session,
                                     sessions_ago=a.sessions_ago)
     shown = eps[-a.limit:] if a.limit else eps
     ctx.emit(shown, render.episodes_table(shown, f"episodes of '{sid}' ({len(shown)} of {len(eps)})"))
@@ -310,7 +304,7 @@ def cmd_stats(ctx: Ctx) -> int:
 def cmd_turn(ctx: Ctx) -> int:
     sid = check_id(ctx.args.soul, what="soul id")
     with ctx.runtime() as rt:
-        res = rt.soul(sid).turn(ctx.args.text, user=ctx.args.user, at=_time(ctx.args.at))
+        res = rt.soul(sid).turn(ctx.args.text, user=ctx.args.user, at=time_arg(ctx.args.at))
     if ctx.json:
         render.print_json(res)
     else:

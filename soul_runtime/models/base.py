@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import Any
 
 from soul_runtime.records import Extraction
 
@@ -261,3 +262,23 @@ class AsyncLanguageModel(abc.ABC):
     @property
     def label(self) -> str:
         return f"{self.model_id} (offline)" if self.offline else self.model_id
+
+
+class ModelWrapper(LanguageModel):
+    """A model that serves through another (``inner``): the same identity, and anything it does not define is
+    the inner model's. The wrappers define the four calls."""
+
+    def __init__(self, inner: LanguageModel | AsyncLanguageModel) -> None:
+        self.inner = inner
+        self.model_id, self.offline = inner.model_id, inner.offline
+
+    @property
+    def memory_model_id(self) -> str:
+        return self.inner.memory_model_id
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def __getattr__(self, name: str) -> Any:  # anything else the model offers, as it is
+        return getattr(self.inner, name)

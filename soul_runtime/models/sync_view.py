@@ -26,6 +26,7 @@ from soul_runtime.models.base import (
     LanguageModel,
     MemoryDecision,
     ModelReply,
+    ModelWrapper,
     ObserveWindow,
     ReplyRequest,
     TaskClassification,
@@ -48,12 +49,11 @@ def sync_view(model: LanguageModel | AsyncLanguageModel) -> LanguageModel:
     return SyncView(model)
 
 
-class SyncView(LanguageModel):
+class SyncView(ModelWrapper):
     """``inner`` with blocking methods: its coroutines run on the process's model loop (:func:`run`)."""
 
     def __init__(self, inner: LanguageModel | AsyncLanguageModel) -> None:
-        self.inner = inner
-        self.model_id, self.offline = inner.model_id, inner.offline
+        super().__init__(inner)
         self.coroutines = async_methods(inner)
         # a window default inherited from LanguageModel would call the inner (async) decide: use ours instead
         own = getattr(type(inner), "decide_window", None)
@@ -77,16 +77,6 @@ class SyncView(LanguageModel):
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         return self._call("classify_task", text, known)
 
-    @property
-    def memory_model_id(self) -> str:
-        return self.inner.memory_model_id
-
-    @property
-    def label(self) -> str:
-        return self.inner.label
-
-    def __getattr__(self, name: str) -> Any:  # anything else the model offers, as it is
-        return getattr(self.inner, name)
 
 
 _lock = threading.Lock()
