@@ -331,3 +331,32 @@ def test_a_blocking_turn_goes_over_its_hosts_channel_and_falls_back_to_ray(monke
     behaviour[other] = InvalidInput("turn text is empty")
     with pytest.raises(InvalidInput):
         r.run(Routed("maya", "run", ("turn", None, "rid-5", {})))
+
+
+def test_the_blocking_driver_runs_the_policy_over_any_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router sends through its transport: with a direct one, plain objects stand for the hosts; a host
+    that answers Moved hands the soul to the actor it names, and the caller's own error comes back as itself."""
+    from actors.transport import DirectTransport
+
+    class Host:
+        def __init__(self, name: str, moved_to: str | None = None) -> None:
+            self.name, self.moved_to = name, moved_to
+
+        def run(self, soul_id: str, op: str, seq: Any, rid: str, payload: dict[str, Any]) -> Any:
+            if self.moved_to is not None:
+                raise Moved(soul_id, self.moved_to)
+            if not payload.get("text"):
+                raise InvalidInput("turn text is empty")
+            return (self.name, soul_id, rid)
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    hosts = {"soul-host-0": Host("soul-host-0"), "soul-host-1": Host("soul-host-1")}
+    t = DirectTransport(hosts)
+    r = Router(list(hosts), "ns", transport=t)
+    home = r.owner("maya")
+    assert r.run(Routed("maya", "run", ("turn", None, "rid-1", {"text": "hi"}))) == (home, "maya", "rid-1")
+    other = next(h for h in hosts if h != home)
+    hosts[home].moved_to = other
+    assert r.run(Routed("maya", "run", ("turn", None, "rid-2", {"text": "hi"}))) == (other, "maya", "rid-2")
+    assert t.calls[-2:] == [(home, "run"), (other, "run")]
+    with pytest.raises(InvalidInput):
+        r.run(Routed("maya", "run", ("turn", None, "rid-3", {})))
