@@ -248,6 +248,15 @@ class Soul:
                              self.state.last_seq + 1)
         return seq
 
+    def _begin(self, seq: int | None, request_id: str) -> tuple[int, str] | TurnResult:
+        """A call's start under the soul's order: the last turn's memory work lands first; then its number and
+        turn id, or the recorded result of a request already applied."""
+        self.wait_memory_work()
+        nxt = self._next_seq(seq, request_id)
+        if isinstance(nxt, TurnTrace):
+            return self._result(nxt)
+        return nxt, f"{self.soul_id}/{nxt}"
+
     def _session_for(self, at: float, session: str | None, seq: int) -> str:
         if session is not None:
             return check_id(session, what="session")
@@ -273,12 +282,10 @@ class Soul:
             raise InvalidInput(f"turn text does not fit the context budget of {tc.context_tokens} tokens")
         if not isinstance(wait_writes, bool):
             raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
-        self.wait_memory_work()
-        nxt = self._next_seq(seq, request_id)
-        if isinstance(nxt, TurnTrace):
-            return self._result(nxt)
-        seq = nxt
-        turn_id = f"{self.soul_id}/{seq}"
+        begun = self._begin(seq, request_id)
+        if isinstance(begun, TurnResult):
+            return begun
+        seq, turn_id = begun
         timings: dict[str, float] = {}
         clock = time.perf_counter
 
@@ -401,12 +408,10 @@ class Soul:
         tc = self.cfg.turn
         default_at = to_timestamp(at) if at is not None else None
         msgs = check_messages(messages, default_at if default_at is not None else self.clock(), tc.max_text_chars)
-        self.wait_memory_work()
-        nxt = self._next_seq(seq, request_id)
-        if isinstance(nxt, TurnTrace):
-            return self._result(nxt)
-        seq = nxt
-        turn_id = f"{self.soul_id}/{seq}"
+        begun = self._begin(seq, request_id)
+        if isinstance(begun, TurnResult):
+            return begun
+        seq, turn_id = begun
         now = max((m.at for m in msgs), default=default_at or self.clock())
         sess = self._session_for(msgs[0].at if msgs else now, session, seq)
         buffer = self.state.buffer.copy()

@@ -188,7 +188,24 @@ class TaskClassification:
     usage: Usage = field(default_factory=Usage)
 
 
-class LanguageModel(abc.ABC):
+class ModelIdentity:
+    """What names a model in traces and usage: ``model_id``, whether it is ``offline``, and the two derived
+    names."""
+
+    model_id: str = ""
+    offline: bool = False
+
+    @property
+    def memory_model_id(self) -> str:
+        """The model that makes the memory decisions (the reply model unless the model says otherwise)."""
+        return self.model_id
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_id} (offline)" if self.offline else self.model_id
+
+
+class LanguageModel(ModelIdentity, abc.ABC):
     """What a soul needs from a language model."""
 
     model_id: str = ""
@@ -223,17 +240,9 @@ class LanguageModel(abc.ABC):
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         """Which known task class (if any) the request belongs to."""
 
-    @property
-    def memory_model_id(self) -> str:
-        """The model that makes the memory decisions (the reply model unless the model says otherwise)."""
-        return self.model_id
-
-    @property
-    def label(self) -> str:
-        return f"{self.model_id} (offline)" if self.offline else self.model_id
 
 
-class AsyncLanguageModel(abc.ABC):
+class AsyncLanguageModel(ModelIdentity, abc.ABC):
     """The same protocol as :class:`LanguageModel` with coroutine methods (``async def reply`` ...).
 
     ``decide_window`` is optional: without it, windows are judged message by message through
@@ -255,13 +264,6 @@ class AsyncLanguageModel(abc.ABC):
     async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         """Which known task class (if any) the request belongs to."""
 
-    @property
-    def memory_model_id(self) -> str:
-        return self.model_id
-
-    @property
-    def label(self) -> str:
-        return f"{self.model_id} (offline)" if self.offline else self.model_id
 
 
 class ModelWrapper(LanguageModel):
