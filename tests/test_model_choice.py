@@ -221,7 +221,7 @@ def test_a_model_with_coroutines_runs_from_the_synchronous_turn_loop(tmp_path: P
     soul = Soul("a", tmp_path, memory=SoulMemory(tmp_path, embedder=HashEmbedder()), model=inner)
     r = soul.turn("Ana planted three olive trees in the garden.", user="ana", at=1_780_000_000)
     assert r.reply == "async echo: Ana planted three olive trees in the garden." and r.writes
-    assert inner.threads == ["soul-model-loop"]  # on the model loop, not the turn's thread
+    assert inner.threads == ["soul-step-loop"]  # on the step loop, not the turn's thread
     obs = soul.observe([{"speaker": "Ben", "id": "b1", "text": "Ben bought a red kayak for the lake trip."}],
                        at=1_780_000_100)  # the window default judges through the coroutine decide
     assert "kept by the user's model" in soul.trace(obs.turn_id).persist_reason

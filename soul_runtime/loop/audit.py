@@ -34,6 +34,7 @@ from soul_runtime.loop.decide import decide_exchange
 from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.models.base import ChatMessage, Exchange, LanguageModel
 from soul_runtime.owner_only import write_file
+from soul_runtime.steps import drive
 
 BUCKETS = ("procedural", "semantic", "episodic", "nothing")
 STORES = ("episodic", "semantic", "procedural")
@@ -117,7 +118,7 @@ def _labels(ex: Exchange, model: LanguageModel, cfg: SoulConfig, known: dict[tup
 
     ``known`` stands in for the semantic layer (what recall would hand the extractor as known facts);
     it is updated with the facts this exchange would write."""
-    d = decide_exchange(model, ex, cfg.turn, {})
+    d = drive(decide_exchange(model, ex, cfg.turn, {}), {"model": model})
     if not d.persisted:
         return (), d.reason, ()
     clean = d.extraction

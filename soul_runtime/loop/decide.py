@@ -1,8 +1,9 @@
 """The memory work after a reply: the cheap length filter, one model decision, the guards.
 
 ``decide_exchange`` judges one exchange of a turn; ``decide_observed`` judges the messages of an
-``observe`` batch in windows (one model call per window, a decision per message). Both return
-what the write path needs and the model usage for the trace.
+``observe`` batch in windows (one model call per window, a decision per message). Both are steps of the turn
+loop (:mod:`soul_runtime.steps`: the model calls are yielded) and return what the write path needs and
+the model usage for the trace.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from soul_runtime.models.base import (
     ChatMessage,
     Exchange,
     LanguageModel,
+    ModelIdentity,
     ObservedMessage,
     ObserveWindow,
     Usage,
+    window_by_message,
 )
 from soul_runtime.records import Extraction, Message
+from soul_runtime.steps import Call, Steps
 from soul_runtime.text import estimate_tokens
 
 
@@ -47,13 +51,14 @@ def _answers_question(exchange: Exchange) -> bool:
     return bool(hist) and hist[-1].role == "assistant" and hist[-1].content.rstrip(" .!\"')").endswith("?")
 
 
-def decide_exchange(model: LanguageModel, exchange: Exchange, cfg: TurnConfig, timings: dict[str, float]) -> Decided:
+def decide_exchange(model: ModelIdentity, exchange: Exchange, cfg: TurnConfig, timings: dict[str, float]
+                    ) -> Steps[Decided]:
     """Length filter, then one model call (persist flag + extraction), then the guards."""
     t0 = time.perf_counter()
     try:
         if _too_short(exchange.user_text, cfg) and not _answers_question(exchange):
             return Decided(False, f"shorter than {cfg.min_persist_chars} characters")
-        d = model.decide(exchange)
+        d = yield Call("model", "decide", (exchange,))
         used = ((d.model or model.memory_model_id, d.usage),)
         if not d.persist:
             return Decided(False, d.reason or "nothing worth keeping", d.categories, usage=used)
@@ -80,13 +85,23 @@ def windows(msgs: Sequence[Message], cfg: TurnConfig) -> list[list[Message]]:
     return out
 
 
-def decide_observed(model: LanguageModel, window: list[Message], earlier: tuple[ChatMessage, ...], persona: str,
-                    cfg: TurnConfig, timings: dict[str, float]) -> tuple[list[Decided], tuple[tuple[str, Usage], ...]]:
+def own_window(model: object) -> bool:
+    """Does the model judge a window in one call of its own (else :func:`window_by_message`)?"""
+    fn = getattr(type(model), "decide_window", None)
+    return fn is not None and fn is not LanguageModel.decide_window
+
+
+def decide_observed(model: ModelIdentity, window: list[Message], earlier: tuple[ChatMessage, ...], persona: str,
+                    cfg: TurnConfig, timings: dict[str, float]
+                    ) -> Steps[tuple[list[Decided], tuple[tuple[str, Usage], ...]]]:
     """One decision per message of ``window`` (one model call for the window), guards applied per message."""
     t0 = time.perf_counter()
     obs = ObserveWindow(tuple(ObservedMessage(m.id, m.speaker, m.text, m.at, judge=not _too_short(m.text, cfg))
                               for m in window), earlier, persona, cfg.history_for_extraction)
-    wd = model.decide_window(obs)
+    if own_window(model):
+        wd = yield Call("model", "decide_window", (obs,))
+    else:
+        wd = yield from window_by_message(obs, model.model_id)
     used = ((wd.model or model.memory_model_id, wd.usage),) if wd.usage.calls or wd.usage.input_tokens else ()
     out: list[Decided] = []
     history = list(earlier)

@@ -11,12 +11,13 @@ kind ``forget`` (memory ids only, never the forgotten text).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.records import MemoryWrite, Op, Store
+from soul_runtime.steps import Call, Steps, drive
 
 ROUNDS = 3
 
@@ -29,16 +30,17 @@ class ErasableMemory(Protocol):
     def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]: ...
 
 
-def _memory(soul: Soul) -> ErasableMemory:
-    mem: Any = soul.memory
-    return mem
-
-
 def forget_soul(soul: Soul, stores: Iterable[str] | None = None) -> dict[str, int]:
     """Erase the soul's memory (these layers, all by default) and its traces and buffer, which hold the words
     every layer was built from."""
-    soul.wait_memory_work()  # the last turn's memory work lands first, then everything goes
-    out = {k: int(v) for k, v in _memory(soul).forget(stores=stores).items()}
+    return drive(forget_soul_steps(soul, stores), soul.targets)
+
+
+def forget_soul_steps(soul: Soul, stores: Iterable[str] | None = None) -> Steps[dict[str, int]]:
+    """:func:`forget_soul` as steps (:mod:`soul_runtime.steps`)."""
+    yield from soul.wait_steps()  # the last turn's memory work lands first, then everything goes
+    gone = yield Call("memory", "forget", (), {"stores": stores})
+    out = {k: int(v) for k, v in gone.items()}
     out["traces"] = soul.state.erase()
     return out
 
@@ -47,8 +49,15 @@ def forget_where(soul: Soul, ids: Iterable[str] | None = None, query: str | None
                  request_id: str = "", seq: int | None = None, at: float | None = None) -> TurnResult:
     """Delete single memories by id, or every memory containing the phrase ``query``; ordered and idempotent
     like a turn (``seq``, ``request_id``). The result's writes are the DELETEs."""
+    return drive(forget_where_steps(soul, ids, query, request_id=request_id, seq=seq, at=at), soul.targets)
+
+
+def forget_where_steps(soul: Soul, ids: Iterable[str] | None = None, query: str | None = None, *,
+                       request_id: str = "", seq: int | None = None, at: float | None = None
+                       ) -> Steps[TurnResult]:
+    """:func:`forget_where` as steps (:mod:`soul_runtime.steps`)."""
     q = ForgetQuery.make(ids, query)
-    soul.wait_memory_work()  # the last turn's memory work lands first
+    yield from soul.wait_steps()  # the last turn's memory work lands first
     nxt = soul._next_seq(seq, request_id)
     if isinstance(nxt, TurnTrace):
         return soul._result(nxt)
@@ -56,7 +65,8 @@ def forget_where(soul: Soul, ids: Iterable[str] | None = None, query: str | None
     total, step = Erased(), q
     for _ in range(ROUNDS):  # then what states the forgotten words or was recorded from the same messages
         found = Erased()
-        for layer, e in _memory(soul).forget_matching(step).items():
+        matched: dict[str, Erased] = yield Call("memory", "forget_matching", (step,))
+        for layer, e in matched.items():
             per_layer[layer] = per_layer.get(layer, Erased()) + e
             found = found + e
         if not found.ids:

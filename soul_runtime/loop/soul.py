@@ -6,10 +6,15 @@ decision (length filter, then one model call that decides and extracts, see
 :mod:`soul_runtime.loop.decide`) → guards → write policies + reconciliation (in the stores) →
 buffer append → trace.
 
+Each call is written once, as steps (:mod:`soul_runtime.steps`): ``turn_steps``, ``observe_steps``,
+``recover_steps``, ``wait_steps``. The blocking methods (``turn``, ``observe``...) drive them on the caller's
+thread; a soul host drives the same steps on its event loop, so a turn that waits for its model or its stores
+holds no thread.
+
 A turn is acknowledged when its trace and the buffer checkpoint are committed. With
-``wait_writes=False`` the reply is returned before that, and the memory work runs on a
-background thread; the soul's next call waits for it, so the next turn always reads the
-previous turn's writes. The turn's intent is committed before the reply is returned (holding
+``wait_writes=False`` the reply is returned before that, and the memory work runs beside the
+caller (a thread, or a task on a host's loop); the soul's next call waits for it, so the next turn always
+reads the previous turn's writes. The turn's intent is committed before the reply is returned (holding
 the exchange) and again before the writes (holding the write requests), so a crash anywhere
 after the reply is completed (idempotently) on the soul's next activation — a turn is never
 half-applied and never applied twice. A failed memory call (429/529 after retries) never fails
@@ -18,7 +23,6 @@ the reply: the trace says nothing was written and why.
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -44,7 +48,6 @@ from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
 from soul_runtime.loop.units import unit_requests
 from soul_runtime.models.base import AsyncLanguageModel, Exchange, LanguageModel, Usage
-from soul_runtime.models.sync_view import sync_view
 from soul_runtime.records import (
     MemoryWrite,
     Message,
@@ -53,11 +56,13 @@ from soul_runtime.records import (
     request_from_plain,
     to_plain,
 )
+from soul_runtime.steps import Call, Join, Spawn, Steps, Work, drive
 from soul_runtime.text import check_id, check_text, estimate_tokens
 
 
 class MemoryPort(Protocol):
-    """What the loop needs from long-term memory (in process: SoulMemory; on Ray: store actors)."""
+    """What the loop needs from long-term memory (in process: SoulMemory; on Ray: store actors, whose
+    ``recall`` and ``write_many`` are coroutines a host awaits)."""
 
     def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
                task_class: str | None = None) -> list[RecalledItem]: ...
@@ -118,26 +123,30 @@ def _known_facts(items: Sequence[RecalledItem]) -> tuple[tuple[str, str, str], .
 class _Pending:
     """Memory work of a turn whose reply has been returned (``wait_writes=False``)."""
 
-    def __init__(self, trace: TurnTrace) -> None:
+    def __init__(self, trace: TurnTrace, work: Work) -> None:
         self.trace = trace
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
+        self.work = work
 
 
 class Soul:
     """One soul and its turn orchestrator: a turn reads the short-term buffer and long-term memory before its
     inference, and writes after it, in that order, numbered by the soul. One caller at a time (a host's
-    per-soul lock); the memory work of a turn may run on a background thread, which the next call waits for
-    (:meth:`wait_memory_work`)."""
+    per-soul lock); the memory work of a turn may run beside the caller, which the next call waits for
+    (:meth:`wait_memory_work`).
 
-    def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort,
+    ``recover=False``: the caller completes an interrupted turn itself (``recover_steps``) before the first
+    call (a host does, on its loop)."""
+
+    def __init__(self, soul_id: str, directory: str | Path, *, memory: MemoryPort | Any,
                  model: LanguageModel | AsyncLanguageModel,
                  config: SoulConfig | None = None, clock: Callable[[], float] = time.time,
-                 on_commit: Callable[[TurnTrace], None] | None = None) -> None:
+                 on_commit: Callable[[TurnTrace], None] | None = None, recover: bool = True) -> None:
         self.soul_id = check_id(soul_id, what="soul id")
         self.cfg = config or SoulConfig()
         self.memory = memory
-        self.model = sync_view(model)  # a model with coroutine methods: called from this (synchronous) loop
+        self.model = model
+        self.targets = {"model": model, "memory": memory}
+        """What the steps' calls go to (:mod:`soul_runtime.steps`)."""
         self.clock = clock
         self.on_commit = on_commit
         self.state = SoulState(Path(directory), self.cfg.turn.context_tokens)
@@ -145,7 +154,8 @@ class Soul:
         self._unfinished = False  # background memory work failed: its intent waits on disk
         try:
             self._take_over()
-            self.recover()
+            if recover:
+                self.recover()
         except BaseException:  # e.g. StaleOwner: an even newer activation took over meanwhile
             self.state.close()
             raise
@@ -164,8 +174,8 @@ class Soul:
 
     def close(self) -> None:
         p = self._pending
-        if p is not None and p.thread is not None:
-            p.thread.join()  # a failure leaves the intent on disk for the next activation
+        if p is not None:
+            p.work.join()  # a failure leaves the intent on disk for the next activation
         self._pending = None
         self.state.close()
 
@@ -179,7 +189,7 @@ class Soul:
     def busy(self) -> bool:
         """The memory work of the last turn is still running."""
         p = self._pending
-        return p is not None and p.thread is not None and p.thread.is_alive()
+        return p is not None and p.work.running
 
     def settle(self) -> None:
         """Deprecated name of :meth:`wait_memory_work` (removed in 0.3)."""
@@ -188,15 +198,18 @@ class Soul:
 
     def wait_memory_work(self) -> None:
         """Wait for the memory work of the last turn; complete it from its intent if it failed."""
+        drive(self.wait_steps(), self.targets)
+
+    def wait_steps(self) -> Steps[None]:
+        """:meth:`wait_memory_work` as steps."""
         p = self._pending
         if p is not None:
-            if p.thread is not None:
-                p.thread.join()
+            yield Join(p.work)
             self._pending = None
-            if p.error is not None:
+            if p.work.error is not None:
                 self._unfinished = True
         if self._unfinished:
-            self.recover()  # raises while it still cannot complete; the intent stays on disk
+            yield from self.recover_steps()  # raises while it still cannot complete; the intent stays on disk
             self._unfinished = False
 
     # ---- crash recovery ----------------------------------------------------------------
@@ -205,6 +218,10 @@ class Soul:
 
         An intent saved at the reply holds the exchange (the decision is made now); one saved
         after the decision holds the write requests."""
+        return drive(self.recover_steps(), self.targets)
+
+    def recover_steps(self) -> Steps[bool]:
+        """:meth:`recover` as steps."""
         intent = self.state.pending_intent()
         if intent is None:
             return False
@@ -212,11 +229,11 @@ class Soul:
         if intent.get("requests") is None:
             timings = dict(trace.timings_ms)
             exchange = exchange_from_plain(intent["exchange"])
-            trace, reqs = self._decided(trace, exchange, intent["session"], timings)
+            trace, reqs = yield from self._decided(trace, exchange, intent["session"], timings)
         else:
             reqs = [request_from_plain(r) for r in intent["requests"]]
         reqs = [replace(r, epoch=self.state.epoch) for r in reqs]  # completed under this owner's epoch
-        writes = self.memory.write_many(reqs) if reqs else []
+        writes = (yield Call("memory", "write_many", (reqs,))) if reqs else []
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), pending=False)
         for t in intent["buffer"]:
             self._append(BufferTurn(*t), intent["session"])
@@ -248,10 +265,10 @@ class Soul:
                              self.state.last_seq + 1)
         return seq
 
-    def _begin(self, seq: int | None, request_id: str) -> tuple[int, str] | TurnResult:
+    def begin_steps(self, seq: int | None, request_id: str) -> Steps[tuple[int, str] | TurnResult]:
         """A call's start under the soul's order: the last turn's memory work lands first; then its number and
         turn id, or the recorded result of a request already applied."""
-        self.wait_memory_work()
+        yield from self.wait_steps()
         nxt = self._next_seq(seq, request_id)
         if isinstance(nxt, TurnTrace):
             return self._result(nxt)
@@ -273,7 +290,13 @@ class Soul:
 
         ``wait_writes=True``: return when the writes are applied (``result.writes`` complete).
         ``wait_writes=False``: return the reply at once (``result.writes_pending``); the memory work runs
-        on a background thread, :meth:`trace` shows it when done, and the next call waits for it."""
+        beside the caller, :meth:`trace` shows it when done, and the next call waits for it."""
+        return drive(self.turn_steps(text, user=user, at=at, request_id=request_id, seq=seq,
+                                     wait_writes=wait_writes), self.targets)
+
+    def turn_steps(self, text: str, *, user: str | None = None, at: Any = None, request_id: str = "",
+                   seq: int | None = None, wait_writes: bool = True) -> Steps[TurnResult]:
+        """:meth:`turn` as steps."""
         tc = self.cfg.turn
         text = check_text(text, what="turn text", max_chars=tc.max_text_chars)
         user = check_id(user, what="user") if user is not None else "user"
@@ -282,7 +305,7 @@ class Soul:
             raise InvalidInput(f"turn text does not fit the context budget of {tc.context_tokens} tokens")
         if not isinstance(wait_writes, bool):
             raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
-        begun = self._begin(seq, request_id)
+        begun = yield from self.begin_steps(seq, request_id)
         if isinstance(begun, TurnResult):
             return begun
         seq, turn_id = begun
@@ -297,7 +320,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = self.memory.recall(text, tc.recall_k, at=now)
+        recalled = yield Call("memory", "recall", (text, tc.recall_k), {"at": now})
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()
@@ -306,7 +329,7 @@ class Soul:
         timings["assemble"] = (clock() - t0) * 1000
 
         t0 = clock()
-        answer = self.model.reply(ctx.request)
+        answer = yield Call("model", "reply", (ctx.request,))
         timings["inference"] = (clock() - t0) * 1000
 
         ids = (f"{turn_id}/user",)
@@ -328,31 +351,23 @@ class Soul:
             # any store is touched) leaves nothing acknowledged and nothing written: the turn can simply run
             # again; no intent (and no fsync) is needed at the reply
             try:
-                return self._result(self._memory_work(trace, exchange, intent))
+                return self._result((yield from self._memory_work(trace, exchange, intent)))
             except StorageError:
                 self._unfinished = True  # an intent it saved is completed by the next call (settle)
                 raise
         t0 = clock()
         self.state.save_intent(intent)  # the reply is returned now: a crash from here on is completed by recover()
         timings["intent"] = (clock() - t0) * 1000
-        pending = _Pending(trace)
-
-        def run() -> None:
-            try:
-                self._memory_work(trace, exchange, intent)
-            except BaseException as e:  # noqa: BLE001 — kept for wait_memory_work(); the intent stays on disk
-                pending.error = e
-
-        pending.thread = threading.Thread(target=run, name=f"memory-{turn_id}", daemon=True)
-        self._pending = pending
-        pending.thread.start()
+        # a failure is kept in the work for wait_memory_work(); the intent stays on disk
+        work = yield Spawn(self._memory_work(trace, exchange, intent), name=f"memory-{turn_id}")
+        self._pending = _Pending(trace, work)
         return replace(self._result(trace), writes_pending=True)
 
     def _decided(self, trace: TurnTrace, exchange: Exchange, session: str, timings: dict[str, float]
-                 ) -> tuple[TurnTrace, list[WriteRequest]]:
+                 ) -> Steps[tuple[TurnTrace, list[WriteRequest]]]:
         """The memory decision of a turn; a failed model call keeps the reply and writes nothing."""
         try:
-            d = decide_exchange(self.model, exchange, self.cfg.turn, timings)
+            d = yield from decide_exchange(self.model, exchange, self.cfg.turn, timings)
         except ModelError as e:
             d = Decided(False, f"memory decision failed, nothing written: {e}")
         parts = [(p, m, Usage.from_dict(v)) for p in ("reply",) for m, v in (trace.usage.get("by_model") or {}).items()]
@@ -368,18 +383,19 @@ class Soul:
         return replace(trace, persisted=d.persisted, persist_reason=d.reason, categories=d.categories,
                        usage=usage_report(parts), timings_ms=dict(timings), mended=tuple(mended)), reqs
 
-    def _memory_work(self, trace: TurnTrace, exchange: Exchange, intent: dict[str, Any]) -> TurnTrace:
+    def _memory_work(self, trace: TurnTrace, exchange: Exchange, intent: dict[str, Any]) -> Steps[TurnTrace]:
         timings = dict(trace.timings_ms)
-        trace, reqs = self._decided(trace, exchange, intent["session"], timings)
+        trace, reqs = yield from self._decided(trace, exchange, intent["session"], timings)
         if reqs:
             self.state.save_intent({**intent, "trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs]})
-        return self._apply(trace, reqs, [BufferTurn(*t) for t in intent["buffer"]], intent["session"], timings)
+        return (yield from self._apply(trace, reqs, [BufferTurn(*t) for t in intent["buffer"]], intent["session"],
+                                       timings))
 
     def _apply(self, trace: TurnTrace, reqs: list[WriteRequest], new_turns: list[BufferTurn], session: str,
-               timings: dict[str, float]) -> TurnTrace:
+               timings: dict[str, float]) -> Steps[TurnTrace]:
         reqs = [replace(r, epoch=self.state.epoch) for r in reqs]
         t0 = time.perf_counter()
-        writes = self.memory.write_many(reqs) if reqs else []
+        writes = (yield Call("memory", "write_many", (reqs,))) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings), pending=False)
         buffer = self.state.buffer.copy()
@@ -405,10 +421,16 @@ class Soul:
 
         The messages are judged in windows (``observe_window``): one model call per window,
         one decision per message, each message's memories sourced to it."""
+        return drive(self.observe_steps(messages, at=at, session=session, request_id=request_id, seq=seq),
+                     self.targets)
+
+    def observe_steps(self, messages: Sequence[Any], *, at: Any = None, session: str | None = None,
+                      request_id: str = "", seq: int | None = None) -> Steps[TurnResult]:
+        """:meth:`observe` as steps."""
         tc = self.cfg.turn
         default_at = to_timestamp(at) if at is not None else None
         msgs = check_messages(messages, default_at if default_at is not None else self.clock(), tc.max_text_chars)
-        begun = self._begin(seq, request_id)
+        begun = yield from self.begin_steps(seq, request_id)
         if isinstance(begun, TurnResult):
             return begun
         seq, turn_id = begun
@@ -425,7 +447,7 @@ class Soul:
         new_turns = []
         for window in windows(msgs, tc):
             earlier = buffer.chat(buffer.turns[-tc.history_for_extraction:])
-            decided, u = decide_observed(self.model, window, earlier, self.cfg.persona, tc, timings)
+            decided, u = yield from decide_observed(self.model, window, earlier, self.cfg.persona, tc, timings)
             used += [("memory", m, x) for m, x in u]
             for m, d in zip(window, decided, strict=True):
                 reasons.append(f"{m.id}: {d.reason}")
@@ -450,7 +472,7 @@ class Soul:
                 self.state.save_intent({"trace": trace.to_dict(), "requests": [to_plain(r) for r in reqs],
                                         "buffer": [[t.role, t.speaker, t.text, t.id, t.at] for t in new_turns],
                                         "session": sess})
-            trace = self._apply(trace, reqs, new_turns, sess, timings)
+            trace = yield from self._apply(trace, reqs, new_turns, sess, timings)
         except StorageError:
             self._unfinished = True  # an intent it saved is completed by the next call (settle)
             raise
@@ -460,7 +482,7 @@ class Soul:
     def trace(self, turn_id: str) -> TurnTrace:
         """A turn's trace; while its memory work runs, the provisional one (``pending=True``)."""
         p = self._pending
-        if p is not None and p.trace.turn_id == turn_id and p.thread is not None and p.thread.is_alive():
+        if p is not None and p.trace.turn_id == turn_id and p.work.running:
             return p.trace
         return self.state.trace(turn_id)
 
@@ -469,7 +491,7 @@ class Soul:
             raise InvalidInput(f"last must be an int in 1..1000000, got {last!r}")
         out = self.state.last(last)
         p = self._pending
-        if p is not None and p.thread is not None and p.thread.is_alive() and all(
+        if p is not None and p.work.running and all(
                 t.seq != p.trace.seq for t in out):
             out = (out + [p.trace])[-last:]
         return out

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soul_runtime.records import Extraction
+from soul_runtime.steps import Call, Steps, drive
 
 PERSIST_CATEGORIES = ("preference", "fact", "decision", "plan", "event", "task")
 
@@ -221,20 +222,7 @@ class LanguageModel(ModelIdentity, abc.ABC):
 
     def decide_window(self, window: ObserveWindow) -> WindowDecision:
         """One decision per observed message; the default judges them one by one."""
-        earlier = list(window.earlier)
-        out: list[MemoryDecision] = []
-        usage = Usage()
-        for m in window.messages:
-            if m.judge:
-                d = self.decide(Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,),
-                                         at=m.at, persona=window.persona,
-                                         history=tuple(earlier[-window.history:]) if window.history else ()))
-                usage = usage + d.usage
-                out.append(MemoryDecision(d.persist, d.categories, d.reason, d.extraction, Usage(), d.model))
-            else:
-                out.append(MemoryDecision(False, reason="context only"))
-            earlier.append(ChatMessage("user", m.text, m.id, m.speaker))
-        return WindowDecision(tuple(out), usage, self.model_id)
+        return drive(window_by_message(window, self.model_id), {"model": self})
 
     @abc.abstractmethod
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
@@ -246,8 +234,8 @@ class AsyncLanguageModel(ModelIdentity, abc.ABC):
     """The same protocol as :class:`LanguageModel` with coroutine methods (``async def reply`` ...).
 
     ``decide_window`` is optional: without it, windows are judged message by message through
-    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). Turns call such a model through
-    :func:`soul_runtime.models.sync_view.sync_view`."""
+    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). A host's turns await its coroutines; the in-process soul's
+    blocking calls run them on the process's model loop (:mod:`soul_runtime.models.sync_view`)."""
 
     model_id: str = ""
     offline: bool = False
@@ -284,3 +272,23 @@ class ModelWrapper(LanguageModel):
 
     def __getattr__(self, name: str) -> Any:  # anything else the model offers, as it is
         return getattr(self.inner, name)
+
+
+def window_by_message(window: ObserveWindow, model_id: str) -> Steps[WindowDecision]:
+    """A window judged message by message through the model's ``decide`` (a model without a window call of its
+    own), as steps (:mod:`soul_runtime.steps`)."""
+    earlier = list(window.earlier)
+    out: list[MemoryDecision] = []
+    usage = Usage()
+    for m in window.messages:
+        if m.judge:
+            d = yield Call("model", "decide", (Exchange(user_text=m.text, reply_text="", speaker=m.speaker,
+                                                        message_ids=(m.id,), at=m.at, persona=window.persona,
+                                                        history=tuple(earlier[-window.history:])
+                                                        if window.history else ()),))
+            usage = usage + d.usage
+            out.append(MemoryDecision(d.persist, d.categories, d.reason, d.extraction, Usage(), d.model))
+        else:
+            out.append(MemoryDecision(False, reason="context only"))
+        earlier.append(ChatMessage("user", m.text, m.id, m.speaker))
+    return WindowDecision(tuple(out), usage, model_id)

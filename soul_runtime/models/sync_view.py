@@ -13,13 +13,9 @@ event loop of its own awaits those instead.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
-from soul_runtime.errors import ModelError
 from soul_runtime.models.base import (
     AsyncLanguageModel,
     Exchange,
@@ -32,9 +28,11 @@ from soul_runtime.models.base import (
     TaskClassification,
     WindowDecision,
 )
+from soul_runtime.steps import run, step_loop
+
+model_loop = step_loop
 
 METHODS = ("reply", "decide", "decide_window", "classify_task")
-T = TypeVar("T")
 
 
 def async_methods(model: object) -> frozenset[str]:
@@ -76,31 +74,3 @@ class SyncView(ModelWrapper):
 
     def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         return self._call("classify_task", text, known)
-
-
-
-_lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def model_loop() -> asyncio.AbstractEventLoop:
-    """The process's model loop, started on first use on a daemon thread."""
-    global _loop
-    with _lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="soul-model-loop", daemon=True).start()
-            _loop = loop
-        return _loop
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the model loop and wait for its result (its exception is raised here)."""
-    loop = model_loop()
-    try:
-        if asyncio.get_running_loop() is loop:
-            coro.close()
-            raise ModelError("a model coroutine waited for another model call on the model loop itself: await it")
-    except RuntimeError:  # no loop runs in this thread: the usual case
-        pass
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()

@@ -1,0 +1,220 @@
+"""A soul's calls as steps: the one turn loop, driven blocking in process and on an event loop in a host.
+
+Everything a turn waits for — a model call, a long-term memory call, the memory work of an earlier turn — is a
+step the turn's code yields (:class:`Call`, :class:`Spawn`, :class:`Join`); a driver performs it and sends the
+answer back (or throws its error in). Between steps the code does its own CPU work and its blocking I/O (the
+soul's SQLite commits).
+
+- :func:`drive` performs every step where it stands (the caller's thread): the in-process ``Soul``'s blocking
+  API. A coroutine method (an async model) runs on the process's step loop (:func:`run`, one event loop on a
+  daemon thread, shared by every caller, so an async client stays on the loop it was opened on);
+  :class:`Spawn` starts a thread.
+- :func:`drive_async` runs the code between steps, and the steps whose method is a plain function (the offline
+  model, an in-process store), on a bounded thread pool, and awaits on the event loop the steps whose method is
+  a coroutine function (a remote model's HTTP call, a store shard's answer): a turn that waits holds no thread.
+  :class:`Spawn` starts a task.
+
+A step names its target by role (``"model"`` or ``"memory"``); the driver is given the objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from soul_runtime.errors import ModelError
+
+T = TypeVar("T")
+Steps = Generator[Any, Any, T]
+"""A soul's call as steps: yields :class:`Call`, :class:`Spawn` and :class:`Join`; returns the call's result."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """``target.method(*args, **kwargs)`` on the driver's ``target`` (``"model"`` or ``"memory"``)."""
+
+    target: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Work:
+    """Steps started beside the caller (:class:`Spawn`): a thread (blocking driver) or a task (event loop)."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.task: asyncio.Task[Any] | None = None
+
+    @property
+    def running(self) -> bool:
+        if self.thread is not None:
+            return self.thread.is_alive()
+        return self.task is not None and not self.task.done()
+
+    def join(self) -> None:
+        """Wait for it from a thread (a task's loop must be another thread's)."""
+        if self.thread is not None:
+            self.thread.join()
+        elif self.task is not None and not self.task.done():
+            loop = self.task.get_loop()
+            asyncio.run_coroutine_threadsafe(_wait(self.task), loop).result()
+
+
+async def _wait(task: asyncio.Task[Any]) -> None:
+    await asyncio.wait([task])
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """Run ``steps`` beside the caller; the answer is its :class:`Work` (its error is kept there)."""
+
+    steps: Steps[Any]
+    name: str = "memory-work"
+
+
+@dataclass(frozen=True)
+class Join:
+    """Wait until ``work`` is done (its error stays in ``work.error``)."""
+
+    work: Work
+
+
+def _blocking(step: Any, targets: Mapping[str, Any]) -> Any:
+    if isinstance(step, Call):
+        fn = getattr(targets[step.target], step.method)
+        if inspect.iscoroutinefunction(fn):
+            return run(fn(*step.args, **step.kwargs))
+        return fn(*step.args, **step.kwargs)
+    if isinstance(step, Spawn):
+        work = Work()
+
+        def body() -> None:
+            try:
+                drive(step.steps, targets)
+            except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
+                work.error = e
+        work.thread = threading.Thread(target=body, name=step.name, daemon=True)
+        work.thread.start()
+        return work
+    if isinstance(step, Join):
+        step.work.join()
+        return None
+    raise TypeError(f"not a step: {step!r}")
+
+
+def drive(steps: Steps[T], targets: Mapping[str, Any]) -> T:
+    """Run ``steps`` to the end on this thread, every step performed here."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = _blocking(step, targets), None
+        except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
+            value, error = None, e
+
+
+def _awaited(step: Any, targets: Mapping[str, Any]) -> bool:
+    """Is this a step for the event loop (a coroutine method, or a task to start or wait for)?"""
+    if isinstance(step, Call):
+        return inspect.iscoroutinefunction(getattr(targets[step.target], step.method))
+    return True
+
+
+@dataclass(frozen=True)
+class _Done:
+    value: Any
+
+
+def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: BaseException | None) -> Any:
+    """On a pool thread: run the steps' code, and the plain-function steps, up to a step for the loop."""
+    while True:
+        try:
+            step = steps.send(value) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return _Done(stop.value)
+        if _awaited(step, targets):
+            return step
+        try:
+            value, error = _blocking(step, targets), None
+        except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
+            value, error = None, e
+
+
+async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executor,
+                      spawned: Callable[[asyncio.Task[Any]], None] | None = None) -> T:
+    """Run ``steps`` to the end from a coroutine: code and plain steps on ``pool``, coroutine steps awaited.
+    ``spawned(task)`` is told of every task a :class:`Spawn` starts (its owner may wait for them at stop).
+
+    Cancelling the caller while a step is awaited cancels that step (its error goes into the steps, which then
+    end as they would on that failure); while code runs on the pool the code finishes its part first."""
+    loop = asyncio.get_running_loop()
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        got = await loop.run_in_executor(pool, _advance, steps, targets, value, error)
+        if isinstance(got, _Done):
+            return got.value  # type: ignore[no-any-return]
+        try:
+            if isinstance(got, Call):
+                value = await getattr(targets[got.target], got.method)(*got.args, **got.kwargs)
+            elif isinstance(got, Spawn):
+                work = Work()
+
+                async def body(s: Steps[Any] = got.steps, w: Work = work) -> None:
+                    try:
+                        await drive_async(s, targets, pool, spawned)
+                    except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
+                        w.error = e
+                work.task = asyncio.ensure_future(body())
+                if spawned is not None:
+                    spawned(work.task)
+                value = work
+            elif isinstance(got, Join):
+                if got.work.task is not None:
+                    await asyncio.wait([got.work.task])  # a waiter that gives up leaves the work running
+                elif got.work.thread is not None:
+                    await loop.run_in_executor(pool, got.work.thread.join)
+                value = None
+            else:
+                raise TypeError(f"not a step: {got!r}")
+            error = None
+        except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
+            value, error = None, e
+
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def step_loop() -> asyncio.AbstractEventLoop:
+    """The process's step loop, started on first use on a daemon thread."""
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="soul-step-loop", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the step loop and wait for its result (its exception is raised here)."""
+    loop = step_loop()
+    try:
+        if asyncio.get_running_loop() is loop:
+            coro.close()
+            raise ModelError("a coroutine waited for another one on the step loop itself: await it")
+    except RuntimeError:  # no loop runs in this thread: the usual case
+        pass
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
