@@ -117,7 +117,7 @@ def drive(steps: Steps[T], targets: Mapping[str, Any]) -> T:
         try:
             step = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         try:
             value, error = _blocking(step, targets), None
         except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
@@ -164,7 +164,7 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
     while True:
         got = await loop.run_in_executor(pool, _advance, steps, targets, value, error)
         if isinstance(got, _Done):
-            return got.value  # type: ignore[no-any-return]
+            return got.value
         try:
             if isinstance(got, Call):
                 value = await getattr(targets[got.target], got.method)(*got.args, **got.kwargs)

@@ -357,7 +357,7 @@ def test_unreachable_server_is_model_error() -> None:
 def test_injected_client_retries_are_ours(api: MessagesApiServer) -> None:
     client = anthropic.Anthropic(api_key=KEY, base_url=api.base_url, max_retries=5)
     api.push(error(529, "overloaded_error"), text_message("unused"))
-    model = AnthropicModel(model_id=MODEL, client=client, max_retries=0)
+    model = AnthropicModel(model_id=MODEL, client=client, max_retries=0, deadline_s=0)
     with pytest.raises(ModelError, match="529 overloaded_error"):
         model.reply(request())
     assert len(api.requests) == 1  # the SDK's own retries are off

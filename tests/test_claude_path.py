@@ -283,13 +283,29 @@ def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path, flavour
 
 
 @pytest.mark.parametrize("overloaded", [True, False], ids=["overloaded", "rate-limited"])
+def test_a_busy_api_slows_a_turn_until_its_deadline(tmp_path: Path, flavour: Flavour, overloaded: bool) -> None:
+    """429/529 with retry-after are waited for beyond max_retries while the call's deadline allows: the turn
+    is late, not failed; the waits are the server's."""
+    status = flavour.overloaded if overloaded else 429
+    with flavour.server(None) as api:
+        busy = flavour.error(status, "overloaded_error" if overloaded else "rate_limit_error",
+                             headers={"retry-after-ms": "150"})
+        api.push(*[busy] * 3, flavour.text("Got it."))
+        s = soul(tmp_path, model(api, max_retries=1, deadline_s=30))
+        t0 = time.monotonic()
+        r = s.turn("ok", user="maya", at=T0)
+        assert r.reply == "Got it." and time.monotonic() - t0 >= 0.45  # three waits of 150 ms
+        assert len(api.bodies()) == 4
+
+
+@pytest.mark.parametrize("overloaded", [True, False], ids=["overloaded", "rate-limited"])
 def test_an_overloaded_memory_call_does_not_fail_the_reply(tmp_path: Path, flavour: Flavour, overloaded: bool) -> None:
     status = flavour.overloaded if overloaded else 429
     with flavour.server(None) as api:
         api.push(flavour.text("Got it."), *[flavour.error(status, "overloaded_error" if overloaded else "rate_limit_error",
                                                           headers={"retry-after-ms": "10"})] * 2,
                  flavour.text("Next."))
-        s = soul(tmp_path, model(api, max_retries=1))
+        s = soul(tmp_path, model(api, max_retries=1, deadline_s=0))  # past its deadline: busy is a failure
         r = s.turn("Our on-call rotation for Orca changes every Monday morning.", user="maya", at=T0)
         assert r.reply == "Got it." and r.writes == ()
         tr = s.trace(r.turn_id)

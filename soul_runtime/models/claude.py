@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,7 +32,7 @@ from anthropic.types import Message, MessageParam, TextBlockParam, ToolChoiceToo
 
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError
 from soul_runtime.models.base import ChatMessage, LanguageModel, ModelReply, ReplyRequest, Usage
-from soul_runtime.models.remote import RemoteModel, SdkErrors, check_model_id, number_setting, setting
+from soul_runtime.models.remote import Ops, RemoteModel, SdkErrors, check_model_id, number_setting, setting
 from soul_runtime.models.text import one_line
 
 DEFAULT_MODEL_ID = "claude-sonnet-5-5"
@@ -75,12 +76,15 @@ class AnthropicModel(RemoteModel):
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
                  memory_max_tokens: int = 4096, client: Any = None,
                  retry_base_delay_s: float = 0.5, cache_min: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, deadline_s: float = 120.0,
+                 max_concurrency: int = 256) -> None:
         self.model_id = check_model_id("model_id", model_id, DEFAULT_MODEL_ID)
         self._memory_model_id = check_model_id("memory_model_id", memory_model_id or DEFAULT_MEMORY_MODEL_ID,
                                                DEFAULT_MEMORY_MODEL_ID)
         super().__init__(timeout_s=timeout_s, max_retries=max_retries, max_tokens=max_tokens,
-                         memory_max_tokens=memory_max_tokens, retry_base_delay_s=retry_base_delay_s, sleep=sleep)
+                         memory_max_tokens=memory_max_tokens, retry_base_delay_s=retry_base_delay_s, sleep=sleep,
+                         deadline_s=deadline_s, max_concurrency=max_concurrency)
+        self._settings: dict[str, Any] | None = {"api_key": api_key, "base_url": base_url} if client is None else None
         if cache_min is not None and (isinstance(cache_min, bool) or not isinstance(cache_min, int) or cache_min < 1):
             raise ConfigError(f"cache_min must be a whole number >= 1, got {cache_min!r}")
         self.cache_min = cache_min
@@ -102,6 +106,13 @@ class AnthropicModel(RemoteModel):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
 
+    def _async_client(self) -> Any:
+        if inspect.iscoroutinefunction(getattr(self._client.messages, "create", None)):
+            return self._client  # an injected async client
+        if self._settings is None:
+            return None  # an injected blocking client: sent on a thread
+        return anthropic.AsyncAnthropic(**self._settings, timeout=self.timeout_s, max_retries=0)
+
     def _cacheable(self, model: str, *parts: str) -> bool:
         """Is the prefix long enough to be cached? Counted as characters / 3 (Claude's tokenizers give more
         tokens than our characters / 4 on JSON and prose); a mark on a shorter prefix costs nothing, the API
@@ -109,7 +120,7 @@ class AnthropicModel(RemoteModel):
         need = self.cache_min if self.cache_min is not None else cache_min_tokens(model)
         return sum(len(p) for p in parts) // 3 >= need
 
-    def reply(self, request: ReplyRequest) -> ModelReply:
+    def _reply(self, request: ReplyRequest) -> Ops[ModelReply]:
         if not request.user_text.strip():
             raise InvalidInput("reply needs a non-empty user text")
         system: list[TextBlockParam] = []
@@ -123,22 +134,23 @@ class AnthropicModel(RemoteModel):
             system.append({"type": "text", "text": memory_block(request.memory_lines)})
         messages = [*_history_params(request.history), _user(request.user_text)]
         max_tokens = request.max_tokens if request.max_tokens > 0 else self.max_tokens
-        msg, usage = self._create(self.model_id, messages=messages, max_tokens=max_tokens,
-                                  **({"system": system} if system else {}))
+        msg, usage = yield from self._create(self.model_id, messages=messages, max_tokens=max_tokens,
+                                             **({"system": system} if system else {}))
         text = "".join(getattr(b, "text", "") for b in msg.content if getattr(b, "type", "") == "text").strip()
         if not text:
             raise ModelError(f"{self.model_id} returned no text (stop_reason={msg.stop_reason})")
         return ModelReply(text=text, usage=usage, model=self.model_id)
 
     def _tool_call(self, system: str, prompt: str, tool: ToolParam, max_tokens: int | None = None
-                   ) -> tuple[dict[str, Any], Usage, bool]:
+                   ) -> Ops[tuple[dict[str, Any], Usage, bool]]:
         model = self.memory_model_id
         block: TextBlockParam = {"type": "text", "text": system}
         if self._cacheable(model, system, json.dumps(tool)):  # tools + system: the same on every call
             block["cache_control"] = cast(Any, _EPHEMERAL)
         choice: ToolChoiceToolParam = {"type": "tool", "name": tool["name"]}
-        msg, usage = self._create(model, system=[block], messages=[_user(prompt)],
-                                  max_tokens=max_tokens or self.max_tokens, tools=[tool], tool_choice=choice)
+        msg, usage = yield from self._create(model, system=[block], messages=[_user(prompt)],
+                                             max_tokens=max_tokens or self.max_tokens, tools=[tool],
+                                             tool_choice=choice)
         cut = msg.stop_reason == "max_tokens"
         for b in msg.content:
             if getattr(b, "type", "") == "tool_use" and getattr(b, "name", "") == tool["name"]:
@@ -152,10 +164,10 @@ class AnthropicModel(RemoteModel):
             return {}, usage, True
         raise ModelError(f"{model} did not call {tool['name']} (stop_reason={msg.stop_reason})")
 
-    def _create(self, model: str, **kwargs: Any) -> tuple[Message, Usage]:
+    def _create(self, model: str, **kwargs: Any) -> Ops[tuple[Message, Usage]]:
         """One Messages API call with our retries; returns the message and its (recorded) usage."""
-        return self._send(model, lambda: self._client.messages.create(model=model, thinking=cast(Any, _NO_THINKING),
-                                                                      **kwargs), _usage_of)
+        return (yield from self._send(model, lambda c: c.messages.create(model=model, thinking=cast(Any, _NO_THINKING),
+                                                                         **kwargs), _usage_of))
 
 
 def memory_block(lines: Iterable[str]) -> str:
@@ -188,10 +200,13 @@ def model_from_env(env: Mapping[str, str], args: Mapping[str, str] | None = None
     Each setting comes from ``args`` (``model_args``) first, else the environment: ``api_key``
     (``ANTHROPIC_API_KEY``), ``model`` / ``memory_model`` (``SOUL_ANTHROPIC_MODEL`` /
     ``SOUL_ANTHROPIC_MEMORY_MODEL``, pinned ids), ``base_url`` (``ANTHROPIC_BASE_URL``), ``timeout_s`` /
-    ``max_retries`` (``SOUL_ANTHROPIC_TIMEOUT_S`` / ``SOUL_ANTHROPIC_MAX_RETRIES``).
+    ``max_retries`` (``SOUL_ANTHROPIC_TIMEOUT_S`` / ``SOUL_ANTHROPIC_MAX_RETRIES``), ``max_concurrency``
+    (``SOUL_MODEL_MAX_CONCURRENCY``: requests at a time per event loop, default 256) and ``deadline_s``
+    (``SOUL_MODEL_DEADLINE_S``: how long a busy API, 429/529, is waited for, default 120).
     """
     args = dict(args or {})
-    unknown = set(args) - {"api_key", "model", "memory_model", "base_url", "timeout_s", "max_retries"}
+    unknown = set(args) - {"api_key", "model", "memory_model", "base_url", "timeout_s", "max_retries",
+                           "max_concurrency", "deadline_s"}
     if unknown:
         raise ConfigError(f"model 'anthropic' does not take model_args {sorted(unknown)}")
     key = setting(args, "api_key", env, "ANTHROPIC_API_KEY")
@@ -203,4 +218,8 @@ def model_from_env(env: Mapping[str, str], args: Mapping[str, str] | None = None
         api_key=key, base_url=setting(args, "base_url", env, "ANTHROPIC_BASE_URL"),
         timeout_s=number_setting(setting(args, "timeout_s", env, "SOUL_ANTHROPIC_TIMEOUT_S"), "timeout_s", float, 60.0),
         max_retries=number_setting(setting(args, "max_retries", env, "SOUL_ANTHROPIC_MAX_RETRIES"), "max_retries",
-                                   int, 4))
+                                   int, 4),
+        max_concurrency=number_setting(setting(args, "max_concurrency", env, "SOUL_MODEL_MAX_CONCURRENCY"),
+                                       "max_concurrency", int, 256),
+        deadline_s=number_setting(setting(args, "deadline_s", env, "SOUL_MODEL_DEADLINE_S"), "deadline_s", float,
+                                  120.0))

@@ -20,6 +20,7 @@ Anthropic adapter.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from anthropic.types import ToolParam
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError
 from soul_runtime.models.base import ModelReply, ReplyRequest, Usage
 from soul_runtime.models.claude import check_history, memory_block
-from soul_runtime.models.remote import RemoteModel, SdkErrors, check_model_id, number_setting, setting
+from soul_runtime.models.remote import Ops, RemoteModel, SdkErrors, check_model_id, number_setting, setting
 from soul_runtime.models.text import one_line
 
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
@@ -71,24 +72,28 @@ class OpenAIChatModel(RemoteModel):
     def __init__(self, *, model_id: str, memory_model_id: str | None = None, api_key: str | None = None,
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
                  memory_max_tokens: int = 4096, client: Any = None, retry_base_delay_s: float = 0.5,
-                 token_field: str = "max_tokens", sleep: Callable[[float], None] = time.sleep) -> None:
+                 token_field: str = "max_tokens", sleep: Callable[[float], None] = time.sleep,
+                 deadline_s: float = 120.0, max_concurrency: int = 256) -> None:
         self.model_id = check_model_id("model_id", model_id, "llama-3.1-8b-instruct")
         self._memory_model_id = check_model_id("memory_model_id", memory_model_id or model_id,
                                                "llama-3.1-8b-instruct")
         super().__init__(timeout_s=timeout_s, max_retries=max_retries, max_tokens=max_tokens,
-                         memory_max_tokens=memory_max_tokens, retry_base_delay_s=retry_base_delay_s, sleep=sleep)
+                         memory_max_tokens=memory_max_tokens, retry_base_delay_s=retry_base_delay_s, sleep=sleep,
+                         deadline_s=deadline_s, max_concurrency=max_concurrency)
         if token_field not in TOKEN_FIELDS:
             raise ConfigError(f"token_field must be one of {', '.join(TOKEN_FIELDS)}, got {token_field!r}")
         self.token_field = token_field
         if client is None:
             if base_url is not None and not api_key:
                 api_key = _NO_KEY
+            self._settings: dict[str, Any] | None = {"api_key": api_key, "base_url": base_url}
             try:
                 client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=self.timeout_s, max_retries=0)
             except (openai.OpenAIError, ValueError) as e:
                 raise ConfigError(f"cannot configure the OpenAI client (pass api_key= or set OPENAI_API_KEY, or "
                                   f"base_url= for a server that needs no key): {one_line(e)}") from e
         else:
+            self._settings = None
             if not callable(getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)):
                 raise ConfigError(f"client must be an openai SDK client (with chat.completions.create), got "
                                   f"{type(client).__name__}")
@@ -96,7 +101,7 @@ class OpenAIChatModel(RemoteModel):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
 
-    def reply(self, request: ReplyRequest) -> ModelReply:
+    def _reply(self, request: ReplyRequest) -> Ops[ModelReply]:
         if not request.user_text.strip():
             raise InvalidInput("reply needs a non-empty user text")
         system = "\n\n".join(p for p in (request.system.strip(),
@@ -104,8 +109,8 @@ class OpenAIChatModel(RemoteModel):
         messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         messages += [{"role": m.role, "content": m.content} for m in check_history(request.history)]
         messages.append({"role": "user", "content": request.user_text})
-        answer, usage = self._create(self.model_id, messages,
-                                     request.max_tokens if request.max_tokens > 0 else self.max_tokens)
+        answer, usage = yield from self._create(self.model_id, messages,
+                                                request.max_tokens if request.max_tokens > 0 else self.max_tokens)
         choice = self._choice(self.model_id, answer)
         text = (getattr(choice.message, "content", None) or "").strip()
         if not text:
@@ -113,11 +118,12 @@ class OpenAIChatModel(RemoteModel):
         return ModelReply(text=text, usage=usage, model=self.model_id)
 
     def _tool_call(self, system: str, prompt: str, tool: ToolParam, max_tokens: int | None = None
-                   ) -> tuple[dict[str, Any], Usage, bool]:
+                   ) -> Ops[tuple[dict[str, Any], Usage, bool]]:
         model, name = self.memory_model_id, tool["name"]
-        answer, usage = self._create(model, [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-                                     max_tokens or self.max_tokens, tools=[function_tool(tool)],
-                                     tool_choice={"type": "function", "function": {"name": name}})
+        answer, usage = yield from self._create(model, [{"role": "system", "content": system},
+                                                        {"role": "user", "content": prompt}],
+                                                max_tokens or self.max_tokens, tools=[function_tool(tool)],
+                                                tool_choice={"type": "function", "function": {"name": name}})
         choice = self._choice(model, answer)
         cut = choice.finish_reason == "length"
         for call in getattr(choice.message, "tool_calls", None) or ():
@@ -144,11 +150,20 @@ class OpenAIChatModel(RemoteModel):
             raise ModelError(f"{model} answered without a choice")
         return choices[0]
 
-    def _create(self, model: str, messages: list[dict[str, str]], max_tokens: int, **kw: Any) -> tuple[Any, Usage]:
+    def _create(self, model: str, messages: list[dict[str, str]], max_tokens: int, **kw: Any
+                ) -> Ops[tuple[Any, Usage]]:
         """One chat-completions call with our retries; returns the completion and its (recorded) usage."""
         kw[self.token_field] = max_tokens
-        return self._send(model, lambda: self._client.chat.completions.create(model=model, messages=messages, **kw),
-                          _usage_of)
+        return (yield from self._send(model, lambda c: c.chat.completions.create(model=model, messages=messages, **kw),
+                                      _usage_of))
+
+    def _async_client(self) -> Any:
+        if inspect.iscoroutinefunction(getattr(self._client.chat.completions, "create", None)):
+            return self._client  # an injected async client
+        if self._settings is None:
+            return None  # an injected blocking client: sent on a thread
+        import openai
+        return openai.AsyncOpenAI(**self._settings, timeout=self.timeout_s, max_retries=0)
 
 
 def model_from_settings(env: Mapping[str, str], args: Mapping[str, str] | None = None) -> OpenAIChatModel:

@@ -5,16 +5,26 @@
 status error with the response's headers and body, a timeout, a connection error, a base error), named by
 an :class:`SdkErrors`. Retries are ours, not the SDK's (its client runs with ``max_retries=0``): 429,
 408/409, 5xx, connection errors and timeouts are retried ``max_retries`` times with exponential backoff,
-honouring the server's ``retry-after-ms`` / ``retry-after`` and ``x-should-retry`` headers. A final timeout
-is :class:`ModelTimeout`; every other failure is a one-line :class:`ModelError`.
+honouring the server's ``retry-after-ms`` / ``retry-after`` and ``x-should-retry`` headers; a busy API (429, 503,
+529) is waited for until ``deadline_s`` has passed since the call began, however many tries that takes. A final
+timeout is :class:`ModelTimeout`; every other failure is a one-line :class:`ModelError`.
+
+Each operation is written once, as steps that yield the API request and the pauses between tries
+(:class:`Request`, :class:`Pause`): the blocking methods send them with the SDK's client; the model's
+:meth:`~RemoteModel.asynchronous` view awaits them with the SDK's async client (a turn waiting for the API holds
+no thread), at most ``max_concurrency`` requests at a time per event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 import random
 import threading
-from collections.abc import Callable, Mapping
+import time
+import weakref
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,11 +32,14 @@ from anthropic.types import ToolParam
 
 from soul_runtime.errors import ConfigError, ModelError, ModelTimeout
 from soul_runtime.models.base import (
+    AsyncLanguageModel,
     ChatMessage,
     Exchange,
     LanguageModel,
     MemoryDecision,
+    ModelReply,
     ObserveWindow,
+    ReplyRequest,
     TaskClassification,
     Usage,
     WindowDecision,
@@ -44,9 +57,12 @@ from soul_runtime.models.claude_tools import (
     window_prompt,
 )
 from soul_runtime.models.text import one_line
+from soul_runtime.steps import run
 
 R = TypeVar("R")
 RETRY_STATUSES = frozenset({408, 409, 429})
+BUSY_STATUSES = frozenset({429, 503, 529})
+"""The API is busy: tried again until the call's deadline, not only ``max_retries`` times."""
 MAX_BACKOFF_S = 8.0
 MAX_RETRY_AFTER_S = 60.0
 
@@ -116,24 +132,47 @@ class SdkErrors:
     base: type[Exception]
 
 
+@dataclass(frozen=True)
+class Request:
+    """One API request: ``send(client)`` with the SDK's client (an awaitable with its async client)."""
+
+    send: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+Ops = Generator[Any, Any, R]
+"""An operation of a remote model as steps: yields :class:`Request` and :class:`Pause`, returns the answer."""
+
+
+async def _awaited(answer: Any) -> Any:
+    return await answer
+
+
 class RemoteModel(LanguageModel):
     """A model behind an HTTP API: validated options, our retry loop, running usage sums (thread-safe), and
     the memory operations as one forced tool call each (:mod:`soul_runtime.models.claude_tools`). An adapter
-    implements :meth:`reply` and :meth:`_tool_call`."""
+    implements ``_reply`` and ``_tool_call`` as steps, and ``_async_client`` (see the module's doc)."""
 
     offline = False
     errors: SdkErrors
     _memory_model_id: str
+    _client: Any
 
     def __init__(self, *, timeout_s: float, max_retries: int, max_tokens: int, memory_max_tokens: int,
-                 retry_base_delay_s: float, sleep: Callable[[float], None]) -> None:
-        for name, num in (("timeout_s", timeout_s), ("retry_base_delay_s", retry_base_delay_s)):
+                 retry_base_delay_s: float, sleep: Callable[[float], None], deadline_s: float = 120.0,
+                 max_concurrency: int = 256) -> None:
+        for name, num in (("timeout_s", timeout_s), ("retry_base_delay_s", retry_base_delay_s),
+                          ("deadline_s", deadline_s)):
             if isinstance(num, bool) or not isinstance(num, (int, float)) or not math.isfinite(num) or num < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0, got {num!r}")
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
         for name, n, low in (("max_retries", max_retries, 0), ("max_tokens", max_tokens, 1),
-                             ("memory_max_tokens", memory_max_tokens, 64)):
+                             ("memory_max_tokens", memory_max_tokens, 64), ("max_concurrency", max_concurrency, 1)):
             if isinstance(n, bool) or not isinstance(n, int) or n < low:
                 raise ConfigError(f"{name} must be a whole number >= {low}, got {n!r}")
         self.timeout_s = float(timeout_s)
@@ -141,7 +180,10 @@ class RemoteModel(LanguageModel):
         self.max_tokens = max_tokens
         self.memory_max_tokens = memory_max_tokens
         self.retry_base_delay_s = float(retry_base_delay_s)
+        self.deadline_s = float(deadline_s)
+        self.max_concurrency = max_concurrency
         self._sleep = sleep
+        self._view: AsyncRemoteModel | None = None
         self._lock = threading.Lock()
         self.usage_total = Usage()
         self.usage_by_model: dict[str, Usage] = {}
@@ -152,36 +194,84 @@ class RemoteModel(LanguageModel):
 
     # ---- the memory operations ---------------------------------------------------------
 
+    # ---- the four calls, blocking (the asynchronous view awaits the same steps) ----------------
+
+    def reply(self, request: ReplyRequest) -> ModelReply:
+        return self._run(self._reply(request))
+
     def decide(self, exchange: Exchange) -> MemoryDecision:
-        data, usage, _ = self._tool_call(MEMORY_SYSTEM, exchange_prompt(exchange), MEMORY_TOOL)
-        d = parse_decision(data, tuple(exchange.message_ids))
-        return MemoryDecision(d.persist, d.categories, d.reason, d.extraction, usage, self.memory_model_id)
+        return self._run(self._decide(exchange))
 
     def decide_window(self, window: ObserveWindow) -> WindowDecision:
         """One call for the window; an answer cut off at ``memory_max_tokens`` is retried as two half windows."""
+        return self._run(self._decide_window(window))
+
+    def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        return self._run(self._classify_task(text, known))
+
+    def asynchronous(self) -> AsyncRemoteModel:
+        """This model with coroutine methods (the same retries, usage sums and client settings)."""
+        with self._lock:
+            if self._view is None:
+                self._view = AsyncRemoteModel(self)
+            return self._view
+
+    def _run(self, ops: Ops[R]) -> R:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = ops.send(value) if error is None else ops.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                if isinstance(step, Pause):
+                    value, error = self._sleep(step.seconds), None
+                else:
+                    answer = step.send(self._client)
+                    value, error = (run(_awaited(answer)) if inspect.isawaitable(answer) else answer), None
+            except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
+                value, error = None, e
+
+    def _async_client(self) -> Any:
+        """The SDK's async client for this model's settings (None: send with the blocking client on a thread)."""
+        return None
+
+    # ---- the operations, as steps ------------------------------------------------------
+
+    def _reply(self, request: ReplyRequest) -> Ops[ModelReply]:
+        raise NotImplementedError
+
+    def _decide(self, exchange: Exchange) -> Ops[MemoryDecision]:
+        data, usage, _ = yield from self._tool_call(MEMORY_SYSTEM, exchange_prompt(exchange), MEMORY_TOOL)
+        d = parse_decision(data, tuple(exchange.message_ids))
+        return MemoryDecision(d.persist, d.categories, d.reason, d.extraction, usage, self.memory_model_id)
+
+    def _decide_window(self, window: ObserveWindow) -> Ops[WindowDecision]:
         if not any(m.judge for m in window.messages):
             return WindowDecision(tuple(MemoryDecision(False, reason="context only") for _ in window.messages),
                                   Usage(), self.memory_model_id)
-        data, usage, cut = self._tool_call(WINDOW_SYSTEM, window_prompt(window), WINDOW_TOOL,
-                                           self.memory_max_tokens)
+        data, usage, cut = yield from self._tool_call(WINDOW_SYSTEM, window_prompt(window), WINDOW_TOOL,
+                                                      self.memory_max_tokens)
         if cut and len(window.messages) > 1:  # the answer did not fit: judge the halves apart
             half = len(window.messages) // 2
             first = ObserveWindow(window.messages[:half], window.earlier, window.persona, window.history)
             earlier = (*window.earlier, *(ChatMessage("user", m.text, m.id, m.speaker) for m in first.messages))
             second = ObserveWindow(window.messages[half:], earlier, window.persona, window.history)
-            a, b = self.decide_window(first), self.decide_window(second)
+            a = yield from self._decide_window(first)
+            b = yield from self._decide_window(second)
             return WindowDecision(a.decisions + b.decisions, usage + a.usage + b.usage, self.memory_model_id)
         if cut:
             raise ModelError(f"{self.memory_model_id} answer for one message exceeded memory_max_tokens="
                              f"{self.memory_max_tokens}")
         return WindowDecision(tuple(parse_window(data, window)), usage, self.memory_model_id)
 
-    def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+    def _classify_task(self, text: str, known: tuple[str, ...]) -> Ops[TaskClassification]:
         if not known or not text.strip():
             return TaskClassification(None, 0.0)
         prompt = ("Known task classes:\n" + "\n".join(f"- {k}" for k in known)
                   + f"\n\n<request>\n{text}\n</request>")
-        data, usage, _ = self._tool_call(CLASSIFY_SYSTEM, prompt, CLASSIFY_TOOL)
+        data, usage, _ = yield from self._tool_call(CLASSIFY_SYSTEM, prompt, CLASSIFY_TOOL)
         if "task_class" not in data:
             raise ModelError(f"classification tool input has no 'task_class': {one_line(data, 120)}")
         raw, conf = data.get("task_class"), data.get("confidence")
@@ -193,7 +283,7 @@ class RemoteModel(LanguageModel):
         return TaskClassification(task_class, min(1.0, max(0.0, float(conf))), usage=usage)
 
     def _tool_call(self, system: str, prompt: str, tool: ToolParam, max_tokens: int | None = None
-                   ) -> tuple[dict[str, Any], Usage, bool]:
+                   ) -> Ops[tuple[dict[str, Any], Usage, bool]]:
         """One forced tool call on the memory model: (tool input, usage, answer cut off at max_tokens)."""
         raise NotImplementedError
 
@@ -203,13 +293,14 @@ class RemoteModel(LanguageModel):
         """Where the API is (for "cannot reach" messages)."""
         return str(getattr(getattr(self, "_client", None), "base_url", "") or "its endpoint")
 
-    def _send(self, model: str, call: Callable[[], R], usage_of: Callable[[R], Usage]) -> tuple[R, Usage]:
-        """``call()`` (one API request) with our retries; returns its answer and (recorded) usage."""
+    def _send(self, model: str, call: Callable[[Any], Any], usage_of: Callable[[Any], Usage]) -> Ops[tuple[Any, Usage]]:
+        """``call(client)`` (one API request) with our retries; returns its answer and (recorded) usage."""
         errors = self.errors
         attempt = 0
+        began = time.monotonic()
         while True:
             try:
-                answer = call()
+                answer = yield Request(call)
                 break
             except errors.status as e:
                 response = getattr(e, "response", None)
@@ -217,19 +308,21 @@ class RemoteModel(LanguageModel):
                 hint = headers.get("x-should-retry") if headers else None  # the API's own verdict wins
                 status = int(getattr(e, "status_code", 0))
                 retryable = status in RETRY_STATUSES or status >= 500
-                if attempt >= self.max_retries or hint == "false" or not (retryable or hint == "true"):
+                pause = self._backoff(attempt, retry_after(headers))
+                busy = status in BUSY_STATUSES and time.monotonic() - began + pause <= self.deadline_s
+                if (attempt >= self.max_retries and not busy) or hint == "false" or not (retryable or hint == "true"):
                     raise self._status_error(status, getattr(e, "body", None), attempt) from e
-                self._sleep(self._backoff(attempt, retry_after(headers)))
+                yield Pause(pause)
             except errors.timeout as e:
                 if attempt >= self.max_retries:
                     raise ModelTimeout(f"{model} did not answer within {self.timeout_s:g}s "
                                        f"({attempt + 1} attempt{'s' if attempt else ''})") from e
-                self._sleep(self._backoff(attempt, None))
+                yield Pause(self._backoff(attempt, None))
             except errors.connection as e:
                 if attempt >= self.max_retries:
                     raise ModelError(f"cannot reach the {errors.api} at {self._where()} "
                                      f"({attempt + 1} attempts): {one_line(e)}") from e
-                self._sleep(self._backoff(attempt, None))
+                yield Pause(self._backoff(attempt, None))
             except errors.base as e:  # response validation, credentials, ...
                 raise ModelError(f"{errors.api} SDK error: {type(e).__name__}: {one_line(e)}") from e
             attempt += 1
@@ -242,7 +335,7 @@ class RemoteModel(LanguageModel):
     def _backoff(self, attempt: int, after: float | None) -> float:
         if after is not None:
             return after
-        return min(self.retry_base_delay_s * 2.0 ** attempt, MAX_BACKOFF_S) * (1.0 - 0.25 * random.random())
+        return min(self.retry_base_delay_s * 2.0 ** min(attempt, 16), MAX_BACKOFF_S) * (1.0 - 0.25 * random.random())
 
     def _status_error(self, status: int, body: object, retries: int) -> ModelError:
         etype, detail = error_detail(body)
@@ -250,3 +343,78 @@ class RemoteModel(LanguageModel):
         if status == 401:
             return ModelError(f"{self.errors.api} rejected the API key (401 {etype}){after}")
         return ModelError(f"{self.errors.api} error {status} {etype}{after}" + (f": {detail}" if detail else ""))
+
+
+class AsyncRemoteModel(AsyncLanguageModel):
+    """A :class:`RemoteModel` with coroutine methods: the same steps, awaited with the SDK's async client (made
+    for the first event loop that calls it), at most ``max_concurrency`` requests at a time per loop, so a node
+    with thousands of turns in flight opens a bounded number of connections. Without an async client (an
+    injected blocking client) each request is sent on a thread."""
+
+    def __init__(self, inner: RemoteModel) -> None:
+        self.inner = inner
+        self.model_id, self.offline = inner.model_id, inner.offline
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]] = \
+            weakref.WeakKeyDictionary()
+        self.in_flight = 0
+        """Requests being sent now (all loops)."""
+
+    @property
+    def memory_model_id(self) -> str:
+        return self.inner.memory_model_id
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    def __getattr__(self, name: str) -> Any:  # usage sums, settings: the model's own
+        return getattr(self.inner, name)
+
+    async def reply(self, request: ReplyRequest) -> ModelReply:
+        return await self._run(self.inner._reply(request))
+
+    async def decide(self, exchange: Exchange) -> MemoryDecision:
+        return await self._run(self.inner._decide(exchange))
+
+    async def decide_window(self, window: ObserveWindow) -> WindowDecision:
+        return await self._run(self.inner._decide_window(window))
+
+    async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        return await self._run(self.inner._classify_task(text, known))
+
+    def _client(self) -> tuple[Any, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        got = self._clients.get(loop)
+        if got is None:
+            got = self._clients[loop] = (self.inner._async_client(), asyncio.Semaphore(self.inner.max_concurrency))
+        return got
+
+    async def _run(self, ops: Ops[R]) -> R:
+        client, gate = self._client()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = ops.send(value) if error is None else ops.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                if isinstance(step, Pause):
+                    if self.inner._sleep is time.sleep:
+                        await asyncio.sleep(step.seconds)
+                    else:  # a test's recording sleep
+                        self.inner._sleep(step.seconds)
+                    value, error = None, None
+                    continue
+                async with gate:
+                    self.in_flight += 1
+                    try:
+                        if client is None:
+                            value = await asyncio.to_thread(step.send, self.inner._client)
+                        else:
+                            value = await step.send(client)
+                    finally:
+                        self.in_flight -= 1
+                error = None
+            except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
+                value, error = None, e
