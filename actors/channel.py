@@ -6,11 +6,16 @@ host sends those calls over the shard's channel instead: the same methods with t
 a round trip of tens of µs.
 
 - The server (:class:`ChannelServer`) listens on a socket in this user's channel directory (mode 0700, so only
-  this user's processes can connect; a server removes the sockets that killed processes left there) and serves each connection on a thread of its own, one call at a time, with
-  a fixed set of methods. An exception a method raises is sent back: a ``SoulError`` arrives as itself,
-  anything else (or an answer that cannot be pickled) as :class:`TurnFailed`, as through Ray.
-- The client (:class:`ChannelClient`) keeps a pool of connections: a call takes one, writes its request and
-  later reads its answer on it (so a caller can start calls to several shards before waiting for any).
+  this user's processes can connect; a server removes the sockets that killed processes left there) and serves
+  its connections on an event loop, one call at a time per connection, with a fixed set of methods: the
+  actor's own loop for an async actor (a soul host: its coroutine methods are awaited there, no thread per
+  connection or call), else the process's step loop, with the actor's plain methods run on at most
+  ``concurrency`` threads (a store shard). An exception a method raises is sent back: a ``SoulError`` arrives
+  as itself, anything else (or an answer that cannot be pickled) as :class:`TurnFailed`, as through Ray.
+- The client (:class:`ChannelClient`) keeps a pool of connections per event loop: a call takes one, writes its
+  request and reads its answer on it. Coroutines await :meth:`ChannelClient.call_async` (no thread); a
+  blocking caller's :meth:`ChannelClient.start` runs the same call on the process's step loop and can start
+  calls to several actors before waiting for any.
 - A channel that breaks (the actor died or restarted, the socket went away) raises :class:`ChannelBroken`;
   the caller sends the call again the ordinary way (Ray), which waits for the restarted actor. The calls
   are idempotent (writes are keyed by turn), as for Ray's own retries.
@@ -20,6 +25,9 @@ Nothing here imports Ray; :mod:`actors.layer_shard` starts the server and :class
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import os
 import pickle
 import secrets
@@ -29,21 +37,20 @@ import struct
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 from soul_runtime.errors import SoulError, TurnFailed
+from soul_runtime.steps import step_loop
 
 _HEAD = struct.Struct("<I")
 MAX_FRAME = 256 * 1024 * 1024
-MAX_CONNS = 64
-"""Connections a server serves at once (one thread and one descriptor each); more are refused."""
-MAX_OPEN = 4
+MAX_CONNS = 1024
+"""Connections a server serves at once (a descriptor each); more are refused."""
+MAX_OPEN = 64
 """Connections a client keeps to one server; a call beyond them goes through Ray."""
-WAIT_THREADS = 16
-"""Threads a process's coroutines wait on for channel answers; a call beyond them goes through Ray."""
 
 
 class ChannelBroken(Exception):
@@ -112,26 +119,16 @@ def sweep_dead(directory: str) -> int:
     return n
 
 
-def _send(sock: socket.socket, payload: Any) -> None:
+def _frame(payload: Any) -> bytes:
     data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEAD.pack(len(data)) + data)
+    return _HEAD.pack(len(data)) + data
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("channel closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv_frame(sock: socket.socket) -> bytes:
-    (n,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (n,) = _HEAD.unpack(await reader.readexactly(_HEAD.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
-    return _recv_exact(sock, n)
+    return await reader.readexactly(n)
 
 
 def travels(value: Any) -> bool:
@@ -153,113 +150,244 @@ def _as_sent(e: Exception) -> Exception:
 
 class ChannelServer:
     """Serves ``methods`` of ``target`` on a Unix socket (see the module's doc): at most ``max_conns``
-    connections, and at most ``concurrency`` calls running at once (the rest wait, as Ray queues calls beyond
-    an actor's ``max_concurrency``). ``address`` is what a client needs: (machine, socket path)."""
+    connections; a coroutine method is awaited on ``loop`` (default: the process's step loop), a plain one runs
+    on at most ``concurrency`` threads (the rest wait, as Ray queues calls beyond an actor's
+    ``max_concurrency``). ``address`` is what a client needs: (machine, socket path). Made on ``loop``'s own
+    thread (an async actor's ``__init__``), it starts serving once that thread is free."""
 
     def __init__(self, target: Any, methods: Sequence[str], *, max_conns: int = MAX_CONNS,
-                 concurrency: int = MAX_CONNS) -> None:
+                 concurrency: int = 16, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.target = target
         self.methods = frozenset(methods)
         self.max_conns = max_conns
-        self._running = threading.BoundedSemaphore(max(1, concurrency))
+        self.concurrency = max(1, concurrency)
+        self._pool: ThreadPoolExecutor | None = None
         self.dir = socket_dir()  # 0700: this user's processes only
         sweep_dead(self.dir)
         self.path = os.path.join(self.dir, f"{os.getpid()}-{secrets.token_hex(4)}")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.path)
-        self._sock.listen(256)
+        self._sock.listen(1024)  # clients that connect before the loop serves wait in the backlog
+        self._sock.setblocking(False)
+        self.loop = loop or step_loop()
         self._closed = False
-        self._conns: set[socket.socket] = set()
-        self._lock = threading.Lock()
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
         self.calls = 0
-        threading.Thread(target=self._accept, name="channel-accept", daemon=True).start()
+        if _on(self.loop):
+            self._started: Any = self.loop.create_task(self._start())
+        else:
+            self._started = asyncio.run_coroutine_threadsafe(self._start(), self.loop)
 
     @property
     def address(self) -> tuple[str, str]:
         return machine_id(), self.path
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                full = self._closed or len(self._conns) >= self.max_conns
-                if not full:
-                    self._conns.add(conn)
-            if full:  # its client finds the channel broken and uses Ray (fds stay bounded)
-                conn.close()
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="channel-conn", daemon=True).start()
+    async def _start(self) -> None:
+        if not self._closed:
+            self._server = await asyncio.start_unix_server(self._serve, sock=self._sock, limit=MAX_FRAME)
 
-    def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed or len(self._writers) >= self.max_conns:  # its client finds it broken and uses Ray
+            writer.close()
+            return
+        self._writers.add(writer)
         try:
             while True:
-                method, args = pickle.loads(_recv_frame(conn))
-                with self._lock:
-                    self.calls += 1
+                method, args = pickle.loads(await _read_frame(reader))
+                self.calls += 1
                 try:
                     if method not in self.methods:
                         raise TurnFailed(f"{method!r} is not served on this channel")
-                    with self._running:
-                        answer: tuple[bool, Any] = (True, getattr(self.target, method)(*args))
+                    answer: tuple[bool, Any] = (True, await self._call(getattr(self.target, method), args))
                 except Exception as e:  # the call's own error goes back to its caller
                     answer = (False, _as_sent(e))
                 try:
-                    _send(conn, answer)
+                    data = _frame(answer)
                 except (pickle.PicklingError, TypeError, AttributeError, struct.error) as e:  # cannot travel
-                    _send(conn, (False, TurnFailed(f"{method} answered what cannot be sent back: {e}")))
+                    data = _frame((False, TurnFailed(f"{method} answered what cannot be sent back: {e}")))
+                writer.write(data)
+                await writer.drain()
         except Exception:  # noqa: BLE001 — the client went away (or spoke garbage): drop the connection
             pass
         finally:
-            with self._lock:
-                self._conns.discard(conn)
-            conn.close()
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="channel-call")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
+
+    def _shut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.close()  # a client waiting for an answer finds its channel broken
+        self._writers.clear()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            conns, self._conns = list(self._conns), set()
-        for c in [self._sock, *conns]:
+        self._closed = True
+        if _on(self.loop):
+            self._shut()
+        elif not self.loop.is_closed():
+            done = concurrent.futures.Future[None]()
+
+            def shut() -> None:
+                try:
+                    self._shut()
+                finally:
+                    done.set_result(None)
+            self.loop.call_soon_threadsafe(shut)
             try:
-                c.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked on it
-            except OSError:
+                done.result(timeout=5)
+            except concurrent.futures.TimeoutError:
                 pass
-            c.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         try:
             os.unlink(self.path)
         except OSError:
             pass
 
 
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Is ``loop`` the loop running in this thread?"""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class _Slot:
+    """One call's place among a client's ``max_open``; given back once (by the call, or by a caller that gives
+    up on it)."""
+
+    __slots__ = ("client", "held")
+
+    def __init__(self, client: ChannelClient) -> None:
+        self.client, self.held = client, True
+
+    def give_back(self) -> None:
+        with self.client._lock:
+            if self.held:
+                self.held = False
+                self.client._out -= 1
+
+
 class Pending:
-    """A call sent on a connection; :meth:`result` reads its answer (once). A call dropped unread gives its
-    connection up (the answer would arrive on it later)."""
+    """A call started by a blocking caller (:meth:`ChannelClient.start`); :meth:`result` waits for its answer
+    (once). A call timed out or dropped unread gives its place up at once (its connection closes)."""
 
-    __slots__ = ("client", "conn")
+    __slots__ = ("future", "slot", "read")
 
-    def __init__(self, client: ChannelClient, conn: socket.socket) -> None:
-        self.client: ChannelClient | None = client
-        self.conn = conn
+    def __init__(self, future: concurrent.futures.Future[Any], slot: _Slot) -> None:
+        self.future = future
+        self.slot = slot
+        self.read = False
 
     def result(self, timeout: float | None = None) -> Any:
-        client, self.client = self.client, None
-        if client is None:
+        if self.read:
             raise RuntimeError("a channel call's answer is read once")
+        self.read = True
         try:
-            if timeout is not None:
-                self.conn.settimeout(timeout)
-            frame = _recv_frame(self.conn)
-            if timeout is not None:
-                self.conn.settimeout(None)
-        except TimeoutError:  # the answer would arrive on this connection later: it goes, the channel stays
-            client._drop(self.conn)
+            return self.future.result(timeout)
+        except concurrent.futures.TimeoutError:  # the answer would arrive later: its connection goes, the channel stays
+            self._give_up()
             raise ChannelTimeout(f"no answer within {timeout} s") from None
-        except Exception as e:  # noqa: BLE001 — closed, reset, a bad frame: the actor is gone or restarting
-            client._broken(self.conn)
-            raise ChannelBroken(str(e)) from None
-        client._release(self.conn)  # the whole frame was read: the connection is clean whatever it holds
+        except concurrent.futures.CancelledError:
+            raise ChannelBroken("cancelled") from None
+
+    def _give_up(self) -> None:
+        self.future.cancel()
+        self.slot.give_back()
+
+    def __del__(self) -> None:
+        if not self.read:  # never read: nobody waits for the answer
+            self._give_up()
+
+
+_Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class ChannelClient:
+    """Calls to one :class:`ChannelServer` (see the module's doc); :attr:`broken` once any call found it gone.
+    At most ``max_open`` calls out at once (all loops); one beyond raises :class:`ChannelBroken` (send it the
+    ordinary way) without breaking the channel."""
+
+    def __init__(self, path: str, *, max_open: int = MAX_OPEN) -> None:
+        self.path = path
+        self.max_open = max_open
+        self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Conn]] = weakref.WeakKeyDictionary()
+        self._out = 0  # calls out
+        self._lock = threading.Lock()
+        self.broken = False
+
+    def _reserve(self) -> _Slot:
+        if self.broken:
+            raise ChannelBroken(self.path)
+        with self._lock:
+            if self._out >= self.max_open:  # this call goes the ordinary way; the channel stays
+                raise ChannelBroken(f"{self.path}: {self.max_open} calls out")
+            self._out += 1
+        return _Slot(self)
+
+    def start(self, method: str, *args: Any) -> Pending:
+        """Send a call from a blocking caller; raises :class:`ChannelBroken` if it cannot go (send it the
+        ordinary way)."""
+        slot = self._reserve()
+        try:
+            data = _frame((method, args))
+        except Exception as e:  # noqa: BLE001 — a request the channel cannot carry: the ordinary way reports it
+            slot.give_back()
+            raise ChannelBroken(f"cannot send: {e}") from None
+        return Pending(asyncio.run_coroutine_threadsafe(self._exchange(data, slot), step_loop()), slot)
+
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        return self.start(method, *args).result(timeout)
+
+    async def call_async(self, method: str, *args: Any) -> Any:
+        """The call from a coroutine of any loop (its connections are that loop's)."""
+        slot = self._reserve()
+        try:
+            data = _frame((method, args))
+        except Exception as e:  # noqa: BLE001
+            slot.give_back()
+            raise ChannelBroken(f"cannot send: {e}") from None
+        return await self._exchange(data, slot)
+
+    async def _exchange(self, data: bytes, slot: _Slot) -> Any:
+        """Send one reserved call's frame and read its answer (the reservation ends here)."""
+        loop = asyncio.get_running_loop()
+        conn: _Conn | None = None
+        try:
+            idle = self._idle.setdefault(loop, [])
+            try:
+                conn = idle.pop() if idle else await asyncio.open_unix_connection(self.path, limit=MAX_FRAME)
+                conn[1].write(data)
+                await conn[1].drain()
+                frame = await _read_frame(conn[0])
+            except asyncio.CancelledError:  # timed out or given up: the answer would arrive on it later
+                if conn is not None:
+                    conn[1].close()
+                raise
+            except Exception as e:  # noqa: BLE001 — closed, reset, a bad frame: the actor is gone or restarting
+                if conn is not None:
+                    conn[1].close()
+                self._break()
+                raise ChannelBroken(str(e) or type(e).__name__) from None
+            if self.broken:
+                conn[1].close()
+            else:
+                idle.append(conn)  # the whole frame was read: the connection is clean whatever it holds
+        finally:
+            slot.give_back()
         try:
             ok, value = pickle.loads(frame)
         except Exception as e:  # noqa: BLE001 — an answer this process cannot load (a class it lacks)
@@ -270,107 +398,40 @@ class Pending:
             raise TurnFailed(f"remote call failed: {type(value).__name__}: {value}")
         return value
 
-    def __del__(self) -> None:
-        client = self.client
-        if client is not None:  # never read: the connection cannot carry another call
-            self.client = None
-            client._drop(self.conn)
-
-
-class ChannelClient:
-    """Calls to one :class:`ChannelServer` (see the module's doc); :attr:`broken` once any call found it gone."""
-
-    def __init__(self, path: str, *, max_open: int = MAX_OPEN) -> None:
-        self.path = path
-        self.max_open = max_open
-        self._idle: list[socket.socket] = []
-        self._open = 0  # connections, idle or carrying a call
-        self._lock = threading.Lock()
-        self.broken = False
-
-    def start(self, method: str, *args: Any) -> Pending:
-        """Send a call; raises :class:`ChannelBroken` if it could not be sent (send it the ordinary way)."""
-        if self.broken:
-            raise ChannelBroken(self.path)
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                if self._open >= self.max_open:  # this call goes the ordinary way; the channel stays
-                    raise ChannelBroken(f"{self.path}: {self.max_open} calls out")
-                self._open += 1
-        try:
-            data = pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL)
-            head = _HEAD.pack(len(data))
-        except Exception as e:  # noqa: BLE001 — a request the channel cannot carry: the ordinary way reports it
-            if conn is None:
-                with self._lock:
-                    self._open -= 1
-            else:
-                self._release(conn)
-            raise ChannelBroken(f"cannot send: {e}") from None
-        try:
-            if conn is None:
-                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                conn.connect(self.path)
-            conn.sendall(head + data)
-        except OSError as e:
-            self._broken(conn)
-            raise ChannelBroken(str(e)) from None
-        return Pending(self, conn)
-
-    def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
-        return self.start(method, *args).result(timeout)
-
-    def _release(self, conn: socket.socket) -> None:
-        with self._lock:
-            if not self.broken:
-                self._idle.append(conn)
-                return
-            self._open -= 1
-        conn.close()
-
-    def _drop(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._open -= 1
-        conn.close()
-
-    def _broken(self, conn: socket.socket | None) -> None:
+    def _break(self) -> None:
         self.broken = True
-        with self._lock:
-            self._open -= 1
-        if conn is not None:
-            conn.close()
         self.close()
 
     def close(self) -> None:
+        """Close the idle connections (of every loop; from that loop's thread or any other)."""
         with self._lock:
-            idle, self._idle = self._idle, []
-            self._open -= len(idle)
-        for c in idle:
-            c.close()
+            pools = list(self._idle.items())
+            self._idle = weakref.WeakKeyDictionary()
+        for loop, conns in pools:
+            for _, w in conns:
+                if _on(loop) or loop.is_closed():
+                    w.close()
+                else:
+                    loop.call_soon_threadsafe(w.close)
 
 
 class ChannelBook:
     """Clients of named actors' channels. Each actor is asked for its address (``ask(handle)``: None, or an
     exception, when it has none) the first time; again ``reask_s`` after its channel broke (it restarted), and
-    ``reask_none_s`` after it had none reachable from here (another machine). Only one thread asks at a time
+    ``reask_none_s`` after it had none reachable from here (another machine). Only one caller asks at a time
     for an actor, and never while holding up another actor's callers; the others go the ordinary way meanwhile."""
 
     def __init__(self, ask: Callable[[Any], Any], *, enabled: bool = True, reask_s: float = 1.0,
-                 reask_none_s: float = 60.0, threads: int = WAIT_THREADS, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 reask_none_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.ask = ask
         self.enabled = enabled
         self.reask_s = reask_s
         self.reask_none_s = reask_none_s
-        self.threads = threads
         self.clock = clock
         self._clients: dict[str, ChannelClient | None] = {}
         self._next_ask: dict[str, float] = {}
         self._asking: set[str] = set()
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._busy = 0  # pool threads waiting for an answer
 
     def _due(self, name: str) -> bool:
         """May the actor be asked for its address now (enabled, nobody asking, its next ask reached)?"""
@@ -416,29 +477,19 @@ class ChannelBook:
             ch.close()
 
     async def call_async(self, name: str, handle: Any, method: str, *args: Any) -> Any:
-        """``method(*args)`` over the actor's channel, from a coroutine: the wait runs on one of the book's
-        ``threads``. Raises :class:`ChannelBroken` when there is no channel (or it broke, or every thread is
-        waiting already): send it the ordinary way."""
-        import asyncio
-        loop = asyncio.get_running_loop()
-        known = self.known(name)
-        with self._lock:
-            if known is None and not self._due(name):  # none here, and not to be asked yet: no thread hop
+        """``method(*args)`` over the actor's channel, from a coroutine. Raises :class:`ChannelBroken` when there
+        is no channel (or it broke, or it has as many calls out as it takes): send it the ordinary way. Asking an
+        actor for its address (first contact, or after a break) runs on a thread; calls do not."""
+        ch = self.known(name)
+        if ch is None:
+            with self._lock:
+                due = self._due(name)
+            if not due:  # none here, and not to be asked yet: no thread hop
                 raise ChannelBroken(f"{name} has no channel here")
-            if self._busy >= self.threads:
-                raise ChannelBroken(f"{self.threads} channel calls out")
-            self._busy += 1
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="channel-wait")
-            pool = self._pool
-        try:
-            ch = known or await loop.run_in_executor(pool, self.client, name, handle)
+            ch = await asyncio.get_running_loop().run_in_executor(None, self.client, name, handle)
             if ch is None:
                 raise ChannelBroken(f"{name} has no channel here")
-            return await loop.run_in_executor(pool, partial(ch.call, method, *args))
-        finally:
-            with self._lock:
-                self._busy -= 1
+        return await ch.call_async(method, *args)
 
 
 def connect(address: Any) -> ChannelClient | None:

@@ -20,6 +20,7 @@ contract with nothing to stop):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
@@ -39,11 +40,16 @@ class ActorInfo:
     """The actor's local channel (:mod:`actors.channel`), if it serves one."""
 
     def serve_channel(self, methods: tuple[str, ...], concurrency: int) -> None:
-        """Serve ``methods`` on a local channel too, at most ``concurrency`` calls at once (0: no channel), when
-        running as an actor (not as the plain class)."""
+        """Serve ``methods`` on a local channel too (0: no channel), when running as an actor (not as the plain
+        class): an async actor's on its own event loop (its coroutine methods awaited there), a threaded actor's
+        with at most ``concurrency`` calls at once."""
         if concurrency > 0 and raycalls.current_actor() is not None:
             try:
-                self.channel = ChannelServer(self, methods, concurrency=concurrency)
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            try:
+                self.channel = ChannelServer(self, methods, concurrency=concurrency, loop=loop)
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
 

@@ -272,7 +272,7 @@ def test_the_book_asks_an_actor_again_only_when_due_and_forgets_one_gone() -> No
         assert asked.count("far") == 2
         ch = book.client("shard-a", "shard-a")
         assert ch is not None and book.client("shard-a", "shard-a") is ch and asked.count("shard-a") == 1
-        ch._broken(None)  # it broke (the actor restarted): asked again 1 s after the last ask, not before
+        ch._break()  # it broke (the actor restarted): asked again 1 s after the last ask, not before
         assert book.client("shard-a", "shard-a") is None and asked.count("shard-a") == 1
         now[0] += 1.5
         again = book.client("shard-a", "shard-a")
