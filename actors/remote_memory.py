@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.batching import parked
 from soul_runtime.clock import to_timestamp
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.soul_memory import answer_without_store, cross_layer_marks, merge_recalls, parse_stores
@@ -17,14 +16,18 @@ from . import raycalls
 from .shard_client import ShardCalls, results
 
 
-def _results(tickets: list[Any]) -> list[Any]:
-    """Each batch ticket's own result (see :func:`~actors.shard_client.results`)."""
-    return results(tickets, lambda t: t.result()[0])
+def _first_error(answers: list[Any]) -> list[Any]:
+    for a in answers:
+        if isinstance(a, BaseException):
+            raise a
+    return answers
 
 
 class RemoteMemory:
     """The loop's MemoryPort over store actors: the three layers in parallel, cross-layer marks on write,
-    each call batched with other souls' calls to the same shard (:class:`ShardCalls`).
+    each call batched with other souls' calls to the same shard (:class:`ShardCalls`). ``recall`` and
+    ``write_many`` (the turn path) are coroutines the host's loop awaits; the rest block (a host runs them on
+    its threads).
 
     ``directory``: the soul's directory as this process sees it, given when the stores' files are on this
     machine (``storage="local"``): a layer with no file there has nothing to recall and is not called (a
@@ -39,47 +42,37 @@ class RemoteMemory:
     def _stored(self, layer: Store) -> bool:
         return self.dir is None or (self.dir / f"{layer.value}.sqlite").exists()
 
-    def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
-               task_class: str | None = None) -> list[RecalledItem]:
+    async def recall(self, query: str, k: int = 10, at: Any = None, stores: Any = None, *,
+                     task_class: str | None = None) -> list[RecalledItem]:
         """The layers' recalls, in parallel; an activation's fence still in flight goes alongside (a read needs
-        no fence), and is seen done before the recall returns."""
-        tickets = [self.calls.start(s.value, self.soul_id, "recall_batch",
-                                    (self.soul_id, query, k, time.time() if at is None else to_timestamp(at),
-                                     task_class))
-                   for s in parse_stores(stores) if self._stored(s)]
-        try:
-            self.fenced()
-        except BaseException:
-            with contextlib.suppress(BaseException):  # the fence's error is the one to report
-                _results(tickets)  # read all the same (an unread answer would hold its channel connection)
-            raise
-        return merge_recalls(_results(tickets), k)
+        no fence), and is seen done before the recall returns (its error is the one reported)."""
+        when = time.time() if at is None else to_timestamp(at)
+        calls = [self.calls.call(s.value, self.soul_id, "recall_batch", (self.soul_id, query, k, when, task_class))
+                 for s in parse_stores(stores) if self._stored(s)]
+        answers = await asyncio.gather(self.fenced_async(), *calls, return_exceptions=True)
+        return merge_recalls(_first_error(list(answers))[1:], k)
 
-    def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
+    async def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """The layers that have something to write get a call (semantic and procedural at once, then episodic
         with the semantic layer's marks); the others answer here without a call (``answer_without_store``)."""
         plain = [to_plain(r) for r in reqs]
-        self.fenced()
+        await self.fenced_async()
 
-        def start(layer: Store, marks: dict[str, list[str]] | None = None) -> Any:
+        async def write(layer: Store, marks: dict[str, list[str]] | None = None) -> list[list[MemoryWrite]]:
             answer = answer_without_store(layer, reqs, marks)
             if answer is not None:
                 return answer
-            return self.calls.start(layer.value, self.soul_id, "apply_batch", (self.soul_id, plain, marks))
+            got: list[list[MemoryWrite]] = await self.calls.call(layer.value, self.soul_id, "apply_batch",
+                                                                 (self.soul_id, plain, marks))
+            return got
 
-        def result(pending: Any) -> list[list[MemoryWrite]]:
-            return pending if isinstance(pending, list) else pending.result()[0]
+        async def semantic_then_episodic() -> tuple[Any, Any]:
+            sem = await write(Store.SEMANTIC)
+            return sem, await write(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws))
 
-        sem_p, proc_p = start(Store.SEMANTIC), start(Store.PROCEDURAL)
-        try:
-            sem = result(sem_p)
-            epi = result(start(Store.EPISODIC, cross_layer_marks(w for ws in sem for w in ws)))
-        except BaseException:
-            if not isinstance(proc_p, list):  # read, so its batch is not left unread; the first error is told
-                with contextlib.suppress(BaseException):
-                    proc_p.result()
-            raise
-        proc = result(proc_p)
+        both, proc = _first_error(list(await asyncio.gather(semantic_then_episodic(), write(Store.PROCEDURAL),
+                                                            return_exceptions=True)))
+        sem, epi = both
         return [e + s + p for e, s, p in zip(epi, sem, proc, strict=True)]
 
 
@@ -110,8 +103,19 @@ class RemoteMemory:
             return
         epoch, refs = self._fencing
         self._fencing = (epoch, None)  # until seen done
-        with parked(self.calls.crowd):
-            raycalls.get(refs if refs is not None else self._fence_calls(epoch))
+        raycalls.get(refs if refs is not None else self._fence_calls(epoch))
+        self._fencing = None
+
+    async def fenced_async(self) -> None:
+        """:meth:`fenced`, awaited."""
+        if self._fencing is None:
+            return
+        epoch, refs = self._fencing
+        self._fencing = (epoch, None)  # until seen done
+        try:
+            await asyncio.gather(*(refs if refs is not None else self._fence_calls(epoch)))
+        except Exception as e:  # noqa: BLE001 — as the project's own error
+            raise raycalls.translate(e) from None
         self._fencing = None
 
     def forget_matching(self, query: ForgetQuery) -> dict[str, Erased]:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soul_runtime.batching import Crowd, MicroBatcher, Ticket
+from soul_runtime.batching import AsyncBatcher
 
 from . import raycalls
 from .channel import ChannelBook
@@ -57,58 +56,56 @@ def results(replies: Sequence[Any], read: Callable[[Any], Any] = _resolve) -> li
 
 
 class ShardCalls:
-    """A host's calls to the store shards, batched across its souls: the recalls (or writes) that concurrent
-    turns send to one shard within a moment go as one ``recall_batch`` (``apply_batch``) call.
-
-    A call waits until the other turns of the host's ``crowd`` (its threads running turns) are parked (waiting
-    in a batch or for an answer), at most ``max_wait_s``, so turns that run together share calls; a turn running
-    alone never waits.
+    """A host's calls to the store shards, batched across its souls: the recalls (or writes) its turns send to
+    one shard while its event loop runs one round go as one ``recall_batch`` (``apply_batch``) call
+    (:class:`~soul_runtime.batching.AsyncBatcher`); at most ``max_calls`` calls per shard and method are out at
+    a time, and what arrives meanwhile goes in the next one, so batches grow with the load. A turn waiting for
+    its answer holds no thread.
 
     ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
     through Ray; one whose channel broke is asked for its address again at most once a second. ``transport``:
     how the calls travel (default: that; :class:`~actors.transport.DirectTransport` in tests)."""
 
-    def __init__(self, stores: StoreLocator, crowd: Crowd, *, max_batch: int = 32, max_wait_s: float = 0.05,
-                 channels: bool = False, transport: Transport | DirectTransport | None = None) -> None:
+    def __init__(self, stores: StoreLocator, *, max_batch: int = 64, max_calls: int = 8, channels: bool = False,
+                 transport: Transport | DirectTransport | None = None) -> None:
         self.stores = stores
-        self.crowd = crowd
         self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
-        self._batchers: dict[tuple[str, str], MicroBatcher[Any, Any]] = {}
+        self.max_calls = max_calls
+        self._batchers: dict[tuple[str, str], AsyncBatcher[Any, Any]] = {}
         self.transport = transport if transport is not None else \
             Transport(ChannelBook(channel_address, enabled=channels), SHARD_CHANNEL_METHODS)
-        self._lock = threading.Lock()
 
     def counts(self) -> dict[str, int]:
         """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``), and how many of
         the calls went on a local channel."""
         out: dict[str, int] = {}
-        with self._lock:
-            for (_, method), b in self._batchers.items():
-                out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
-                out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
+        for (_, method), b in list(self._batchers.items()):
+            out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
+            out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
         for method, n in list(self.transport.channel_calls.items()):
             out[f"shard_channel_calls:{method}"] = n
         return out
 
     def send(self, layer: str, soul_id: str, method: str, *args: Any) -> Reply:
-        """One call to the shard holding the soul's layer, alone (not batched)."""
+        """One call to the shard holding the soul's layer, alone (not batched; a blocking caller's)."""
         return self.transport.send(self.stores.name(layer, soul_id), self.stores.handle(layer, soul_id), method,
                                    *args)
 
-    def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Ticket[Any, Any]:
-        """Send ``item`` to the shard holding the soul's layer (``method`` is ``recall_batch`` or
-        ``apply_batch``); ``.result()`` on the ticket waits for its answer."""
+    async def call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
+        """``item``'s answer from the shard holding the soul's layer (``method`` is ``recall_batch`` or
+        ``apply_batch``), in a batch with the other items sent to it meanwhile."""
         name = self.stores.name(layer, soul_id)
-        with self._lock:
-            b = self._batchers.get((name, method))
-            if b is None:
-                def run(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
-                        _name: str = name) -> Reply:
-                    return self.transport.send(_name, self.stores.handle(_layer, _soul), _m, items)
-                b = self._batchers[(name, method)] = MicroBatcher(run, resolve=_resolve, max_batch=self.max_batch,
-                                                                  max_wait_s=self.max_wait_s, crowd=self.crowd)
-        return b.start([item])
+        b = self._batchers.get((name, method))
+        if b is None:
+            async def send(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
+                           _name: str = name) -> Any:
+                try:
+                    return await self.transport.send_async(_name, self.stores.handle(_layer, _soul), _m, items)
+                except Exception as e:  # noqa: BLE001 — translated, raised to the batch's callers
+                    raise raycalls.translate(e) from None
+            b = self._batchers[(name, method)] = AsyncBatcher(send, max_batch=self.max_batch,
+                                                              max_calls=self.max_calls)
+        return await b.submit(item)
 
 
 __all__ = ["SHARD_CHANNEL_METHODS", "ShardCalls", "StoreLocator", "results", "store_name"]
