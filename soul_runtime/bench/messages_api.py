@@ -110,20 +110,35 @@ def prompt_usage(body: dict[str, Any], cache: set[str], cache_min_tokens: int) -
             "cache_creation_input_tokens": 0 if hit else n}
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection (daemon threads: a request asleep in its delay never holds up the exit), and a
+    listen backlog for a thousand clients connecting at once (the default is 5)."""
+
+    daemon_threads = True
+    request_queue_size = 4096
+
+
 class ScriptedApiServer:
     """A threaded HTTP server on an ephemeral 127.0.0.1 port answering ``POST`` on one route from a script;
     use as a context manager. The Messages API and the chat-completions stand-ins
     (:mod:`soul_runtime.bench.chat_api`) are this server with their route, usage and error bodies.
 
     ``delay_s`` delays every answer (a model's latency); ``responder`` answers when the
-    script queue is empty; ``count_tokens`` fills in ``usage`` (:meth:`fill_usage`)."""
+    script queue is empty; ``count_tokens`` fills in ``usage`` (:meth:`fill_usage`). ``port``: the port to
+    listen on (0: an ephemeral one); ``record=False`` keeps only the count of requests (``received``), not
+    the requests themselves (a long benchmark). ``in_flight``: requests on the route being answered now.
+    ``GET`` on any path and ``POST`` off the route go to :meth:`control` (404 unless a subclass answers)."""
 
     route = "/v1/messages"
     name = "messages-api-server"
 
     def __init__(self, *, responder: Callable[[dict[str, Any]], Scripted] | None = None, delay_s: float = 0.0,
-                 count_tokens: bool = False, cache_min_tokens: int = 1024) -> None:
+                 count_tokens: bool = False, cache_min_tokens: int = 1024, port: int = 0,
+                 record: bool = True) -> None:
         self.requests: list[Received] = []
+        self.record = record
+        self.received = 0
+        self.in_flight = 0
         self.responder = responder
         self.delay_s = delay_s
         self.count_tokens = count_tokens
@@ -140,17 +155,38 @@ class ScriptedApiServer:
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
 
+            def do_GET(self) -> None:
+                self._answer(server.control("GET", self.path, {}) or server.error(404, "not_found_error",
+                                                                                  f"no route {self.path}"))
+
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 try:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     body = {"_raw": raw.decode("utf-8", "replace")}
-                with server._lock:
-                    server.requests.append(Received("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                    body))
-                    scripted = server._queue.popleft() if server._queue else None
                 routed = self.path.split("?")[0] == server.route
+                if not routed:
+                    answer = server.control("POST", self.path, body)
+                    if answer is not None:
+                        self._answer(answer)
+                        return
+                with server._lock:
+                    server.received += 1
+                    if server.record:
+                        server.requests.append(Received("POST", self.path,
+                                                        {k.lower(): v for k, v in self.headers.items()}, body))
+                    scripted = server._queue.popleft() if server._queue else None
+                    if routed:
+                        server.in_flight += 1
+                try:
+                    self._routed(routed, scripted, body)
+                finally:
+                    if routed:
+                        with server._lock:
+                            server.in_flight -= 1
+
+            def _routed(self, routed: bool, scripted: Scripted | None, body: dict[str, Any]) -> None:
                 if scripted is None and server.responder is not None and routed:
                     scripted = server.responder(body)
                 if scripted is not None and server.count_tokens and scripted.status == 200 and "usage" in scripted.body:
@@ -166,6 +202,9 @@ class ScriptedApiServer:
                                             headers={"x-should-retry": "false"})
                 if scripted.delay_s and server._stopping.wait(scripted.delay_s):
                     return
+                self._answer(scripted)
+
+            def _answer(self, scripted: Scripted) -> None:
                 payload = json.dumps(scripted.body).encode()
                 try:
                     self.send_response(scripted.status)
@@ -179,10 +218,13 @@ class ScriptedApiServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
                     self.close_connection = True
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=self.name, daemon=True)
+
+    def control(self, method: str, path: str, body: dict[str, Any]) -> Scripted | None:
+        """The answer to a request off the route (``GET`` anywhere, ``POST`` elsewhere), sent at once; None: 404."""
+        return None
 
     def fill_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
         """``usage`` with the input side counted from the request ``body`` (under the server's lock)."""

@@ -205,6 +205,19 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
+def _delays(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated seconds, got {text!r}") from None
+    if not out or min(out) < 0 or max(out) > 3600:
+        raise argparse.ArgumentTypeError("every delay must be seconds in 0..3600")
+    return out
+
+
+WAIT_WRITES = {"false": [False], "true": [True], "both": [False, True]}
+
+
 def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     if args.plot:
         plotting.require()
@@ -212,22 +225,48 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     with progress_bar(out, "starting the runtime") as progress:
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
-                              reactivate=args.reactivate, local_channels=not args.ray_only, progress=progress)
+                              reactivate=args.reactivate, local_channels=not args.ray_only, model=args.model,
+                              model_delays=args.model_delay,
+                              wait_writes=WAIT_WRITES[args.wait_writes] if args.wait_writes else None,
+                              progress=progress)
     if args.json == "-":
         out.print_json(json.dumps(res))
     else:
-        table = Table(title=f"{res['souls']} souls, {res['embedder']} embedder, offline model "
-                            f"({res['machine']['cpus']} cores)")
-        for col in ("phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms"):
-            table.add_column(col, justify="right")
+        standin = res["model"] == "stand-in"
+        if standin:
+            model = (f"Anthropic adapter on the Messages-API stand-in (instant and "
+                     f"{', '.join(f'{d:g} s' for d in res['model_delays_s'] if d) or 'no other delay'})")
+        else:
+            model = "offline model"
+        table = Table(title=f"{res['souls']} souls, {res['embedder']} embedder, {model} "
+                            f"({res['machine']['cpus']} cores, {res['hosts']} hosts × {res['host_threads']} threads)",
+                      caption=bench_scale.LEGEND if standin else None)
+        for i, col in enumerate(bench_scale.summary_columns(res)):
+            table.add_column(col, justify="left" if standin and not i else "right", no_wrap=standin)
         for row in bench_scale.summary_rows(res):
             table.add_row(*row)
         out.print(table)
+        if standin:
+            cols, rows = bench_scale.kind_rows(res)
+            kinds = Table(title="per kind of process (×N: its processes), at the peak of each phase: threads / RSS "
+                                "MiB / TCP connections to the model stand-in")
+            for i, col in enumerate(cols):
+                kinds.add_column(col, justify="right" if i else "left", no_wrap=not i)
+            for row in rows:
+                kinds.add_row(*row)
+            out.print(kinds)
+            si = res.get("standin") or {}
+            out.print(f"model stand-in (pid {si.get('pid')}, port {si.get('port')}): {si.get('calls')} calls "
+                      f"{si.get('by_kind')}; stopped: {si.get('stopped')}", highlight=False)
         out.print(f"activations {res['activations']}, passivations {res['passivations']}, "
                   f"disk/soul {res['disk_bytes_per_soul'] / 1024:.1f} KiB (a passivated one: p50 "
                   f"{(res['disk_bytes_per_closed_soul_p50'] or 0) / 1024:.1f} KiB), Ray RSS "
                   f"{res['cluster_rss_bytes'] / 2**20:.0f} MiB in {len(res['processes'])} processes, "
                   f"max open fds {res['max_open_fds']}")
+        if res.get("errors"):
+            examples = {k: v for p in res["phases"] for k, v in (p.get("error_examples") or {}).items()}
+            for k, n in sorted(res["errors"].items()):
+                out.print(f"[red]{n} × {k}[/]: {examples.get(k, '')}", highlight=False)
         cpu = res.get("cpu_ms_per_turn")
         if cpu:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if k != "total")
@@ -487,10 +526,12 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")
     ep.set_defaults(bench_fn=cmd_embedders)
-    sp = bsub.add_parser("scale", help="many souls on one node: turns/s, latency, overhead, RSS, fds, disk")
+    sp = bsub.add_parser("scale", help="many souls on one node: turns/s, latency, overhead, RSS, fds, disk; "
+                                       "the offline model or a slow model stand-in")
     sp.add_argument("--souls", type=int, default=1000, help="souls created, each given a first turn")
     sp.add_argument("--active", type=_levels, default=[64], help="turns in flight, comma-separated levels")
-    sp.add_argument("--turns", type=int, default=2, help="further turns per soul at each level")
+    sp.add_argument("--turns", type=int, default=2, help="further turns per soul at each level (with --model "
+                                                         "stand-in: per turn in flight)")
     sp.add_argument("--embedder", choices=("default", "fast"), default="default")
     sp.add_argument("--host-capacity", type=int, default=None, help="active souls per host (LRU)")
     sp.add_argument("--store-capacity", type=int, default=None, help="open stores per shard (LRU)")
@@ -499,7 +540,18 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sp.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write JSON to FILE (stdout without FILE)")
     sp.add_argument("--ray-only", action="store_true",
                     help="every call through Ray, no local channels (local_channels=False)")
-    sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight")
+    sp.add_argument("--model", choices=("offline", "stand-in"), default="offline",
+                    help="offline: the rule-based model (default); stand-in: the Anthropic adapter over HTTP to "
+                         "the Messages-API stand-in in a process of its own, every level at 0 s (the instant "
+                         "baseline) and at each --model-delay")
+    sp.add_argument("--model-delay", type=_delays, default=[3.0], metavar="S[,S...]",
+                    help="with --model stand-in: seconds per model call, comma-separated (default 3); a phase is "
+                         "--turns turns per turn in flight (at least 8 in flight's worth)")
+    sp.add_argument("--wait-writes", choices=("false", "true", "both"), default=None,
+                    help="turns return after their writes (true), after the reply (false), or each level both "
+                         "ways (default: false with --model stand-in, true with the offline model)")
+    sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight, a line per "
+                                                  "model delay")
     sp.set_defaults(bench_fn=cmd_scale)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
     cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
