@@ -409,10 +409,13 @@ class ChannelClient:
             self._idle = weakref.WeakKeyDictionary()
         for loop, conns in pools:
             for _, w in conns:
-                if _on(loop) or loop.is_closed():
-                    w.close()
-                else:
-                    loop.call_soon_threadsafe(w.close)
+                try:
+                    if _on(loop):
+                        w.close()
+                    elif not loop.is_closed():
+                        loop.call_soon_threadsafe(w.close)
+                except RuntimeError:  # its loop closed meanwhile: the socket goes with the transport
+                    pass
 
 
 class ChannelBook:

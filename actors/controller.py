@@ -25,7 +25,16 @@ from . import retry as retry_policy
 from .handles import ActorHandles
 from .placement import rendezvous
 from .routing import REGISTRY, read_registry
-from .settings import SIZE_KEYS, RuntimeConfig, claim_data_dir, layout, mismatch, recorded_layout, resolve
+from .settings import (
+    SIZE_KEYS,
+    RuntimeConfig,
+    claim_data_dir,
+    host_concurrency,
+    layout,
+    mismatch,
+    recorded_layout,
+    resolve,
+)
 
 
 def host_name(i: int) -> str:
@@ -85,7 +94,8 @@ class RuntimeController:
             name = dedicated_name(soul_id)
             cfg = {**self.config, "host_capacity": 1}
             handle = raycalls.create(self.host_class, name, self.cfg.namespace, (name, cfg),
-                                     resources={"soul_slot": 1}, num_cpus=0, max_restarts=-1, max_concurrency=8,
+                                     resources={"soul_slot": 1}, num_cpus=0, max_restarts=-1,
+                                     max_concurrency=host_concurrency(self.cfg),
                                      lifetime="detached")
             try:
                 await asyncio.wait_for(self._call(name, "ping"), timeout=60)

@@ -53,9 +53,9 @@ class ActorInfo:
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
 
-    def stop(self) -> int:
+    def stop(self) -> Any:
         """Stop what runs beside the calls (see the module's doc); a subclass closes its souls or stores too and
-        returns how many."""
+        returns how many (an async actor's stop is a coroutine)."""
         if self.channel is not None:
             self.channel.close()
             self.channel = None

@@ -5,6 +5,7 @@ Errors from Ray are mapped onto the project's exception tree at this boundary.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -227,6 +228,14 @@ def get(refs: Any, timeout: float | None = None) -> Any:
     try:
         return ray.get(refs, timeout=timeout)
     except (ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError, *ACTOR_DIED) as e:
+        raise translate(e) from None
+
+
+async def get_async(refs: list[Any]) -> list[Any]:
+    """The calls' answers, awaited (no thread waits), with Ray's errors as the project's own."""
+    try:
+        return list(await asyncio.gather(*refs))
+    except Exception as e:  # noqa: BLE001 — as the project's own error
         raise translate(e) from None
 
 

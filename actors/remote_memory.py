@@ -49,8 +49,8 @@ class RemoteMemory:
         when = time.time() if at is None else to_timestamp(at)
         calls = [self.calls.call(s.value, self.soul_id, "recall_batch", (self.soul_id, query, k, when, task_class))
                  for s in parse_stores(stores) if self._stored(s)]
-        answers = await asyncio.gather(self.fenced_async(), *calls, return_exceptions=True)
-        return merge_recalls(_first_error(list(answers))[1:], k)
+        *answers, fence = await asyncio.gather(*calls, self.fenced_async(), return_exceptions=True)
+        return merge_recalls(_first_error([fence, *answers])[1:], k)
 
     async def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """The layers that have something to write get a call (semantic and procedural at once, then episodic
@@ -112,10 +112,7 @@ class RemoteMemory:
             return
         epoch, refs = self._fencing
         self._fencing = (epoch, None)  # until seen done
-        try:
-            await asyncio.gather(*(refs if refs is not None else self._fence_calls(epoch)))
-        except Exception as e:  # noqa: BLE001 — as the project's own error
-            raise raycalls.translate(e) from None
+        await raycalls.get_async(refs if refs is not None else self._fence_calls(epoch))
         self._fencing = None
 
     def forget_matching(self, query: ForgetQuery) -> dict[str, Erased]:

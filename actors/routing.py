@@ -9,13 +9,15 @@ retried request id answered from the record. This module, in every client proces
 - orders: one call per soul in flight from this process (a lock per soul, :class:`KeyedLocks`), so a crowd of
   submitters of one soul waits here, not on the host's threads, and other souls on that host are not held up;
 - retries: while the owner is dead or restarting (the call is idempotent by its request id), after a
-  superseded activation (:class:`StaleOwner`), and after a move; every other error is the caller's.
+  superseded activation (:class:`StaleOwner`), and after a move; while the host is at its admission limit
+  (:class:`RuntimeBusy`) for up to ``busy_wait_s``, with growing pauses; every other error is the caller's.
 
 The retry policy is written once (:meth:`Router.steps`, a generator of calls and pauses) and driven by a
 blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`).
 
 Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
-as one ``run_batch`` call (:class:`AsyncBatcher`); the host runs them side by side and answers each (its result,
+as one ``run_batch`` call (:class:`AsyncBatcher`: at most ``MAX_BATCH`` turns a call and ``MAX_CALLS`` calls out
+per host, far above what a host admits); the host runs them side by side and answers each (its result,
 its own error, or :class:`Later` for a straggler, which is then asked for alone). A dead host fails the whole
 call and each turn is retried on its own. The blocking driver sends one turn per call: its threads arrive one
 by one, and batching them would cost a wait without filling batches.
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.batching import AsyncBatcher
-from soul_runtime.errors import OutOfOrder, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
+from soul_runtime.errors import OutOfOrder, RuntimeBusy, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
 
 from . import raycalls
 from . import retry as retry_policy
@@ -53,7 +55,10 @@ HOST_CHANNEL_METHODS = ("run", "run_batch")
 """What a host serves on its local channel (:meth:`actors.soul_host.SoulHost.serve_channel`)."""
 BATCHED = frozenset({"run"})
 """The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
-MAX_BATCH = 16
+MAX_BATCH = 64
+MAX_CALLS = 32
+BUSY_PAUSE_S = (0.02, 1.0)
+"""The first and the longest pause before a busy host is tried again."""
 REGISTRY = "dedicated.json"
 """The data dir's record of dedicated souls (soul id -> actor name), written by the controller."""
 
@@ -126,7 +131,7 @@ class AsyncSoulLocks:
             async def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
                 handle, batch = items[0][0], [item for _, item in items]
                 return await self.transport.send_async(name, handle, "run_batch", batch)
-            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH)
+            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS)
         return b
 
     def drop_idle(self, name: str) -> None:
@@ -148,7 +153,7 @@ class Router:
 
     def __init__(self, hosts: list[str], namespace: str, dedicated: dict[str, str] | None = None, *,
                  channels: bool = False, transport: Transport | DirectTransport | None = None,
-                 retry: RetryPolicy = retry_policy.DEFAULT) -> None:
+                 retry: RetryPolicy = retry_policy.DEFAULT, busy_wait_s: float = 30.0) -> None:
         self.hosts = list(hosts)
         self.channels = ChannelBook(channel_address, enabled=channels)  # turns to hosts on this machine
         self.transport = transport if transport is not None else Transport(self.channels, HOST_CHANNEL_METHODS)
@@ -156,6 +161,7 @@ class Router:
         self.dedicated: dict[str, str] = dict(dedicated or {})
         self.handles = ActorHandles(namespace)
         self.retry = retry
+        self.busy_wait_s = busy_wait_s
         self.locks: KeyedLocks[threading.Lock] = KeyedLocks(threading.Lock)
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSoulLocks] = \
             weakref.WeakKeyDictionary()  # per event loop, gone with it
@@ -180,7 +186,11 @@ class Router:
         """The retry policy: yields calls (:class:`Call`; send back the value, or throw the raw Ray error or
         the call's own error) and pauses (send back None); returns the answer."""
         retry = self.retry
-        for attempt in range(retry.attempts):
+        busy: float | None = None  # when the owner first answered busy
+        busy_n = 0
+        attempt = -1
+        while attempt + 1 < retry.attempts:
+            attempt += 1
             name = self.owner(call.soul_id)
             try:
                 try:
@@ -203,7 +213,17 @@ class Router:
                 yield _Pause(retry.pause(attempt))
             except (raycalls.TASK_ERROR, SoulError) as e:  # a batch answers an item's own error as itself
                 err = raycalls.translate(e)
-                if isinstance(err, Moved):
+                if isinstance(err, RuntimeBusy):  # at its admission limit: wait, not counted as an attempt
+                    now = time.monotonic()
+                    busy = now if busy is None else busy
+                    if now - busy >= self.busy_wait_s:
+                        raise RuntimeBusy(f"{call.method} of {call.soul_id}: {err} for {now - busy:.1f} s "
+                                          "(busy_wait_s)") from None
+                    low, high = BUSY_PAUSE_S
+                    yield _Pause(min(high, low * 2 ** min(busy_n, 10)))
+                    busy_n += 1
+                    attempt -= 1
+                elif isinstance(err, Moved):
                     self._moved(call.soul_id, err.to)
                     if attempt >= 2:  # bounced more than once: a move in progress, let it finish
                         yield _Pause(0.05)

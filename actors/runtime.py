@@ -27,7 +27,7 @@ from . import client_session, raycalls
 from .controller import host_name
 from .placement import store_name
 from .routing import Routed, Router
-from .settings import RuntimeConfig, default_data_dir
+from .settings import RuntimeConfig, default_data_dir, host_concurrency
 from .shard_client import StoreLocator
 
 if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
@@ -54,7 +54,7 @@ class Runtime:
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)
         self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated,
-                             channels=self.cfg.local_channels)
+                             channels=self.cfg.local_channels, busy_wait_s=self.cfg.busy_wait_s)
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
@@ -104,7 +104,7 @@ class Runtime:
                                               **self._opts(max_task_retries=-1, max_concurrency=cfg.shard_threads))
         for i in range(cfg.hosts):
             named[host_name(i)] = raycalls.create(SoulHost, host_name(i), ns, (host_name(i), conf),
-                                                  **self._opts(max_concurrency=cfg.host_threads, max_task_retries=-1))
+                                                  **self._opts(max_concurrency=host_concurrency(cfg), max_task_retries=-1))
         named = raycalls.confirm_created(named, ns, timeout=300)
         # keep the handles: a non-detached actor dies when its last handle goes away
         self._keep = list(named.values()) + [self.controller]

@@ -43,7 +43,15 @@ class RuntimeConfig:
     as many as the shard process's open-file limit allows (:func:`fd_capacity`)."""
     store_capacity_mb: int = 1024
     """And the memory the open stores of a shard may hold (vector indices, SQLite caches), in MiB; 0: no limit."""
-    host_threads: int = 32
+    host_threads: int = 8
+    """Threads per host for its souls' own work between waits: the code of a turn, the offline model, SQLite
+    commits and fsyncs. A turn waiting for its model or its stores holds none (the host is an async actor)."""
+    host_admission: int = 1000
+    """Turns (observes, forgets) a host admits in progress at once; beyond it a call waits in the caller's
+    router (up to ``busy_wait_s``) and then fails with RuntimeBusy. Each in-progress turn holds its context and
+    the model's answer (tens of KiB), so the default keeps a host within a few hundred MiB of them."""
+    busy_wait_s: float = 30.0
+    """How long a caller's router keeps trying a host that is at ``host_admission`` before RuntimeBusy."""
     max_dedicated: int = 16
     """Dedicated actors for hot souls (custom resource ``soul_slot``)."""
     shard_threads: int = 8
@@ -74,7 +82,7 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
-        for name in SIZE_KEYS + ("host_capacity", "store_capacity", "host_threads", "shard_threads",
+        for name in SIZE_KEYS + ("host_capacity", "store_capacity", "host_threads", "host_admission", "shard_threads",
                                  "max_dedicated"):
             v = getattr(self, name)
             low = 0 if name in SIZE_KEYS + CAPACITY_KEYS else 1
@@ -89,7 +97,7 @@ class RuntimeConfig:
         v = self.idle_passivate_s
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"idle_passivate_s must be a finite number > 0, got {v!r}")
-        for name in ("idle_check_s", "retention_every_s"):
+        for name in ("idle_check_s", "retention_every_s", "busy_wait_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0 (0: off), got {v!r}")
@@ -246,3 +254,9 @@ def claim_data_dir(cfg: RuntimeConfig) -> dict[str, Any]:
 
 def default_data_dir() -> str:
     return os.environ.get("SOUL_DATA_DIR") or os.path.join(os.path.expanduser("~"), ".soul-runtime")
+
+
+def host_concurrency(cfg: RuntimeConfig) -> int:
+    """Ray's ``max_concurrency`` for a soul host (an async actor): room for every admitted call beside the
+    other calls (reads, pings, moves), so Ray never queues below the host's own admission limit."""
+    return cfg.host_admission + 100

@@ -1,46 +1,53 @@
 """Soul hosts: activate souls on demand, one activation per soul, passivate idle ones.
 
-A host is a threaded Ray actor (plain class here, made remote in runtime.py).
-Different souls run concurrently on its threads; a per-soul lock lets one turn
-of a soul run at a time, and the soul itself checks the sequence number.
-A dedicated actor for a hot soul is the same class hosting a single soul.
+A host is an async Ray actor (plain class here, made remote in runtime.py): its souls' calls run as coroutines
+on the actor's event loop, each driving the soul's steps (:mod:`soul_runtime.steps`). A turn that waits for its
+model (an async adapter's HTTP call) or for a store shard (an answer over a local channel or Ray) holds no
+thread; the code between those waits — context assembly, the offline model, the soul's SQLite commits — runs
+on the host's ``host_threads``. Different souls run concurrently; a per-soul lock lets one call of a soul run
+at a time, and the soul itself checks the sequence number. A dedicated actor for a hot soul is the same class
+hosting a single soul.
 
-Turns arrive one per call (:meth:`SoulHost.run`) or several souls' at once (:meth:`SoulHost.run_batch`, from
-a client's router). A batch's turns run side by side on the host's turn threads as one :class:`Crowd`, so
-their recalls and writes reach each store shard together and go as one call.
+Calls arrive one at a time (:meth:`SoulHost.run`) or several souls' at once (:meth:`SoulHost.run_batch`, from
+a client's router); their recalls and writes to one store shard go out together (:class:`ShardCalls` batches
+what the loop's turns send in one round).
+
+**Admission.** A host runs at most ``host_admission`` calls at once; one beyond it is refused at once with
+:class:`~soul_runtime.errors.RuntimeBusy`, which the caller's router waits out (``busy_wait_s``). A caller that
+gives up (a timeout, a cancelled coroutine, a closed connection) does not cut a call short: a call that has
+begun runs to its end, and a retry with its request id gets its result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from soul_runtime.batching import Crowd, parked
-from soul_runtime.errors import InvalidInput, SoulError, StaleOwner, TurnFailed
-from soul_runtime.loop.erase import forget_soul, forget_where
+from soul_runtime.errors import InvalidInput, RuntimeBusy, SoulError, StaleOwner, TurnFailed
+from soul_runtime.loop.erase import forget_soul_steps, forget_where_steps
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
 from soul_runtime.memory.export import import_export
 from soul_runtime.memory.sqlite_db import use_storage
-from soul_runtime.models.base import LanguageModel
+from soul_runtime.models.base import AsyncLanguageModel, LanguageModel
 from soul_runtime.models.choice import make_model
+from soul_runtime.steps import Steps, drive_async
 
 from .channel import travels
 from .introspection import ActorInfo
 from .layer_shard import soul_dir
 from .metrics import Metrics
-from .parked_model import ParkedModel
 from .remote_memory import RemoteMemory
 from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
-from .schedule import Closer, SizeTable, Ticker, batch_answer_at, over_capacity, to_passivate, within_capacity
+from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
 
@@ -48,96 +55,122 @@ from .shard_client import ShardCalls, StoreLocator
 @dataclass
 class _Activation:
     soul: Soul | None  # None while its opener is opening it
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    ready: threading.Event = field(default_factory=threading.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    last_used: float = 0.0
 
     @property
     def live(self) -> Soul:
         """The open soul (an activation returned by ``SoulHost._activate`` always has one)."""
         assert self.soul is not None
         return self.soul
-    last_used: float = 0.0
+
+
+def loop_model(model: LanguageModel | AsyncLanguageModel) -> LanguageModel | AsyncLanguageModel:
+    """The model as a host's loop calls it: a remote adapter's asynchronous view (its HTTP calls awaited), any
+    other model as it is (coroutine methods awaited, plain ones run on the host's threads)."""
+    view = getattr(model, "asynchronous", None)
+    return view() if callable(view) else model
 
 
 class SoulHost(ActorInfo):
-    def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | AsyncLanguageModel | None = None,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.cfg = RuntimeConfig.from_dict(config)
         self.capacity = process_capacity(self.cfg.host_capacity)  # active souls (0 in the config: automatic)
         use_storage(self.cfg.storage)
-        self.crowd = Crowd()  # the threads running turns: a store call waits for the others to reach it
-        model = model or make_model(self.cfg.model, args=self.cfg.model_args)  # resolved in this process
-        self.model = model if model.offline else ParkedModel(model, self.crowd)  # a remote model is a wait
+        self.model = loop_model(model or make_model(self.cfg.model, args=self.cfg.model_args))  # this process's
         self.stores = StoreLocator(self.cfg)
-        self.calls = ShardCalls(self.stores, self.crowd, channels=self.cfg.local_channels)
-        self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-turn")
+        self.calls = ShardCalls(self.stores, channels=self.cfg.local_channels)
+        self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-work")
+        self._closing_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
         self.sizes = SizeTable()  # memory of each active soul, as of its last turn
-        self.guard = threading.Lock()
-        self._closer = Closer(f"{name}-close")  # souls passivated aside
+        self._closing: set[asyncio.Future[Any]] = set()
+        self._work: set[asyncio.Task[Any]] = set()  # memory work running beside its turn (wait_writes=False)
         self._opening = 0  # activations being opened (in ``active`` without a soul yet)
+        self.in_progress = 0
         self.metrics = Metrics.create()
         self.clock = clock
-        self.ticker = Ticker(self.cfg.idle_check_s, self.passivate_idle, name=f"{name}-idle") \
-            if self.cfg.idle_check_s > 0 else None
-        # for clients on this machine, as many calls at once as Ray runs
+        self._ticker: asyncio.Task[None] | None = None
+        try:
+            loop = asyncio.get_running_loop()  # as a Ray actor, made on its loop
+        except RuntimeError:
+            loop = None
+        if loop is not None and self.cfg.idle_check_s > 0:
+            self._ticker = loop.create_task(self._tick())
         self.serve_channel(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
 
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.idle_check_s)
+            try:
+                await self.passivate_idle()
+            except Exception:  # noqa: BLE001 — the next tick tries again
+                pass
+
+    def _spawned(self, task: asyncio.Task[Any]) -> None:
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    async def _drive(self, steps: Steps[Any], soul: Soul) -> Any:
+        return await drive_async(steps, {"model": self.model, "memory": soul.memory}, self.pool, self._spawned)
+
+    async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
     # ---- activation ------------------------------------------------------------------
-    def _activate(self, soul_id: str) -> _Activation:
-        """The soul's activation, opening it if need be. Opening (files, recovery) happens outside the host's
-        lock, so a cold soul never stalls the other souls of the host; its own callers wait for it. A soul
-        served by another actor (dedicated, or moved back) is refused with :class:`Moved` naming it."""
-        with self.guard:
-            to = self.moved.get(soul_id)
-            if to is not None and to != self.name:
-                raise Moved(soul_id, to)
-            act = self.active.get(soul_id)
-            opener = act is None
-            if act is None:
-                act = self.active[soul_id] = _Activation(None, last_used=self.clock())
-                self._opening += 1
-            else:
-                self.active.move_to_end(soul_id)
-                act.last_used = self.clock()
-        if not opener:
-            with parked(self.crowd):
-                act.ready.wait()
+    async def _activate(self, soul_id: str) -> _Activation:
+        """The soul's activation, opening it if need be. Opening (files, recovery) runs beside the other souls'
+        calls; its own callers wait for it. A soul served by another actor (dedicated, or moved back) is refused
+        with :class:`Moved` naming it."""
+        to = self.moved.get(soul_id)
+        if to is not None and to != self.name:
+            raise Moved(soul_id, to)
+        act = self.active.get(soul_id)
+        if act is not None:
+            self.active.move_to_end(soul_id)
+            act.last_used = self.clock()
+            await act.ready.wait()
             if act.soul is None:  # the opener failed: try again from scratch
-                return self._activate(soul_id)
+                return await self._activate(soul_id)
             return act
+        act = self.active[soul_id] = _Activation(None, last_used=self.clock())
+        self._opening += 1
         try:
             d = soul_dir(self.cfg.data_dir, soul_id)
-            act.soul = Soul(soul_id, d, memory=RemoteMemory(soul_id, self.calls,
-                                                            d if self.cfg.storage == "local" else None),
-                            model=self.model, config=self.cfg.soul, on_commit=self.metrics.model_usage)
+            memory = RemoteMemory(soul_id, self.calls, d if self.cfg.storage == "local" else None)
+            soul = await self._in_pool(lambda: Soul(soul_id, d, memory=memory, model=self.model,
+                                                    config=self.cfg.soul, on_commit=self.metrics.model_usage,
+                                                    recover=False))
+            try:
+                await self._drive(soul.recover_steps(), soul)
+            except BaseException:
+                await self._in_pool(soul.close)
+                raise
+            act.soul = soul
         except BaseException:
-            with self.guard:
-                if self.active.get(soul_id) is act:
-                    del self.active[soul_id]
-                    self.sizes.pop(soul_id, None)
+            if self.active.get(soul_id) is act:
+                del self.active[soul_id]
+                self.sizes.pop(soul_id, None)
             raise
         finally:
-            with self.guard:
-                self._opening -= 1
+            self._opening -= 1
             act.ready.set()
         self.metrics.activation()
-        self._evict(aside=True)
+        await self._evict(aside=True)
         return act
 
-    @contextmanager
-    def _hold(self, soul_id: str) -> Iterator[_Activation]:
-        """The soul's activation with its lock held (one turn at a time); if it was passivated between
+    @asynccontextmanager
+    async def _hold(self, soul_id: str) -> AsyncIterator[_Activation]:
+        """The soul's activation with its lock held (one call at a time); if it was passivated between
         activation and lock, it is activated again."""
         while True:
-            act = self._activate(soul_id)
-            with parked(self.crowd):  # another call of the soul runs: this one cannot join a batch meanwhile
-                act.lock.acquire()
-            with self.guard:
-                current = self.active.get(soul_id) is act
-            if not current:
+            act = await self._activate(soul_id)
+            await act.lock.acquire()
+            if self.active.get(soul_id) is not act:
                 act.lock.release()
                 continue
             try:
@@ -145,12 +178,10 @@ class SoulHost(ActorInfo):
             finally:
                 size = self._size(act)
                 act.lock.release()
-            with self.guard:
-                if soul_id in self.active:
-                    self.sizes[soul_id] = size
-                over = bool(over_capacity(self.active, self.sizes, self.capacity, self.cfg.host_capacity_mb * 2**20))
-            if over:  # a soul an eviction skipped because it was in a turn goes now
-                self._evict(aside=True)
+            if soul_id in self.active:
+                self.sizes[soul_id] = size
+            if over_capacity(self.active, self.sizes, self.capacity, self.cfg.host_capacity_mb * 2**20):
+                await self._evict(aside=True)  # a soul an eviction skipped because it was in a call goes now
             return
 
     def _size(self, act: _Activation) -> int:
@@ -162,212 +193,239 @@ class SoulHost(ActorInfo):
         except sqlite3.Error:  # closed by forget or a failed turn: it is about to go anyway
             return 0
 
-    def _evict(self, *, aside: bool = False) -> int:
+    async def _evict(self, *, aside: bool = False) -> int:
         """Passivate idle souls and souls beyond capacity (least recently used first; the policy is
-        :func:`to_passivate`); the files close outside the host's lock. Souls in a turn are skipped.
+        :func:`to_passivate`). Souls in a call, or with memory work still running, are skipped.
 
         With nothing to passivate - within capacity, and the least recently activated soul not idle - this
         returns without a pass over the active souls (it runs on every activation); over capacity with no soul
-        idle it takes the oldest souls from the front of the LRU (what :func:`to_passivate` picks then, the bytes
-        from the running total) without a pass either. ``aside``: the victims close
-        on the host's closing thread (a turn that activated a soul does not wait for another soul's checkpoint);
-        each victim's lock is held until its files are closed."""
+        idle it takes the oldest souls from the front of the LRU without a pass either. ``aside``: the victims'
+        files close on the host's closing thread while the caller goes on; each victim's lock is held until its
+        files are closed."""
         now = self.clock()
-        victims: list[tuple[_Activation, str]] = []
-        with self.guard:
-            oldest = next(iter(self.active.values()), None)
-            idle = oldest is not None and now - oldest.last_used > self.cfg.idle_passivate_s
-            max_bytes = self.cfg.host_capacity_mb * 2**20
-            if not idle and within_capacity(len(self.active), self.sizes.total, self.capacity, max_bytes):
-                return 0
-            if not idle:  # over capacity (count or bytes): the oldest open souls beyond it, from the LRU's front
-                live = (sid for sid, a in self.active.items() if a.soul is not None)
-                n_live = len(self.active) - self._opening
-                due = list(islice(live, max(0, n_live - self.capacity)))
-                used = self.sizes.total - sum(self.sizes.get(sid, 0) for sid in due)
-                while max_bytes > 0 and used > max_bytes and len(due) < n_live - 1:  # the newest always stays
-                    due.append(next(live))
-                    used -= self.sizes.get(due[-1], 0)
-            else:
-                last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
-                due = to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes, max_bytes)
-            for sid in due:
-                act = self.active[sid]
-                if not act.live.busy and act.lock.acquire(blocking=False):  # memory work still running: later
-                    del self.active[sid]
-                    self.sizes.pop(sid, None)
-                    victims.append((act, "idle" if now - act.last_used > self.cfg.idle_passivate_s else "capacity"))
-        for _, reason in victims:  # passivated now (out of the active souls); their files close next
-            self.metrics.passivation(reason)
-        if aside and victims:
-            self._closer.run(self._close_victims, victims)
+        oldest = next(iter(self.active.values()), None)
+        idle = oldest is not None and now - oldest.last_used > self.cfg.idle_passivate_s
+        max_bytes = self.cfg.host_capacity_mb * 2**20
+        if not idle and within_capacity(len(self.active), self.sizes.total, self.capacity, max_bytes):
+            return 0
+        if not idle:  # over capacity (count or bytes): the oldest open souls beyond it, from the LRU's front
+            live = (sid for sid, a in self.active.items() if a.soul is not None)
+            n_live = len(self.active) - self._opening
+            due = list(islice(live, max(0, n_live - self.capacity)))
+            used = self.sizes.total - sum(self.sizes.get(sid, 0) for sid in due)
+            while max_bytes > 0 and used > max_bytes and len(due) < n_live - 1:  # the newest always stays
+                due.append(next(live))
+                used -= self.sizes.get(due[-1], 0)
         else:
-            self._close_victims(victims)
+            last = {sid: a.last_used for sid, a in self.active.items() if a.soul is not None}
+            due = to_passivate(last, now, self.cfg.idle_passivate_s, self.capacity, self.sizes, max_bytes)
+        victims: list[_Activation] = []
+        for sid in due:
+            act = self.active[sid]
+            if not act.live.busy and not act.lock.locked():  # memory work still running: later
+                await act.lock.acquire()  # free: taken at once
+                del self.active[sid]
+                self.sizes.pop(sid, None)
+                victims.append(act)
+                self.metrics.passivation("idle" if now - act.last_used > self.cfg.idle_passivate_s else "capacity")
+        if not victims:
+            return 0
+        closing = asyncio.ensure_future(self._close_victims(victims))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        if not aside:
+            await closing
         return len(victims)
 
-    @staticmethod
-    def _close_victims(victims: list[tuple[_Activation, str]]) -> None:
-        """Close passivated souls whose locks :meth:`_evict` took, and release the locks."""
-        for act, _ in victims:
-            try:
-                act.live.close()
-            finally:
+    async def _close_victims(self, victims: list[_Activation]) -> None:
+        """Close passivated souls whose locks :meth:`_evict` took (on the closing thread), and release the
+        locks."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._closing_pool, _close_all, victims)
+        finally:
+            for act in victims:
                 act.lock.release()
 
-    def wait_closed(self) -> None:
+    async def wait_closed(self) -> None:
         """Wait until the souls passivated aside (see :meth:`_evict`) are closed."""
-        self._closer.wait_closed()
+        while self._closing:
+            await asyncio.wait(list(self._closing))
 
-    def stop(self) -> int:
+    async def stop(self) -> int:
         """Stop (see :mod:`actors.introspection`): the idle ticker, the channel, then every active soul is
         passivated (its last memory work lands first) and the closing thread ends. Returns how many souls were
         passivated."""
-        if self.ticker is not None:
-            self.ticker.stop()
-            self.ticker = None
-        super().stop()
-        n = sum(self.passivate(sid) for sid in self.active_souls())
-        self._closer.stop()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        ActorInfo.stop(self)
+        n = 0
+        for sid in self.active_souls():
+            n += await self.passivate(sid)
+        if self._work:
+            await asyncio.wait(list(self._work))
+        await self.wait_closed()
+        self._closing_pool.shutdown(wait=True)
         self.pool.shutdown(wait=False)
         return n
 
-    def passivate(self, soul_id: str) -> bool:
-        with self.guard:
-            act = self.active.get(soul_id)
+    async def passivate(self, soul_id: str) -> bool:
+        act = self.active.get(soul_id)
         if act is None:
             return False
-        act.ready.wait()
-        with act.lock:
-            with self.guard:
-                if self.active.get(soul_id) is not act or act.soul is None:
-                    return False
-                del self.active[soul_id]
-                self.sizes.pop(soul_id, None)
-            act.live.close()
+        await act.ready.wait()
+        async with act.lock:
+            if self.active.get(soul_id) is not act or act.soul is None:
+                return False
+            del self.active[soul_id]
+            self.sizes.pop(soul_id, None)
+            soul = act.live
+            await self._drive(soul.wait_steps(), soul)  # its last memory work lands (on the loop) first
+            await self._in_pool(soul.close)
             self.metrics.passivation("asked")
             return True
 
-    def move(self, soul_id: str, to: str) -> bool:
+    async def move(self, soul_id: str, to: str) -> bool:
         """From now on ``to`` serves the soul: calls here are refused with :class:`Moved` naming it; the
-        turn in progress finishes first and the soul is passivated (the controller's dedicate)."""
-        with self.guard:
-            self.moved[soul_id] = to
-        return self.passivate(soul_id)
+        call in progress finishes first and the soul is passivated (the controller's dedicate)."""
+        self.moved[soul_id] = to
+        return await self.passivate(soul_id)
 
     def unmove(self, soul_id: str) -> None:
         """This actor serves the soul again (the controller's undedicate)."""
-        with self.guard:
-            self.moved.pop(soul_id, None)
+        self.moved.pop(soul_id, None)
 
-    def passivate_idle(self) -> int:
+    async def passivate_idle(self) -> int:
         """Passivate the souls idle for longer than ``idle_passivate_s`` (the host's timer calls this)."""
-        return self._evict()
+        return await self._evict()
 
     def active_souls(self) -> list[str]:
-        with self.guard:
-            return list(self.active)
+        return list(self.active)
 
-    # ---- turns -------------------------------------------------------------------------
+    # ---- calls ---------------------------------------------------------------------------
     def metrics_snapshot(self) -> dict[str, int]:
-        """What this host counted, its calls to the store shards with the items they carried, and the turns
-        that came over its local channel (``channel_calls``)."""
-        return {**self.metrics.local, **self.calls.counts(), **self.channel_counts()}
+        """What this host counted, its calls to the store shards with the items they carried, the calls that
+        came over its local channel (``channel_calls``), and the calls in progress now (``in_progress``)."""
+        return {**self.metrics.local, **self.calls.counts(), **self.channel_counts(), "in_progress": self.in_progress,
+                "memory_work": len(self._work)}
 
-    def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]) -> TurnResult:
+    async def run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]
+                  ) -> TurnResult:
         """One turn (or observe, or forget_where) of the soul, numbered ``seq`` (None: the next number). The
         soul's lock here lets one call of a soul run at a time, in the order they take it (a client's router
-        sends one call per soul at a time from each process); the soul itself checks ``seq``."""
+        sends one call per soul at a time from each process); the soul itself checks ``seq``. Refused with
+        RuntimeBusy when ``host_admission`` calls are in progress; a call that has begun ends even if its caller
+        goes away."""
+        if self.in_progress >= self.cfg.host_admission:
+            self.metrics.local["busy"] += 1
+            raise RuntimeBusy(f"{self.name} has {self.in_progress} calls in progress (host_admission)")
+        self.in_progress += 1
+        task = asyncio.ensure_future(self._run(soul_id, op, seq, request_id, payload))
+        task.add_done_callback(self._ended)
+        return await asyncio.shield(task)
+
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        self.in_progress -= 1
+        if not task.cancelled():
+            task.exception()  # seen: a caller that went away leaves no "never retrieved" warning
+
+    async def _run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]
+                   ) -> TurnResult:
         t0 = time.perf_counter()
-        with self._hold(soul_id) as act, self._superseded(soul_id, act):
+        async with self._hold(soul_id) as act, self._superseded(soul_id, act):
             act.last_used = self.clock()
+            soul = act.live
+            steps: Steps[TurnResult]
             if op == "turn":
-                res = act.live.turn(payload["text"], user=payload.get("user"), at=payload.get("at"),
-                                    request_id=request_id, seq=seq, wait_writes=payload.get("wait_writes", True))
+                steps = soul.turn_steps(payload["text"], user=payload.get("user"), at=payload.get("at"),
+                                        request_id=request_id, seq=seq, wait_writes=payload.get("wait_writes", True))
             elif op == "observe":
-                res = act.live.observe(payload["messages"], at=payload.get("at"), session=payload.get("session"),
-                                       request_id=request_id, seq=seq)
+                steps = soul.observe_steps(payload["messages"], at=payload.get("at"), session=payload.get("session"),
+                                           request_id=request_id, seq=seq)
             elif op == "forget_where":
-                res = forget_where(act.live, payload.get("ids"), payload.get("query"), request_id=request_id,
-                                   seq=seq, at=payload.get("at"))
+                steps = forget_where_steps(soul, payload.get("ids"), payload.get("query"), request_id=request_id,
+                                           seq=seq, at=payload.get("at"))
             else:
                 raise InvalidInput(f"unknown operation {op!r}")
+            res: TurnResult = await self._drive(steps, soul)
         self.metrics.turn(op, time.perf_counter() - t0)
         return res
 
-    def run_batch(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]) -> list[Any]:
+    async def run_batch(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]) -> list[Any]:
         """Several souls' calls in one (``run``'s arguments each; a client's router sends what its callers
-        submitted together): they run side by side on the host's turn threads. One answer per item, in
-        order: its result, or the :class:`SoulError` it raised (any other error as :class:`TurnFailed`)."""
+        submitted together): they run side by side. One answer per item, in order: its result, or the
+        :class:`SoulError` it raised (any other error as :class:`TurnFailed`); an item still running when the
+        others are long done is answered :class:`Later` (it goes on; its caller asks for it alone)."""
         if not isinstance(items, list) or not all(isinstance(it, tuple) and len(it) == 5 for it in items):
             raise InvalidInput("run_batch takes a list of (soul_id, op, seq, request_id, payload) tuples")
         self.metrics.local["turn_calls"] += 1
         self.metrics.local["turn_items"] += len(items)
-        self.crowd.join(len(items))  # members from now, not from when a thread picks the turn up
-        if len(items) == 1:
-            return [self._run_one(items[0])]
-        futures = [self.pool.submit(self._run_one, it) for it in items]
-        start, pending, half_s = time.monotonic(), set(futures), None
+        tasks = [asyncio.ensure_future(self._run_one(it)) for it in items]
+        start, pending, half_s = time.monotonic(), set(tasks), None
         while pending:  # all done, or the stragglers left behind (batch_answer_at)
             left = None if half_s is None else start + batch_answer_at(half_s) - time.monotonic()
             if left is not None and left <= 0:
                 break
-            _, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            if half_s is None and 2 * (len(futures) - len(pending)) >= len(futures):
+            _, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if half_s is None and 2 * (len(tasks) - len(pending)) >= len(tasks):
                 half_s = time.monotonic() - start
         self.metrics.local["turn_stragglers"] += len(pending)
-        return [Later() if f in pending else f.result() for f in futures]
+        return [Later() if t in pending else t.result() for t in tasks]
 
-    def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
-        """One item of a batch (its caller joined the crowd for it; it leaves when done)."""
+    async def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
+        """One item of a batch: its result or its error, as an answer."""
         soul_id, op = item[0], item[1]
         try:
-            try:
-                return self.run(*item)
-            except SoulError as e:  # it must reach its caller, not fail the batch's answer
-                return e if travels(e) else TurnFailed(f"{op} of {soul_id} failed: {e}")
-            except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
-                return TurnFailed(f"{op} of {soul_id} failed: {e!r}")
-        finally:
-            self.crowd.leave()
+            return await self.run(*item)
+        except SoulError as e:  # it must reach its caller, not fail the batch's answer
+            return e if travels(e) else TurnFailed(f"{op} of {soul_id} failed: {e}")
+        except Exception as e:  # noqa: BLE001 — this item's failure, not the batch's
+            return TurnFailed(f"{op} of {soul_id} failed: {e!r}")
 
-    @contextmanager
-    def _superseded(self, soul_id: str, act: _Activation) -> Iterator[None]:
+    @asynccontextmanager
+    async def _superseded(self, soul_id: str, act: _Activation) -> AsyncIterator[None]:
         """A newer owner took the soul over (StaleOwner): drop this activation, so that the next call here
         reactivates from disk under a new epoch, and let the caller see the error."""
         try:
             yield
         except StaleOwner:
-            with self.guard:
-                if self.active.get(soul_id) is act:
-                    del self.active[soul_id]
-                    self.sizes.pop(soul_id, None)
-            act.live.close()
+            if self.active.get(soul_id) is act:
+                del self.active[soul_id]
+                self.sizes.pop(soul_id, None)
+            await self._in_pool(act.live.close)
             raise
 
-    def last_seq(self, soul_id: str) -> int:
-        with self._hold(soul_id) as act:
+    async def last_seq(self, soul_id: str) -> int:
+        async with self._hold(soul_id) as act:
             return act.live.last_seq
 
-    def trace(self, soul_id: str, turn_id: str) -> TurnTrace:
-        return self._activate(soul_id).live.trace(turn_id)
+    async def trace(self, soul_id: str, turn_id: str) -> TurnTrace:
+        soul = (await self._activate(soul_id)).live
+        return await self._in_pool(soul.trace, turn_id)
 
-    def traces(self, soul_id: str, last: int) -> list[TurnTrace]:
-        return self._activate(soul_id).live.traces(last)
+    async def traces(self, soul_id: str, last: int) -> list[TurnTrace]:
+        soul = (await self._activate(soul_id)).live
+        return await self._in_pool(soul.traces, last)
 
-    def usage(self, soul_id: str) -> dict[str, Any]:
+    async def usage(self, soul_id: str) -> dict[str, Any]:
         """The soul's model cost so far (every committed turn and observe), in all, per phase and per model."""
-        return dict(self._activate(soul_id).live.state.usage)
+        return dict((await self._activate(soul_id)).live.state.usage)
 
-    def forget(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
-        """Erase a soul's memory for good (these layers, all by default) with its buffer and traces."""
-        with self._hold(soul_id) as act:
-            return forget_soul(act.live, stores)  # the last turn's memory work lands first, then all goes
+    async def forget(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
+        """Erase a soul's memory (these layers, all by default) for good, with its buffer and traces."""
+        async with self._hold(soul_id) as act:  # the last turn's memory work lands first, then all goes
+            return await self._drive(forget_soul_steps(act.live, stores), act.live)
 
-    def import_(self, soul_id: str, blob: bytes) -> None:
-        with self._hold(soul_id) as act:
-            act.live.wait_memory_work()
-            import_export(act.live.memory, blob, soul_id)  # type: ignore[arg-type]
+    async def import_(self, soul_id: str, blob: bytes) -> None:
+        async with self._hold(soul_id) as act:
+            soul = act.live
+            await self._drive(soul.wait_steps(), soul)
+            await self._in_pool(import_export, soul.memory, blob, soul_id)
 
     def ping(self) -> str:
         return self.name
 
+
+def _close_all(victims: list[_Activation]) -> None:
+    for act in victims:
+        act.live.close()

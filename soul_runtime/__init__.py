@@ -18,6 +18,7 @@ from soul_runtime.errors import (
     ModelTimeout,
     NotFound,
     OutOfOrder,
+    RuntimeBusy,
     RuntimeUnavailable,
     SoulError,
     StaleOwner,
@@ -57,5 +58,5 @@ def __getattr__(name: str) -> Any:  # heavier or Ray-side names load on first us
 __all__ = ["connect", "Runtime", "SoulHandle", "AsyncSoulHandle", "RuntimeConfig", "MemoryConfig", "SoulConfig",
            "TurnConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact", "FactVersion", "Episode",
            "Procedure", "SoulError", "InvalidInput", "ConfigError", "NotFound", "StorageError", "ModelError",
-           "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable",
+           "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable", "RuntimeBusy",
            "AuthError"]

@@ -6,108 +6,27 @@ of a batch (the leader) waits at most ``max_wait_s`` or until ``max_batch`` item
 ``@serve.batch``, for threads). The results are one per item, in order; an item whose result is an exception
 raises it in its own caller only. An exception from ``run`` itself reaches every caller of the batch.
 
-Used for the embedder (one model call for the texts of concurrent turns) and for a soul host's calls to a
-store shard (one call carrying the recalls or writes of several souls).
+Used for the embedder (one model call for the texts of concurrent callers).
 
 ``serial=True`` (the embedder): one ``run`` at a time, and the batch waiting for it stays open, so what arrives
 while the model is busy goes in its next call. Batches grow with the load by themselves instead of model calls
 running side by side on the same cores.
 
-``crowd=Crowd()``: the threads working on one process's turns. A leader then waits (at most ``max_wait_s``)
-until every member of the crowd is parked — waiting in a batch or for an answer — instead of for a fixed
-moment: the turns a host runs together reach each store call together, so they share it, and a turn running
-alone never waits.
-
 :class:`AsyncBatcher` is the same for coroutines of one event loop: what is submitted while the loop runs one
-round goes out as one call, with no timer.
+round goes out as one call, with no timer (a soul host's calls to its store shards, a client's turns to a host).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from soul_runtime.errors import RuntimeUnavailable
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-
-
-class Crowd:
-    """The threads working on one process's turns (members), and how many of them are parked: waiting in a batch
-    or for a batch's answer. Nothing a parked member does can join a batch before its wait ends."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.members = 0
-        self.parked = 0
-        self._leaders = 0  # threads in wait_parked(): the only ones a change needs to wake
-
-    @contextmanager
-    def member(self) -> Iterator[None]:
-        self.join(1)
-        try:
-            yield
-        finally:
-            self.leave()
-
-    def join(self, n: int) -> None:
-        """``n`` members from now on: work handed to threads that have not started yet counts already, so a
-        leader waits for it."""
-        with self._cond:
-            self.members += n
-
-    def leave(self) -> None:
-        with self._cond:
-            self.members -= 1
-            if self._leaders and self.parked >= self.members:
-                self._cond.notify_all()
-
-    @contextmanager
-    def park(self) -> Iterator[None]:
-        with self._cond:
-            self.parked += 1
-            if self._leaders and self.parked >= self.members:  # a leader waits for just this
-                self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.parked -= 1
-
-    def wake(self) -> None:
-        """A leader's own condition may hold now (its batch is full)."""
-        with self._cond:
-            if self._leaders:
-                self._cond.notify_all()
-
-    def wait_parked(self, done: Callable[[], bool], timeout: float) -> None:
-        """Wait (parked) until ``done()``, or every member is parked, or ``timeout`` seconds have passed."""
-        deadline = time.monotonic() + timeout
-        with self.park(), self._cond:
-            self._leaders += 1
-            try:
-                while not done() and self.parked < self.members:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    self._cond.wait(left)
-            finally:
-                self._leaders -= 1
-
-
-@contextmanager
-def parked(crowd: Crowd | None) -> Iterator[None]:
-    """Count this thread as parked in ``crowd`` (if any) while it waits for something outside any batch."""
-    if crowd is None:
-        yield
-    else:
-        with crowd.park():
-            yield
 
 
 class _Batch(Generic[In, Out]):
@@ -141,10 +60,9 @@ class Ticket(Generic[In, Out]):
     def _result(self) -> list[Out]:
         batch = self._batch
         if not batch.done.is_set():
-            with parked(self._batcher.crowd):
-                batch.done.wait()
+            batch.done.wait()
         if batch.error is None and batch.resolved is None:
-            with parked(self._batcher.crowd), batch.lock:  # the first caller resolves (waits for the answer)
+            with batch.lock:  # the first caller resolves (waits for the answer)
                 if batch.resolved is None and batch.error is None:
                     try:
                         resolved = self._batcher._resolve(batch.value)
@@ -180,8 +98,7 @@ class MicroBatcher(Generic[In, Out]):
     object ref) lets a caller start several batches before it waits for any (:meth:`start`)."""
 
     def __init__(self, run: Callable[[list[In]], Any], *, resolve: Callable[[Any], Sequence[Out | BaseException]]
-                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002, serial: bool = False,
-                 crowd: Crowd | None = None) -> None:
+                 = _identity, max_batch: int = 32, max_wait_s: float = 0.002, serial: bool = False) -> None:
         if max_batch < 1 or max_wait_s < 0:
             raise ValueError("max_batch must be >= 1 and max_wait_s >= 0")
         self._run = run
@@ -192,7 +109,6 @@ class MicroBatcher(Generic[In, Out]):
         self._open: _Batch[In, Out] | None = None
         self._active = 0  # callers between start() and the end of their result()
         self._running: threading.Lock | None = threading.Lock() if serial else None  # held by the batch in run()
-        self.crowd = crowd
         self.calls = 0
         self.items = 0
 
@@ -203,7 +119,6 @@ class MicroBatcher(Generic[In, Out]):
     def start(self, items: Sequence[In]) -> Ticket[In, Out]:
         """Join the gathering batch; returns once the batch has been sent (not answered)."""
         items = list(items)
-        overflowed = False
         with self._lock:
             self._active += 1
             batch = self._open
@@ -211,26 +126,19 @@ class MicroBatcher(Generic[In, Out]):
             if leader:
                 if batch is not None:
                     batch.full.set()  # the gathering batch leaves now; this caller starts the next one
-                    overflowed = True
                 batch = self._open = _Batch()
             assert batch is not None
             start = len(batch.items)
             batch.items.extend(items)
             if len(batch.items) >= self.max_batch:
                 batch.full.set()
-        if self.crowd is not None and (overflowed or (not leader and batch.full.is_set())):
-            self.crowd.wake()  # a batch is full: its leader waits no longer
         if leader:
-            if self.crowd is not None:  # wait for the members still working, not for a fixed moment
-                self.crowd.wait_parked(batch.full.is_set, self.max_wait_s)
-            else:
-                with self._lock:
-                    alone = self._active == 1
-                if not alone:  # others are busy and may join within a moment; alone, nobody would
-                    batch.full.wait(self.max_wait_s)
+            with self._lock:
+                alone = self._active == 1
+            if not alone:  # others are busy and may join within a moment; alone, nobody would
+                batch.full.wait(self.max_wait_s)
             if self._running is not None:  # serial: the batch stays open while the previous one runs
-                with parked(self.crowd):
-                    self._running.acquire()
+                self._running.acquire()
             try:
                 with self._lock:
                     if self._open is batch:
@@ -246,8 +154,7 @@ class MicroBatcher(Generic[In, Out]):
                     self._running.release()
                 batch.done.set()
         else:
-            with parked(self.crowd):
-                batch.done.wait()
+            batch.done.wait()
         return Ticket(self, batch, start, len(items))
 
 

@@ -82,5 +82,10 @@ class RuntimeUnavailable(SoulError):
     """The Ray runtime could not be reached."""
 
 
+class RuntimeBusy(RuntimeUnavailable):
+    """The soul's host has as many turns in progress as it admits (``host_admission``), and did not make room
+    within ``busy_wait_s``: nothing of this call was applied; try again later (the same request id is safe)."""
+
+
 class AuthError(RuntimeUnavailable):
     """The cluster refused the connection for lack of its auth token."""

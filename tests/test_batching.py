@@ -174,62 +174,6 @@ def test_batching_embedder_keeps_the_error_tree() -> None:
         BatchingEmbedder(Broken()).embed(["x"])
 
 
-# ---- a crowd: a leader waits for the members still working, not for a fixed moment ------------------------
-def test_a_crowd_leader_waits_for_busy_members_and_a_lone_member_never_waits() -> None:
-    from soul_runtime.batching import Crowd
-    calls: list[list[int]] = []
-
-    def run(items: list[int]) -> list[int]:
-        calls.append(list(items))
-        return items
-    crowd = Crowd()
-    b: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=5.0, crowd=crowd)
-
-    def member(i: int) -> list[int]:
-        with crowd.member():
-            time.sleep(0.02 * i)  # work before the call: not parked, so the leader waits for it
-            return b.submit([i])
-    out = _run_threads(4, member)
-    assert out == [[i] for i in range(4)]
-    assert calls == [[0, 1, 2, 3]]  # one call, though the last member came 60 ms after the first
-    # alone: the call goes at once although the leader could wait for its crowd up to max_wait_s
-    b.max_wait_s = 600.0
-
-    def alone() -> list[int]:
-        with crowd.member():
-            return b.submit([9])
-    assert _returns_soon(alone) == [9]
-    # without a crowd and no wait, the same staggered callers go one call each
-    calls.clear()
-    plain: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait_s=0.0)
-    _run_threads(4, lambda i: (time.sleep(0.02 * i), plain.submit([i]))[1])
-    assert len(calls) == 4
-
-
-def test_a_crowd_leader_gives_up_after_max_wait() -> None:
-    from soul_runtime.batching import Crowd
-    crowd = Crowd()
-    b: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=0.05, crowd=crowd)
-    stuck = threading.Event()
-
-    def busy() -> None:
-        with crowd.member():
-            stuck.wait(5)  # a member that never reaches the batch
-    t = threading.Thread(target=busy)
-    t.start()
-    try:
-        t0 = time.perf_counter()
-        with crowd.member():
-            assert b.submit([1]) == [1]
-        assert time.perf_counter() - t0 >= 0.04  # it waited for the busy member ...
-        assert t.is_alive()  # ... and gave up while that member is still busy
-    finally:
-        stuck.set()
-        t.join()
-    assert crowd.members == 0 and crowd.parked == 0
-
-
-# ---- coroutines: what one loop round submits goes as one call ----------------------------------------------
 def test_async_batcher_sends_one_round_as_one_call_and_answers_each() -> None:
     import asyncio
 
@@ -277,70 +221,6 @@ def test_async_batcher_holds_items_while_its_calls_are_out_and_fails_a_whole_bat
     assert first == [0]
     assert sent == [[0], [1, 2, 99, 4, 5]]  # held while the one call allowed was out, then sent together
     assert all(isinstance(r, RuntimeError) for r in rest)  # the call failed: every caller of it hears so
-
-
-def test_a_member_waiting_for_an_answer_is_parked() -> None:
-    """A member whose batch was sent and who waits for its answer cannot join another batch: a leader elsewhere
-    does not wait for it."""
-    from soul_runtime.batching import Crowd
-    crowd = Crowd()
-    answer = threading.Event()  # a's answer arrives only once b is done
-    slow: MicroBatcher[int, int] = MicroBatcher(lambda items: items, resolve=lambda v: (answer.wait(20), v)[1],
-                                                max_wait_s=0.0, crowd=crowd)
-    quick: MicroBatcher[int, int] = MicroBatcher(lambda items: items, max_wait_s=600.0, crowd=crowd)
-    done = threading.Event()
-    started = threading.Event()
-
-    def a() -> None:
-        with crowd.member():
-            started.set()
-            slow.submit([1])
-
-    def b() -> None:
-        started.wait()
-        time.sleep(0.05)  # a is waiting for its answer by now
-        with crowd.member():
-            quick.submit([2])
-            done.set()
-    threads = [threading.Thread(target=a), threading.Thread(target=b)]
-    for t in threads:
-        t.start()
-    try:
-        assert done.wait(20)  # b's batch left while a still waits for its answer (not after it)
-    finally:
-        answer.set()
-        for t in threads:
-            t.join(20)
-
-
-def test_a_leader_whose_batch_another_caller_filled_sends_at_once() -> None:
-    from soul_runtime.batching import Crowd
-    crowd = Crowd()
-    calls: list[list[int]] = []
-    b: MicroBatcher[int, int] = MicroBatcher(lambda items: calls.append(list(items)) or items, max_batch=4,
-                                             max_wait_s=600.0, crowd=crowd)
-    led = threading.Event()
-    first_done = threading.Event()
-
-    def first() -> None:
-        with crowd.member():
-            led.set()
-            b.submit([1])  # leads, and waits for the other member
-            first_done.set()
-
-    def second() -> None:
-        with crowd.member():
-            led.wait()
-            time.sleep(0.05)
-            b.submit([2, 3, 4, 5])  # does not fit: the first batch leaves now, this one is full by itself
-    with crowd.member():  # a third member, busy elsewhere all along: nobody may wait for it
-        threads = [threading.Thread(target=first), threading.Thread(target=second)]
-        for t in threads:
-            t.start()
-        assert first_done.wait(20)  # sent at once, though the third member never came (max_wait_s is 600 s)
-        for t in threads:
-            t.join(20)
-    assert sorted(calls) == [[1], [2, 3, 4, 5]]
 
 
 def test_async_batcher_drops_a_cancelled_unsent_item_and_refuses_a_wrong_count() -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from actors.soul_host import RemoteMemory
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
 
 
 class Recorded:
@@ -14,28 +19,24 @@ class Recorded:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
+    async def call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
         self.asked.append(layer)
-
-        class Done:
-            def result(self) -> list[list[Any]]:
-                return [[]]
-        return Done()
+        return []
 
 
 def test_a_layer_with_no_file_is_not_asked_to_recall(tmp_path: Path) -> None:
     calls = Recorded()
     mem = RemoteMemory("s1", calls, tmp_path)  # type: ignore[arg-type]
-    assert mem.recall("what is up", at=1.0) == [] and calls.asked == []  # a fresh soul: no call at all
+    assert run(mem.recall("what is up", at=1.0)) == [] and calls.asked == []  # a fresh soul: no call at all
     (tmp_path / "episodic.sqlite").write_bytes(b"")
-    mem.recall("what is up", at=1.0)
+    run(mem.recall("what is up", at=1.0))
     assert calls.asked == ["episodic"]
     (tmp_path / "semantic.sqlite").write_bytes(b"")
     calls.asked.clear()
-    mem.recall("what is up", at=1.0)
+    run(mem.recall("what is up", at=1.0))
     assert sorted(calls.asked) == ["episodic", "semantic"]
     shared = Recorded()  # no directory (shared storage, files maybe on another node): every layer is asked
-    RemoteMemory("s1", shared).recall("what is up", at=1.0)  # type: ignore[arg-type]
+    run(RemoteMemory("s1", shared).recall("what is up", at=1.0))  # type: ignore[arg-type]
     assert sorted(shared.asked) == ["episodic", "procedural", "semantic"]
 
 
@@ -83,9 +84,10 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
         stores = Stores()
         crowd = None
 
-        def start(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
+        async def call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
             log.append(("send", method, layer))
-            return super().start(layer, soul_id, method, item)
+            await asyncio.sleep(0)  # the answer comes later: the fence is waited for meanwhile
+            return await super().call(layer, soul_id, method, item)
 
     def call(handle: str, method: str, *args: Any) -> tuple[str, str]:
         log.append(("send", method, handle, *args[1:]))
@@ -96,8 +98,11 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
         if fail[0] and any(m == "fence" for m, _ in refs):
             raise StaleOwner("a newer owner fenced this layer")
         return [0 for _ in refs]
+    async def get_async(refs: list[tuple[str, str]]) -> list[Any]:
+        return get(refs)
     monkeypatch.setattr(raycalls, "call", call)
     monkeypatch.setattr(raycalls, "get", get)
+    monkeypatch.setattr(raycalls, "get_async", get_async)
     for layer in ("episodic", "semantic"):
         (tmp_path / f"{layer}.sqlite").write_bytes(b"")
     mem = RemoteMemory("s1", Calls(), tmp_path)  # type: ignore[arg-type]
@@ -105,7 +110,7 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
     assert log == [("send", "fence", "episodic", 7), ("send", "fence", "semantic", 7)]  # sent, not waited
     log.clear()
     with pytest.raises(StaleOwner):
-        mem.recall("what is up", at=1.0)
+        run(mem.recall("what is up", at=1.0))
     assert sorted(log[:2]) == [("send", "recall_batch", "episodic"), ("send", "recall_batch", "semantic")]
     assert log[2:] == [("wait", "fence", "fence")]  # the recall went out beside the fence
     log.clear()
@@ -118,5 +123,5 @@ def test_an_activations_fence_travels_beside_the_first_recall_and_is_up_before_a
     assert log[:3] == [("send", "fence", "episodic", 7), ("send", "fence", "semantic", 7), ("wait", "fence", "fence")]
     assert [e[1] for e in log[3:] if e[0] == "send"] == ["forget"] * 3  # the writes only after the fence
     log.clear()
-    mem.recall("what is up", at=1.0)  # fenced: no more fence calls
+    run(mem.recall("what is up", at=1.0))  # fenced: no more fence calls
     assert all(e[1] != "fence" for e in log)

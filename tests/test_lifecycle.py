@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,16 +15,19 @@ from .test_schedule import Clock, host
 
 
 def test_a_host_stops_its_ticker_and_passivates_every_soul(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    h = host(tmp_path, Clock(), monkeypatch, host_capacity=8, idle_check_s=30.0)
-    ticker = h.ticker
-    assert ticker is not None and ticker._thread.is_alive()
-    for sid in ("a", "b", "c"):
-        h.last_seq(sid)
-    assert h.stop() == 3
-    assert h.active_souls() == [] and h.ticker is None and not ticker._thread.is_alive()
-    assert h.metrics.local["passivations:asked"] == 3
-    with pytest.raises(RuntimeError):  # the closing thread has ended
-        h._closer.run(lambda: None)
+    async def main() -> None:
+        h = host(tmp_path, Clock(), monkeypatch, host_capacity=8, idle_check_s=30.0)
+        ticker = h._ticker
+        assert ticker is not None and not ticker.done()
+        for sid in ("a", "b", "c"):
+            await h.last_seq(sid)
+        assert await h.stop() == 3
+        await asyncio.sleep(0)
+        assert h.active_souls() == [] and h._ticker is None and ticker.cancelled()
+        assert h.metrics.local["passivations:asked"] == 3
+        with pytest.raises(RuntimeError):  # the closing thread has ended
+            h._closing_pool.submit(lambda: None)
+    asyncio.run(main())
 
 
 def _open_files_under(root: Path) -> list[str]:

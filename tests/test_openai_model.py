@@ -263,7 +263,7 @@ def test_unreachable_server_is_model_error() -> None:
 def test_injected_client_retries_are_ours(api: ChatCompletionsServer) -> None:
     client = openai.OpenAI(api_key=KEY, base_url=api.api_url, max_retries=5)
     api.push(chat_error(503, "server_error"), chat_text("unused"))
-    model = OpenAIChatModel(model_id=MODEL, client=client, max_retries=0)
+    model = OpenAIChatModel(model_id=MODEL, client=client, max_retries=0, deadline_s=0)
     with pytest.raises(ModelError, match="503 server_error"):
         model.reply(request())
     assert len(api.requests) == 1  # the SDK's own retries are off

@@ -146,20 +146,22 @@ def test_a_host_refuses_a_soul_served_elsewhere_and_names_it(tmp_path: Path, mon
                                                              ) -> None:
     monkeypatch.setattr(soul_host, "RemoteMemory", NoMemory)
     conf = {"data_dir": str(tmp_path), "model": "offline"}
-    host = SoulHost("soul-host-0", conf, model=OfflineModel())
-    assert host.last_seq("maya") == 0 and "maya" in host.active_souls()
-    assert host.move("maya", "soul-dedicated-maya") is True  # passivated here
-    with pytest.raises(Moved) as moved:
-        host.last_seq("maya")
-    assert moved.value.to == "soul-dedicated-maya" and "maya" not in host.active_souls()
-    (tmp_path / routing.REGISTRY).write_text('{"maya": "soul-dedicated-maya"}')
-    restarted = SoulHost("soul-host-0", conf, model=OfflineModel())  # a restart reads the registry
-    with pytest.raises(Moved):
-        restarted.last_seq("maya")
-    dedicated = SoulHost("soul-dedicated-maya", {**conf, "host_capacity": 1}, model=OfflineModel())
-    assert dedicated.last_seq("maya") == 0  # its own soul
-    host.unmove("maya")
-    assert host.last_seq("maya") == 0
+    async def main() -> None:
+        host = SoulHost("soul-host-0", conf, model=OfflineModel())
+        assert await host.last_seq("maya") == 0 and "maya" in host.active_souls()
+        assert await host.move("maya", "soul-dedicated-maya") is True  # passivated here
+        with pytest.raises(Moved) as moved:
+            await host.last_seq("maya")
+        assert moved.value.to == "soul-dedicated-maya" and "maya" not in host.active_souls()
+        (tmp_path / routing.REGISTRY).write_text('{"maya": "soul-dedicated-maya"}')
+        restarted = SoulHost("soul-host-0", conf, model=OfflineModel())  # a restart reads the registry
+        with pytest.raises(Moved):
+            await restarted.last_seq("maya")
+        dedicated = SoulHost("soul-dedicated-maya", {**conf, "host_capacity": 1}, model=OfflineModel())
+        assert await dedicated.last_seq("maya") == 0  # its own soul
+        host.unmove("maya")
+        assert await host.last_seq("maya") == 0
+    asyncio.run(main())
     assert Moved("x", "y").__reduce__()[1] == ("x", "y")  # crosses Ray intact
 
 
@@ -240,8 +242,8 @@ def test_a_host_answers_a_batch_without_waiting_for_its_stragglers(tmp_path: Pat
         def __reduce__(self) -> Any:
             raise TypeError("cannot pickle")
 
-    def run(soul_id: str, op: str, seq: Any, rid: str, payload: dict[str, Any]) -> Any:
-        time.sleep(payload["s"])
+    async def run(soul_id: str, op: str, seq: Any, rid: str, payload: dict[str, Any]) -> Any:
+        await asyncio.sleep(payload["s"])
         finished.append(soul_id)
         if soul_id == "bad":
             raise InvalidInput("turn text is empty")
@@ -253,18 +255,20 @@ def test_a_host_answers_a_batch_without_waiting_for_its_stragglers(tmp_path: Pat
     monkeypatch.setattr(host, "run", run)
     items = [(s, "turn", None, f"rid-{s}", {"s": d}) for s, d in
              (("a", 0.01), ("slow", 1.5), ("bad", 0.01), ("b", 0.02), ("odd", 0.01), ("bug", 0.01))]
-    t0 = time.perf_counter()
-    out = host.run_batch(items)
-    took = time.perf_counter() - t0
-    assert took < 1.0  # not the slow turn's 1.5 s
-    assert out[0] == "done a" and out[3] == "done b" and isinstance(out[1], routing.Later)
-    assert isinstance(out[2], InvalidInput) and isinstance(out[4], TurnFailed) and isinstance(out[5], TurnFailed)
-    pickle.dumps(out)  # the whole answer crosses Ray
-    time.sleep(1.6)
-    assert "slow" in finished  # the straggler ran to its end on the host
-    assert host.metrics_snapshot()["turn_stragglers"] == 1
-    with pytest.raises(InvalidInput):
-        host.run_batch("not a list")  # type: ignore[arg-type]
+    async def main() -> None:
+        t0 = time.perf_counter()
+        out = await host.run_batch(items)
+        took = time.perf_counter() - t0
+        assert took < 1.0  # not the slow turn's 1.5 s
+        assert out[0] == "done a" and out[3] == "done b" and isinstance(out[1], routing.Later)
+        assert isinstance(out[2], InvalidInput) and isinstance(out[4], TurnFailed) and isinstance(out[5], TurnFailed)
+        pickle.dumps(out)  # the whole answer crosses Ray
+        await asyncio.sleep(1.6)
+        assert "slow" in finished  # the straggler ran to its end on the host
+        assert host.metrics_snapshot()["turn_stragglers"] == 1
+        with pytest.raises(InvalidInput):
+            await host.run_batch("not a list")  # type: ignore[arg-type]
+    asyncio.run(main())
 
 
 def test_the_async_driver_forgets_the_batcher_of_a_dedicated_actor_once_idle(monkeypatch: pytest.MonkeyPatch

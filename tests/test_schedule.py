@@ -5,6 +5,7 @@ No Ray: the host and shard classes are used as plain objects (their timers are p
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -126,33 +127,38 @@ def host(tmp: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, **cfg: object
 
 def test_host_passivates_idle_souls_by_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
-    h = host(tmp_path, clock, monkeypatch, idle_check_s=0.02)
-    try:
-        for sid in ("a", "b"):
-            assert h.last_seq(sid) == 0  # activates the soul
-        clock.t += 30
-        h.last_seq("b")
-        time.sleep(0.2)  # many ticks: nobody is idle yet
-        assert h.active_souls() == ["a", "b"] and h.ticker is not None and h.ticker.ticks >= 2
-        clock.t += 45  # a: 75 s idle, b: 45 s
-        deadline = time.monotonic() + 5
-        while (h.active_souls() != ["b"] or not h.metrics.local["passivations:idle"]) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert h.active_souls() == ["b"]
-        assert h.metrics.local["passivations:idle"] == 1
-    finally:
-        assert h.ticker is not None
-        h.ticker.stop()
+
+    async def main() -> None:
+        h = host(tmp_path, clock, monkeypatch, idle_check_s=0.02)  # made on a running loop: its ticker runs
+        try:
+            for sid in ("a", "b"):
+                assert await h.last_seq(sid) == 0  # activates the soul
+            clock.t += 30
+            await h.last_seq("b")
+            await asyncio.sleep(0.2)  # many ticks: nobody is idle yet
+            assert h.active_souls() == ["a", "b"] and h._ticker is not None and not h._ticker.done()
+            clock.t += 45  # a: 75 s idle, b: 45 s
+            deadline = time.monotonic() + 5
+            while (h.active_souls() != ["b"] or not h.metrics.local["passivations:idle"]) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert h.active_souls() == ["b"]
+            assert h.metrics.local["passivations:idle"] == 1
+        finally:
+            await h.stop()
+    asyncio.run(main())
 
 
 def test_host_timer_is_off_with_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
-    h = host(tmp_path, clock, monkeypatch, idle_check_s=0)
-    h.last_seq("a")
-    clock.t += 1000
-    assert h.ticker is None and h.active_souls() == ["a"]
-    assert h.passivate_idle() == 1 and h.active_souls() == []
+
+    async def main() -> None:
+        h = host(tmp_path, clock, monkeypatch, idle_check_s=0)
+        await h.last_seq("a")
+        clock.t += 1000
+        assert h._ticker is None and h.active_souls() == ["a"]
+        assert await h.passivate_idle() == 1 and h.active_souls() == []
+    asyncio.run(main())
 
 
 def test_ticker_survives_a_failing_tick() -> None:
@@ -284,31 +290,34 @@ def test_a_host_closes_evicted_souls_off_the_activating_call(tmp_path: Path, mon
 
     from soul_runtime.loop.soul import Soul as SoulClass
     clock = Clock()
-    h = host(tmp_path, clock, monkeypatch, host_capacity=2)
-    for sid in ("a", "b"):
-        h.last_seq(sid)
-    gate = threading.Event()
-    real_close = SoulClass.close
 
-    closed: list[str] = []
+    async def main() -> None:
+        h = host(tmp_path, clock, monkeypatch, host_capacity=2)
+        for sid in ("a", "b"):
+            await h.last_seq(sid)
+        gate = threading.Event()
+        real_close = SoulClass.close
 
-    def slow_close(self: SoulClass) -> None:
-        assert gate.wait(10)
-        real_close(self)
-        closed.append(self.soul_id)
-    monkeypatch.setattr(SoulClass, "close", slow_close)
-    assert h.last_seq("c") == 0  # returns while a's close waits at the gate
-    assert h.active_souls() == ["b", "c"] and h.metrics.local["passivations:capacity"] == 1 and closed == []
-    gate.set()
-    h.wait_closed()
-    assert closed == ["a"] and h.last_seq("a") == 0  # reactivates from its closed files
-    h.wait_closed()
-    assert h.active_souls() == ["c", "a"] and closed == ["a", "b"]
-    clock.t += 30  # nobody idle (60 s), within capacity: nothing to do
-    assert h._evict() == 0 and h.active_souls() == ["c", "a"]
-    clock.t += 31  # c idle for 61 s: the same call passivates it
-    h.last_seq("a")
-    assert h._evict() == 1 and h.active_souls() == ["a"]
+        closed: list[str] = []
+
+        def slow_close(self: SoulClass) -> None:
+            assert gate.wait(10)
+            real_close(self)
+            closed.append(self.soul_id)
+        monkeypatch.setattr(SoulClass, "close", slow_close)
+        assert await h.last_seq("c") == 0  # returns while a's close waits at the gate
+        assert h.active_souls() == ["b", "c"] and h.metrics.local["passivations:capacity"] == 1 and closed == []
+        gate.set()
+        await h.wait_closed()
+        assert closed == ["a"] and await h.last_seq("a") == 0  # reactivates from its closed files
+        await h.wait_closed()
+        assert h.active_souls() == ["c", "a"] and closed == ["a", "b"]
+        clock.t += 30  # nobody idle (60 s), within capacity: nothing to do
+        assert await h._evict() == 0 and h.active_souls() == ["c", "a"]
+        clock.t += 31  # c idle for 61 s: the same call passivates it
+        await h.last_seq("a")
+        assert await h._evict() == 1 and h.active_souls() == ["a"]
+    asyncio.run(main())
 
 
 def test_a_host_over_capacity_by_count_takes_its_oldest_souls_without_a_pass(
@@ -316,19 +325,23 @@ def test_a_host_over_capacity_by_count_takes_its_oldest_souls_without_a_pass(
     """An activation beyond capacity passivates the least recently used souls straight from the front of the
     LRU (no pass over every active soul, which grew with the capacity); idle souls still go by the policy."""
     clock = Clock()
-    h = host(tmp_path, clock, monkeypatch, host_capacity=3)
-    for sid in ("a", "b", "c"):
-        h.last_seq(sid)
-        clock.t += 1
-    h.last_seq("a")  # a is the most recent now: b is the oldest
 
-    def no_pass(*a: object, **k: object) -> list[str]:
-        raise AssertionError("a pass over every active soul")
-    real = soul_host.to_passivate
-    monkeypatch.setattr(soul_host, "to_passivate", no_pass)
-    h.last_seq("d")
-    h.wait_closed()
-    assert h.active_souls() == ["c", "a", "d"] and h.metrics.local["passivations:capacity"] == 1
-    monkeypatch.setattr(soul_host, "to_passivate", real)
-    clock.t += 600  # c, a and d idle past idle_passivate_s (60 s): the policy decides
-    assert h._evict() == 3 and h.active_souls() == []
+    async def main() -> None:
+        h = host(tmp_path, clock, monkeypatch, host_capacity=3)
+        for sid in ("a", "b", "c"):
+            await h.last_seq(sid)
+            clock.t += 1
+        await h.last_seq("a")  # a is the most recent now: b is the oldest
+
+        def no_pass(*a: object, **k: object) -> list[str]:
+            raise AssertionError("a pass over every active soul")
+        real = soul_host.to_passivate
+        monkeypatch.setattr(soul_host, "to_passivate", no_pass)
+        await h.last_seq("d")
+        await h.wait_closed()
+        assert h.active_souls() == ["c", "a", "d"] and h.metrics.local["passivations:capacity"] == 1
+        monkeypatch.setattr(soul_host, "to_passivate", real)
+        clock.t += 600  # c, a and d idle past idle_passivate_s (60 s): the policy decides
+        assert await h._evict() == 3 and h.active_souls() == []
+    asyncio.run(main())
+
