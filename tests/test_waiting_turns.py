@@ -45,6 +45,8 @@ class SlowModel(AsyncLanguageModel):
         self.waiting = 0
         self.peak = 0
         self.calls: list[str] = []
+        self.decide_gate: asyncio.Event | None = None
+        """When set up, a memory decision also waits for it (the test opens it)."""
 
     async def _wait(self, what: str) -> None:
         self.calls.append(what)
@@ -61,6 +63,8 @@ class SlowModel(AsyncLanguageModel):
 
     async def decide(self, exchange: Exchange) -> MemoryDecision:
         await self._wait("decide")
+        if self.decide_gate is not None:
+            await self.decide_gate.wait()
         return self.inner.decide(exchange)
 
     async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
@@ -124,12 +128,14 @@ def test_memory_work_beside_the_reply_runs_as_tasks_and_the_next_turn_reads_it(
 
     async def main() -> None:
         host = make_host(tmp_path, monkeypatch, model, host_threads=2)
+        model.decide_gate = asyncio.Event()
         before = threading.active_count()
         first = await asyncio.gather(*(host.run(f"w{i}", "turn", None, f"a{i}",
                                                 turn(f"w{i}'s deploy key rotates every 30 days.", wait_writes=False))
                                        for i in range(50)))
         assert all(r.writes_pending and r.writes == () for r in first)
         assert host.metrics_snapshot()["memory_work"] == 50 and threading.active_count() - before <= 2 + 2
+        model.decide_gate.set()  # the memory decisions answer; each soul's next turn waits for its own
         second = await asyncio.gather(*(host.run(f"w{i}", "turn", None, f"b{i}",
                                                  turn("How often does the deploy key rotate?", 1))
                                         for i in range(50)))
