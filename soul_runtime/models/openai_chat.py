@@ -73,7 +73,7 @@ class OpenAIChatModel(RemoteModel):
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
                  memory_max_tokens: int = 4096, client: Any = None, retry_base_delay_s: float = 0.5,
                  token_field: str = "max_tokens", sleep: Callable[[float], None] = time.sleep,
-                 deadline_s: float = 120.0, max_concurrency: int = 256) -> None:
+                 deadline_s: float = 120.0, max_concurrency: int = 1024) -> None:
         self.model_id = check_model_id("model_id", model_id, "llama-3.1-8b-instruct")
         self._memory_model_id = check_model_id("memory_model_id", memory_model_id or model_id,
                                                "llama-3.1-8b-instruct")
@@ -162,8 +162,11 @@ class OpenAIChatModel(RemoteModel):
             return self._client  # an injected async client
         if self._settings is None:
             return None  # an injected blocking client: sent on a thread
-        import openai
-        return openai.AsyncOpenAI(**self._settings, timeout=self.timeout_s, max_retries=0)
+        limits = openai.DEFAULT_CONNECTION_LIMITS  # the SDK's own HTTP library's type
+        pool = type(limits)(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency,
+                            keepalive_expiry=limits.keepalive_expiry)
+        return openai.AsyncOpenAI(**self._settings, timeout=self.timeout_s, max_retries=0,
+                                  http_client=openai.DefaultAsyncHttpxClient(limits=pool))
 
 
 def model_from_settings(env: Mapping[str, str], args: Mapping[str, str] | None = None) -> OpenAIChatModel:
