@@ -164,7 +164,7 @@ class RemoteModel(LanguageModel):
 
     def __init__(self, *, timeout_s: float, max_retries: int, max_tokens: int, memory_max_tokens: int,
                  retry_base_delay_s: float, sleep: Callable[[float], None], deadline_s: float = 120.0,
-                 max_concurrency: int = 1024) -> None:
+                 max_concurrency: int = 256) -> None:
         for name, num in (("timeout_s", timeout_s), ("retry_base_delay_s", retry_base_delay_s),
                           ("deadline_s", deadline_s)):
             if isinstance(num, bool) or not isinstance(num, (int, float)) or not math.isfinite(num) or num < 0:
