@@ -17,7 +17,7 @@ blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`)
 
 Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
 as one ``run_batch`` call (:class:`AsyncBatcher`: at most ``MAX_BATCH`` turns a call and ``MAX_CALLS`` calls out
-per host, far above what a host admits); the host runs them side by side and answers each (its result,
+per host: together above what a host admits, and few enough calls that what arrives meanwhile fills the next); the host runs them side by side and answers each (its result,
 its own error, or :class:`Later` for a straggler, which is then asked for alone). A dead host fails the whole
 call and each turn is retried on its own. The blocking driver sends one turn per call: its threads arrive one
 by one, and batching them would cost a wait without filling batches.
@@ -55,8 +55,8 @@ HOST_CHANNEL_METHODS = ("run", "run_batch")
 """What a host serves on its local channel (:meth:`actors.soul_host.SoulHost.serve_channel`)."""
 BATCHED = frozenset({"run"})
 """The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
-MAX_BATCH = 64
-MAX_CALLS = 32
+MAX_BATCH = 256
+MAX_CALLS = 4
 BUSY_PAUSE_S = (0.02, 1.0)
 """The first and the longest pause before a busy host is tried again."""
 REGISTRY = "dedicated.json"

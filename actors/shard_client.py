@@ -66,7 +66,7 @@ class ShardCalls:
     through Ray; one whose channel broke is asked for its address again at most once a second. ``transport``:
     how the calls travel (default: that; :class:`~actors.transport.DirectTransport` in tests)."""
 
-    def __init__(self, stores: StoreLocator, *, max_batch: int = 64, max_calls: int = 8, channels: bool = False,
+    def __init__(self, stores: StoreLocator, *, max_batch: int = 64, max_calls: int = 2, channels: bool = False,
                  transport: Transport | DirectTransport | None = None) -> None:
         self.stores = stores
         self.max_batch = max_batch
