@@ -282,6 +282,30 @@ def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path, flavour
         assert again.state.usage == total
 
 
+def test_the_asynchronous_view_sends_the_same_requests_with_the_sdks_async_client(tmp_path: Path,
+                                                                                flavour: Flavour) -> None:
+    """A host's view of the adapter: the SDK's async client (made for the loop that calls it, on a pool of
+    max_concurrency connections), the same request and answer, the usage summed on the model itself."""
+    import asyncio
+
+    from soul_runtime.models.base import ReplyRequest
+    with flavour.server(None) as api:
+        api.push(*[flavour.text(f"Hi {i}.") for i in range(6)])
+        m = model(api, max_concurrency=2)
+        view = m.asynchronous()
+        assert view is m.asynchronous() and view.model_id == m.model_id and view.label == m.label
+
+        async def main() -> list[str]:
+            req = ReplyRequest(system="You are Ana's assistant.", memory_lines=(), history=(), user_text="hello",
+                               user="ana", max_tokens=32)
+            out = await asyncio.gather(*(view.reply(req) for _ in range(6)))
+            client, gate = view._client()
+            assert type(client).__name__ == m.async_client_class and gate._value == 2  # type: ignore[attr-defined]
+            return sorted(r.text for r in out)
+        assert asyncio.run(main()) == [f"Hi {i}." for i in range(6)]
+        assert len(api.bodies()) == 6 and m.usage_total.calls == 6
+
+
 @pytest.mark.parametrize("overloaded", [True, False], ids=["overloaded", "rate-limited"])
 def test_a_busy_api_slows_a_turn_until_its_deadline(tmp_path: Path, flavour: Flavour, overloaded: bool) -> None:
     """429/529 with retry-after are waited for beyond max_retries while the call's deadline allows: the turn

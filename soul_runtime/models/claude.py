@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -71,6 +70,8 @@ class AnthropicModel(RemoteModel):
     """Claude through the Messages API. Thread-safe; ``usage_total`` / ``usage_by_model`` are running sums."""
 
     errors = _ERRORS
+    sdk = anthropic
+    async_client_class = "AsyncAnthropic"
 
     def __init__(self, *, model_id: str, memory_model_id: str | None = None, api_key: str | None = None,
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
@@ -84,7 +85,7 @@ class AnthropicModel(RemoteModel):
         super().__init__(timeout_s=timeout_s, max_retries=max_retries, max_tokens=max_tokens,
                          memory_max_tokens=memory_max_tokens, retry_base_delay_s=retry_base_delay_s, sleep=sleep,
                          deadline_s=deadline_s, max_concurrency=max_concurrency)
-        self._settings: dict[str, Any] | None = {"api_key": api_key, "base_url": base_url} if client is None else None
+        self._settings = {"api_key": api_key, "base_url": base_url} if client is None else None
         if cache_min is not None and (isinstance(cache_min, bool) or not isinstance(cache_min, int) or cache_min < 1):
             raise ConfigError(f"cache_min must be a whole number >= 1, got {cache_min!r}")
         self.cache_min = cache_min
@@ -106,16 +107,8 @@ class AnthropicModel(RemoteModel):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
 
-    def _async_client(self) -> Any:
-        if inspect.iscoroutinefunction(getattr(self._client.messages, "create", None)):
-            return self._client  # an injected async client
-        if self._settings is None:
-            return None  # an injected blocking client: sent on a thread
-        limits = anthropic.DEFAULT_CONNECTION_LIMITS  # the SDK's own HTTP library's type
-        pool = type(limits)(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency,
-                            keepalive_expiry=limits.keepalive_expiry)
-        return anthropic.AsyncAnthropic(**self._settings, timeout=self.timeout_s, max_retries=0,
-                                        http_client=anthropic.DefaultAsyncHttpxClient(limits=pool))
+    def _create_of(self, client: Any) -> Any:
+        return getattr(client.messages, "create", None)
 
     def _cacheable(self, model: str, *parts: str) -> bool:
         """Is the prefix long enough to be cached? Counted as characters / 3 (Claude's tokenizers give more

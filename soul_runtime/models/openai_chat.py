@@ -20,7 +20,6 @@ Anthropic adapter.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -68,6 +67,8 @@ class OpenAIChatModel(RemoteModel):
     ``max_completion_tokens`` (OpenAI's reasoning models)."""
 
     errors = _ERRORS
+    sdk = openai
+    async_client_class = "AsyncOpenAI"
 
     def __init__(self, *, model_id: str, memory_model_id: str | None = None, api_key: str | None = None,
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
@@ -86,7 +87,7 @@ class OpenAIChatModel(RemoteModel):
         if client is None:
             if base_url is not None and not api_key:
                 api_key = _NO_KEY
-            self._settings: dict[str, Any] | None = {"api_key": api_key, "base_url": base_url}
+            self._settings = {"api_key": api_key, "base_url": base_url}
             try:
                 client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=self.timeout_s, max_retries=0)
             except (openai.OpenAIError, ValueError) as e:
@@ -157,16 +158,8 @@ class OpenAIChatModel(RemoteModel):
         return (yield from self._send(model, lambda c: c.chat.completions.create(model=model, messages=messages, **kw),
                                       _usage_of))
 
-    def _async_client(self) -> Any:
-        if inspect.iscoroutinefunction(getattr(self._client.chat.completions, "create", None)):
-            return self._client  # an injected async client
-        if self._settings is None:
-            return None  # an injected blocking client: sent on a thread
-        limits = openai.DEFAULT_CONNECTION_LIMITS  # the SDK's own HTTP library's type
-        pool = type(limits)(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency,
-                            keepalive_expiry=limits.keepalive_expiry)
-        return openai.AsyncOpenAI(**self._settings, timeout=self.timeout_s, max_retries=0,
-                                  http_client=openai.DefaultAsyncHttpxClient(limits=pool))
+    def _create_of(self, client: Any) -> Any:
+        return getattr(client.chat.completions, "create", None)
 
 
 def model_from_settings(env: Mapping[str, str], args: Mapping[str, str] | None = None) -> OpenAIChatModel:

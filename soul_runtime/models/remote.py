@@ -233,9 +233,28 @@ class RemoteModel(LanguageModel):
             except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
                 value, error = None, e
 
+    sdk: Any
+    """The SDK's module (``anthropic``, ``openai``): its async client class, HTTP client and connection limits."""
+    async_client_class: str
+    _settings: dict[str, Any] | None
+    """What the model's own client was made with (None: an injected client)."""
+
+    def _create_of(self, client: Any) -> Any:
+        """The client's create method (to tell an async client from a blocking one)."""
+        raise NotImplementedError
+
     def _async_client(self) -> Any:
-        """The SDK's async client for this model's settings (None: send with the blocking client on a thread)."""
-        return None
+        """The SDK's async client for this model's settings, on a pool of ``max_concurrency`` connections; an
+        injected async client as it is; None for an injected blocking client (sent on a thread)."""
+        if inspect.iscoroutinefunction(self._create_of(self._client)):
+            return self._client
+        if self._settings is None:
+            return None
+        limits = self.sdk.DEFAULT_CONNECTION_LIMITS  # the SDK's own HTTP library's type
+        pool = type(limits)(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency,
+                            keepalive_expiry=limits.keepalive_expiry)
+        return getattr(self.sdk, self.async_client_class)(**self._settings, timeout=self.timeout_s, max_retries=0,
+                                                          http_client=self.sdk.DefaultAsyncHttpxClient(limits=pool))
 
     # ---- the operations, as steps ------------------------------------------------------
 
