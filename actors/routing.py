@@ -17,7 +17,9 @@ blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`)
 
 Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
 as one ``run_batch`` call (:class:`AsyncBatcher`: at most ``MAX_BATCH`` turns a call and ``MAX_CALLS`` calls out
-per host: together above what a host admits, and few enough calls that what arrives meanwhile fills the next); the host runs them side by side and answers each (its result,
+per host: together above what a host admits, and few enough calls that what arrives meanwhile fills the next; a
+call out for ``RELEASE_AFTER_S`` stops counting, so turns do not wait behind ones waiting for a slow model); the
+host runs them side by side and answers each (its result,
 its own error, or :class:`Later` for a straggler, which is then asked for alone). A dead host fails the whole
 call and each turn is retried on its own. The blocking driver sends one turn per call: its threads arrive one
 by one, and batching them would cost a wait without filling batches.
@@ -57,6 +59,9 @@ BATCHED = frozenset({"run"})
 """The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
 MAX_BATCH = 256
 MAX_CALLS = 4
+RELEASE_AFTER_S = 0.5
+"""A ``run_batch`` call out this long (its turns wait for a model) no longer counts among the ``MAX_CALLS``: turns
+submitted meanwhile go in a new call instead of waiting for a slow one to answer."""
 BUSY_PAUSE_S = (0.02, 1.0)
 """The first and the longest pause before a busy host is tried again."""
 REGISTRY = "dedicated.json"
@@ -131,7 +136,8 @@ class AsyncSoulLocks:
             async def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
                 handle, batch = items[0][0], [item for _, item in items]
                 return await self.transport.send_async(name, handle, "run_batch", batch)
-            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS)
+            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS,
+                                                    release_after_s=RELEASE_AFTER_S)
         return b
 
     def drop_idle(self, name: str) -> None:

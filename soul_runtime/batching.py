@@ -164,21 +164,27 @@ class AsyncBatcher(Generic[In, Out]):
 
     At most ``max_calls`` calls are out at a time: what is submitted meanwhile waits for one of them to answer
     and goes in the next call, so under load the calls carry more items instead of splitting into ever smaller
-    ones (each answer wakes its callers, whose next items then go together).
+    ones (each answer wakes its callers, whose next items then go together). A call out for longer than
+    ``release_after_s`` stops counting (it waits on something slow, a model, not on a busy receiver), so items
+    submitted meanwhile wait at most about that long to be sent.
 
     ``send`` returns an awaitable of one result per item; a result that is an exception is raised in its own
     caller only. An exception from ``send`` (or its awaitable) reaches every caller of the batch."""
 
     def __init__(self, send: Callable[[list[In]], Awaitable[Sequence[Out | BaseException]]], *,
-                 max_batch: int = 32, max_calls: int = 2) -> None:
+                 max_batch: int = 32, max_calls: int = 2, release_after_s: float | None = None) -> None:
         if max_batch < 1 or max_calls < 1:
             raise ValueError("max_batch and max_calls must be >= 1")
+        if release_after_s is not None and not release_after_s > 0:
+            raise ValueError("release_after_s must be > 0 (or None)")
         self._send = send
         self.max_batch = max_batch
         self.max_calls = max_calls
+        self.release_after_s = release_after_s
         self._waiting: list[tuple[In, asyncio.Future[Out]]] = []
         self._scheduled = False
-        self._out = 0  # calls sent and not answered
+        self._out = 0  # calls sent, not answered and not released
+        self._calls_out = 0  # calls sent and not answered
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
         self.items = 0
@@ -186,7 +192,7 @@ class AsyncBatcher(Generic[In, Out]):
     @property
     def idle(self) -> bool:
         """Nothing waits to be sent and no call is out."""
-        return not self._waiting and self._out == 0
+        return not self._waiting and self._calls_out == 0
 
     async def submit(self, item: In) -> Out:
         loop = asyncio.get_running_loop()
@@ -216,12 +222,26 @@ class AsyncBatcher(Generic[In, Out]):
     async def _call(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
         self.calls += 1
         self.items += len(batch)
+        loop = asyncio.get_running_loop()
+        counted = [True]
+
+        def release(schedule: bool = True) -> None:  # answered, or out too long: its place among max_calls is free
+            if counted[0]:
+                counted[0] = False
+                self._out -= 1
+                if schedule:
+                    self._schedule(loop)
+        timer = None if self.release_after_s is None else loop.call_later(self.release_after_s, release)
+        self._calls_out += 1
         try:
             results: Sequence[Out | BaseException] | BaseException = await self._send([item for item, _ in batch])
             if not isinstance(results, BaseException):
                 _check_count(len(batch), results)
         except asyncio.CancelledError:
-            self._out -= 1
+            self._calls_out -= 1
+            if timer is not None:
+                timer.cancel()
+            release(schedule=False)
             for _, fut in batch:
                 fut.cancel()
             raise
@@ -235,5 +255,7 @@ class AsyncBatcher(Generic[In, Out]):
                 fut.set_exception(r)
             else:
                 fut.set_result(r)
-        self._out -= 1
-        self._schedule(asyncio.get_running_loop())  # what waited goes after the woken callers add theirs
+        self._calls_out -= 1
+        if timer is not None:
+            timer.cancel()
+        release()  # what waited goes after the woken callers add theirs

@@ -258,3 +258,33 @@ def test_micro_batcher_refuses_a_wrong_count_with_the_error_tree() -> None:
     b: MicroBatcher[int, int] = MicroBatcher(lambda items: items[:-1], max_wait_s=0.0)
     with pytest.raises(RuntimeUnavailable, match="answered with 0 results"):
         b.start([5]).result()
+
+
+def test_async_batcher_stops_counting_a_call_out_longer_than_release_after_s() -> None:
+    """A call waiting on something slow frees its place among max_calls after release_after_s: items submitted
+    meanwhile go out then, not when the slow call answers; without it they wait for the answer."""
+    import asyncio
+
+    from soul_runtime.batching import AsyncBatcher
+
+    async def run(release: float | None) -> tuple[list[float], bool]:
+        sent: list[float] = []
+        t0 = asyncio.get_running_loop().time()
+
+        async def send(items: list[int]) -> list[int]:
+            sent.append(asyncio.get_running_loop().time() - t0)
+            await asyncio.sleep(0.6 if 0 in items else 0.01)
+            return items
+        b: AsyncBatcher[int, int] = AsyncBatcher(send, max_batch=32, max_calls=1, release_after_s=release)
+        slow = asyncio.ensure_future(b.submit(0))
+        await asyncio.sleep(0.01)
+        assert await b.submit(1) == 1
+        busy = not b.idle  # the slow call is still out
+        assert await slow == 0 and b.idle
+        return sent, busy
+    released, busy = asyncio.run(run(0.1))
+    assert len(released) == 2 and 0.08 <= released[1] < 0.4 and busy
+    held, _ = asyncio.run(run(None))
+    assert len(held) == 2 and held[1] >= 0.55
+    with pytest.raises(ValueError):
+        AsyncBatcher(lambda items: asyncio.sleep(0), release_after_s=0)  # type: ignore[arg-type,return-value]

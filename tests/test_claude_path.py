@@ -27,6 +27,7 @@ from soul_runtime.bench.messages_api import (
     MessagesApiServer,
     Scripted,
     ScriptedApiServer,
+    delayed,
     error,
     message,
     text_message,
@@ -282,27 +283,37 @@ def test_usage_is_summed_per_turn_per_soul_and_per_model(tmp_path: Path, flavour
         assert again.state.usage == total
 
 
-def test_the_asynchronous_view_sends_the_same_requests_with_the_sdks_async_client(tmp_path: Path,
-                                                                                flavour: Flavour) -> None:
-    """A host's view of the adapter: the SDK's async client (made for the loop that calls it, on a pool of
-    max_concurrency connections), the same request and answer, the usage summed on the model itself."""
+def test_the_asynchronous_view_sends_the_same_requests_with_the_sdks_async_client(tmp_path: Path, flavour: Flavour,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's view of the adapter: the SDK's async clients (made for the loop that calls it, at most
+    max_concurrency requests out, a new client only when every client's pool is busy), the same request and
+    answer, the usage summed on the model itself."""
     import asyncio
 
+    from soul_runtime.models import remote
     from soul_runtime.models.base import ReplyRequest
+    monkeypatch.setattr(remote, "POOL_CONNECTIONS", 2)
     with flavour.server(None) as api:
-        api.push(*[flavour.text(f"Hi {i}.") for i in range(6)])
-        m = model(api, max_concurrency=2)
+        api.push(*[delayed(flavour.text(f"Hi {i}."), 0.3) for i in range(6)])
+        m = model(api, max_concurrency=4)
         view = m.asynchronous()
         assert view is m.asynchronous() and view.model_id == m.model_id and view.label == m.label
+        most = 0
 
         async def main() -> list[str]:
+            nonlocal most
             req = ReplyRequest(system="You are Ana's assistant.", memory_lines=(), history=(), user_text="hello",
                                user="ana", max_tokens=32)
-            out = await asyncio.gather(*(view.reply(req) for _ in range(6)))
-            client, gate = view._client()
-            assert type(client).__name__ == m.async_client_class and gate._value == 2  # type: ignore[attr-defined]
-            return sorted(r.text for r in out)
+            calls = [asyncio.ensure_future(view.reply(req)) for _ in range(6)]
+            while not all(c.done() for c in calls):
+                most = max(most, view.in_flight)
+                await asyncio.sleep(0.01)
+            pools = view._pools()
+            assert pools.gate._value == 4 and len(pools.clients) == 2  # type: ignore[attr-defined]
+            assert all(type(c).__name__ == m.async_client_class for c in pools.clients) and pools.busy == [0, 0]
+            return sorted(c.result().text for c in calls)
         assert asyncio.run(main()) == [f"Hi {i}." for i in range(6)]
+        assert most == 4  # the cap, reached
         assert len(api.bodies()) == 6 and m.usage_total.calls == 6
 
 

@@ -548,6 +548,23 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     }
 
 
+def beside_offline(res: dict[str, Any], offline: dict[str, Any]) -> dict[str, Any]:
+    """Per level in both runs: the instant stand-in's runtime CPU per turn (``wait_writes=False``) beside the offline
+    model's (a second run of :func:`run` with ``model="offline"``, ``wait_writes=False``), and their ratio."""
+    def by_level(r: dict[str, Any], instant: bool) -> dict[int, dict[str, Any]]:
+        return {p["active"]: p for p in r["phases"] if p["phase"] == "turns" and p.get("wait_writes") is False
+                and p.get("cpu_ms_per_turn") and (not instant or p.get("model_delay_s") == 0.0)}
+    ours, theirs = by_level(res, True), by_level(offline, False)
+    rows = []
+    for level in sorted(set(ours) & set(theirs)):
+        a, b = ours[level], theirs[level]
+        ca, cb = a["cpu_ms_per_turn"]["total"], b["cpu_ms_per_turn"]["total"]
+        rows.append({"active": level, "standin_turns_per_s": a["turns_per_s"], "offline_turns_per_s": b["turns_per_s"],
+                     "standin_cpu_ms_per_turn": a["cpu_ms_per_turn"], "offline_cpu_ms_per_turn": b["cpu_ms_per_turn"],
+                     "cpu_ratio": round(ca / cb, 3) if cb else None})
+    return {"rows": rows, "offline_phases": offline["phases"]}
+
+
 def _vs_instant(phases: list[dict[str, Any]]) -> None:
     """Each delayed phase's turns/s as a share of the instant stand-in's at the same level and wait_writes."""
     instant = {(p["active"], p["wait_writes"]): p["turns_per_s"] for p in phases

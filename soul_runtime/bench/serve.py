@@ -1,8 +1,9 @@
 """``soul bench serve``: turns over the HTTP service beside the Python async API, in the same run.
 
-One local runtime (a fresh data dir), its hosts on the real Anthropic adapter talking to the local Messages-API
-stand-in (:mod:`soul_runtime.bench.messages_api`, every message kept), and the service on Ray Serve on a free
-127.0.0.1 port, as ``soul serve`` runs it. For each stand-in delay (the instant stand-in, 0 s, and a slow model)
+One local runtime (a fresh data dir) and the service on Ray Serve on a free 127.0.0.1 port, as ``soul serve``
+runs it. The runtime's model is ``model``: ``stand-in`` (the default), the real Anthropic adapter talking to the
+Messages-API stand-in in a process of its own (:mod:`soul_runtime.bench.model_standin`, every message kept), or
+``offline``, the built-in model (no delays). For each stand-in delay (the instant stand-in, 0 s, and a slow model)
 and each level M of concurrency: M clients, each with a soul of its own, send one warm-up turn (the soul's
 activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other, through
 
@@ -10,12 +11,14 @@ activation, not counted, all warm-ups done first) and then ``turns`` turns one a
 * HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx connections),
 
 alternately per level. Reported: turns/s (counted turns / wall time of the counted phase), client latency p50/p99, and
-the ratios HTTP / Python. A turn waits for its writes (two model calls: the reply and the memory decision).
+the ratios HTTP / Python. A turn waits for its writes (with the stand-in, two model calls: the reply and the memory
+decision).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -24,8 +27,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from soul_runtime.bench.claude_path import keep_everything
-from soul_runtime.bench.messages_api import MessagesApiServer
 from soul_runtime.bench.scale import percentile
 
 Progress = Callable[[str], None]
@@ -59,17 +60,28 @@ async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[
 
 
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
-        embedder: str = "fast", replicas: int = 1, progress: Progress | None = None) -> dict[str, Any]:
+        embedder: str = "fast", replicas: int = 1, model: str = "stand-in", progress: Progress | None = None
+        ) -> dict[str, Any]:
+    if model not in ("stand-in", "offline"):
+        raise ValueError(f"model must be stand-in or offline, got {model!r}")
     say = progress or (lambda s: None)
     data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
-    api = MessagesApiServer(responder=keep_everything, delay_s=0.0)
-    out: dict[str, Any] = {"levels": list(levels), "turns_per_client": turns, "delays_s": list(delays),
+    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
+    delays = list(delays) if model == "stand-in" else [0.0]
+    out: dict[str, Any] = {"model": model, "levels": list(levels), "turns_per_client": turns, "delays_s": delays,
                            "embedder": embedder, "replicas": replicas, "rows": []}
     from actors import local_runtime as bg
+    from soul_runtime.bench.model_standin import StandinProcess
+    api = StandinProcess(delay_s=0.0) if model == "stand-in" else None
     try:
-        with api:
-            os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url)
+        with contextlib.ExitStack() as stack:
+            if api is not None:
+                say("starting the model stand-in")
+                api.start()
+                stack.callback(api.stop)
+                os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url, SOUL_MODEL="anthropic")
+            else:
+                os.environ["SOUL_MODEL"] = "offline"
             say("starting a local runtime")
             address, _ = bg.attach(data)  # before Ray is imported: its auth settings come from here
             import httpx
@@ -112,14 +124,15 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
 
 
 async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
-               api: MessagesApiServer, out: dict[str, Any], say: Progress) -> None:
+               api: Any, out: dict[str, Any], say: Progress) -> None:
     import httpx
     limits = httpx.Limits(max_connections=max(levels) + 8, max_keepalive_connections=max(levels) + 8)
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=600,
                                  limits=limits) as http:
         models: set[str] = set()
         for d in delays:
-            api.delay_s = d
+            if api is not None:
+                api.set_delay(d)
             for m in levels:
                 tag = f"d{int(d * 1000)}-m{m}"
 
@@ -149,7 +162,8 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
 
 def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
-    t = Table(title=f"HTTP service vs Python async API (same run; {res['turns_per_client']} turns per client after a "
+    t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, same run; "
+                    f"{res['turns_per_client']} turns per client after a "
                     f"warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts)")
     for c in ("stand-in", "clients", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
               "http p50/p99 ms", "http - python p50 ms"):

@@ -229,6 +229,13 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
                               model_delays=args.model_delay,
                               wait_writes=WAIT_WRITES[args.wait_writes] if args.wait_writes else None,
                               progress=progress)
+        if args.beside_offline and args.model == "stand-in":
+            levels = [a for a in args.active if a >= 64] or list(args.active)
+            off = bench_scale.run(souls=args.souls, active=levels, turns=1, embedder=args.embedder,
+                                  host_capacity=args.host_capacity, store_capacity=args.store_capacity,
+                                  local_channels=not args.ray_only, model="offline", wait_writes=[False],
+                                  progress=progress)
+            res["beside_offline"] = bench_scale.beside_offline(res, off)
     if args.json == "-":
         out.print_json(json.dumps(res))
     else:
@@ -273,6 +280,11 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
             out.print(f"CPU per turn at {max(res['active'])} in flight: {cpu['total']:.2f} ms ({parts}); "
                       f"{res.get('turns_per_host_call')} turns per host call, store items per call "
                       f"{res.get('shard_items_per_call')}")
+        for row in (res.get("beside_offline") or {}).get("rows", []):
+            out.print(f"{row['active']} in flight, wait_writes=False: runtime CPU per turn, instant stand-in "
+                      f"{row['standin_cpu_ms_per_turn']['total']:.2f} ms against the offline model's "
+                      f"{row['offline_cpu_ms_per_turn']['total']:.2f} ms ({row['cpu_ratio']}×); turns/s "
+                      f"{row['standin_turns_per_s']:.1f} against {row['offline_turns_per_s']:.1f}", highlight=False)
         if res.get("reactivation_p50_ms") is not None:
             out.print(f"next turn of a random soul (1 in flight, {res['reactivated']} reactivated of "
                       f"{args.reactivate}): p50 {res['reactivation_p50_ms']:.0f} ms, "
@@ -446,7 +458,7 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
         raise argparse.ArgumentTypeError("--turns must be >= 1 and --delays >= 0")
     with out.status("running", spinner="dots") as st:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
-                              replicas=args.replicas, progress=lambda s: st.update(s))
+                              replicas=args.replicas, model=args.model, progress=lambda s: st.update(s))
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:
@@ -517,6 +529,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sv = bsub.add_parser("serve", help="HTTP service turns/s and p50/p99 beside the Python async API (same run)")
     sv.add_argument("--levels", type=_levels, default=[1, 64, 300], help="concurrent clients (default 1,64,300)")
     sv.add_argument("--turns", type=int, default=3, help="counted turns per client (default 3)")
+    sv.add_argument("--model", choices=("stand-in", "offline"), default="stand-in",
+                    help="stand-in: the Anthropic adapter against the Messages-API stand-in in a process of its own "
+                         "(default); offline: the built-in model (--delays ignored)")
     sv.add_argument("--delays", default="0,1", help="stand-in model delays in seconds (default 0,1)")
     sv.add_argument("--embedder", choices=("default", "fast"), default="fast")
     sv.add_argument("--replicas", type=int, default=1)
@@ -550,6 +565,10 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sp.add_argument("--wait-writes", choices=("false", "true", "both"), default=None,
                     help="turns return after their writes (true), after the reply (false), or each level both "
                          "ways (default: false with --model stand-in, true with the offline model)")
+    sp.add_argument("--beside-offline", action="store_true",
+                    help="with --model stand-in: then the offline model on a fresh runtime at the levels >= 64 "
+                         "(one turn per soul each, wait_writes=False), its runtime CPU per turn beside the instant "
+                         "stand-in's")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight, a line per "
                                                   "model delay")
     sp.set_defaults(bench_fn=cmd_scale)

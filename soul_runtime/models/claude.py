@@ -78,7 +78,7 @@ class AnthropicModel(RemoteModel):
                  memory_max_tokens: int = 4096, client: Any = None,
                  retry_base_delay_s: float = 0.5, cache_min: int | None = None,
                  sleep: Callable[[float], None] = time.sleep, deadline_s: float = 120.0,
-                 max_concurrency: int = 256) -> None:
+                 max_concurrency: int = 1024) -> None:
         self.model_id = check_model_id("model_id", model_id, DEFAULT_MODEL_ID)
         self._memory_model_id = check_model_id("memory_model_id", memory_model_id or DEFAULT_MEMORY_MODEL_ID,
                                                DEFAULT_MEMORY_MODEL_ID)
@@ -198,7 +198,7 @@ def model_from_env(env: Mapping[str, str], args: Mapping[str, str] | None = None
     (``ANTHROPIC_API_KEY``), ``model`` / ``memory_model`` (``SOUL_ANTHROPIC_MODEL`` /
     ``SOUL_ANTHROPIC_MEMORY_MODEL``, pinned ids), ``base_url`` (``ANTHROPIC_BASE_URL``), ``timeout_s`` /
     ``max_retries`` (``SOUL_ANTHROPIC_TIMEOUT_S`` / ``SOUL_ANTHROPIC_MAX_RETRIES``), ``max_concurrency``
-    (``SOUL_MODEL_MAX_CONCURRENCY``: requests at a time per event loop, default 256) and ``deadline_s``
+    (``SOUL_MODEL_MAX_CONCURRENCY``: requests at a time per event loop, default 1024) and ``deadline_s``
     (``SOUL_MODEL_DEADLINE_S``: how long a busy API, 429/529, is waited for, default 120).
     """
     args = dict(args or {})
@@ -217,6 +217,6 @@ def model_from_env(env: Mapping[str, str], args: Mapping[str, str] | None = None
         max_retries=number_setting(setting(args, "max_retries", env, "SOUL_ANTHROPIC_MAX_RETRIES"), "max_retries",
                                    int, 4),
         max_concurrency=number_setting(setting(args, "max_concurrency", env, "SOUL_MODEL_MAX_CONCURRENCY"),
-                                       "max_concurrency", int, 256),
+                                       "max_concurrency", int, 1024),
         deadline_s=number_setting(setting(args, "deadline_s", env, "SOUL_MODEL_DEADLINE_S"), "deadline_s", float,
                                   120.0))

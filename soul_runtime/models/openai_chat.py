@@ -74,7 +74,7 @@ class OpenAIChatModel(RemoteModel):
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,
                  memory_max_tokens: int = 4096, client: Any = None, retry_base_delay_s: float = 0.5,
                  token_field: str = "max_tokens", sleep: Callable[[float], None] = time.sleep,
-                 deadline_s: float = 120.0, max_concurrency: int = 256) -> None:
+                 deadline_s: float = 120.0, max_concurrency: int = 1024) -> None:
         self.model_id = check_model_id("model_id", model_id, "llama-3.1-8b-instruct")
         self._memory_model_id = check_model_id("memory_model_id", memory_model_id or model_id,
                                                "llama-3.1-8b-instruct")
