@@ -25,7 +25,7 @@ def test_rayservice_builds_the_app_and_replaces_the_raycluster_on_the_same_volum
     assert dep.name == "soul-service" and dep.num_replicas == app["args"]["replicas"]
     assert dep.max_ongoing_requests == 1000 and dep.ray_actor_options["num_cpus"] == 0
     assert conf["http_options"]["port"] == 8000
-    assert dep.init_args == (app["args"]["data_dir"], "souls", "shared")
+    assert dep.init_args == (app["args"]["data_dir"], "souls", "shared", app["args"].get("embedder"))
     # the same data dir, volume and secret as the RayCluster it replaces
     raycluster = next(d for d in _docs("kuberay.yaml") if d["kind"] == "RayCluster")
     head = svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
@@ -44,3 +44,14 @@ def test_serve_app_defaults() -> None:
     dep = serve_app.application("/tmp/nowhere")._bound_deployment
     assert dep.ray_actor_options == {"num_cpus": 0}
     assert dep.num_replicas == serve_app.REPLICAS and dep.max_ongoing_requests == serve_app.MAX_ONGOING > 5
+
+
+def test_replicas_join_the_runtime_with_its_embedder() -> None:
+    """A replica connects with the embedder the runtime serves (a data dir keeps the one it was first served with:
+    any other is refused), from `soul serve` and from a Serve config's args alike."""
+    from actors.service import serve_app
+    def args(app: object) -> tuple[object, ...]:
+        return tuple(app._bound_deployment.init_args)  # type: ignore[attr-defined]
+    assert args(serve_app.application("/tmp/nowhere", embedder="fast"))[-1] == "fast"
+    assert args(serve_app.app_builder({"data_dir": "/tmp/nowhere", "embedder": "fast"}))[-1] == "fast"
+    assert args(serve_app.app_builder({"data_dir": "/tmp/nowhere"}))[-1] is None

@@ -13,14 +13,15 @@ from .mcp_tools import build_mcp, http_endpoint, http_resolver
 from .souls_api import TenantSouls
 
 
-def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local"
-                  ) -> FastAPI:
+def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local",
+                  embedder: str | None = None) -> FastAPI:
     """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
-    Ray cluster the replica runs in); ``storage`` as the data dir was first served with."""
+    Ray cluster the replica runs in); ``storage`` and ``embedder`` as the data dir was first served with."""
 
     def connect() -> Any:
         from ..runtime import connect as connect_runtime
-        return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage)
+        chosen: dict[str, Any] = {} if embedder is None else {"embedder": embedder}  # None: SOUL_EMBEDDER or default
+        return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, **chosen)
 
     backend = Backend(data_dir, connect)
 

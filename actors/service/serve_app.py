@@ -20,34 +20,39 @@ DRAIN_S = 60.0
 
 
 class SoulService:
-    def __init__(self, data_dir: str, namespace: str = "souls", storage: str = "local") -> None:
-        self.data_dir, self.namespace, self.storage = data_dir, namespace, storage
+    def __init__(self, data_dir: str, namespace: str = "souls", storage: str = "local",
+                 embedder: str | None = None) -> None:
+        self.data_dir, self.namespace, self.storage, self.embedder = data_dir, namespace, storage, embedder
 
     def __serve_build_asgi_app__(self) -> Any:
         from .app import build_service
-        return build_service(self.data_dir, self.namespace, storage=self.storage)
+        return build_service(self.data_dir, self.namespace, storage=self.storage, embedder=self.embedder)
 
 
 def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICAS,
-                max_ongoing: int = MAX_ONGOING, storage: str = "local") -> Any:
-    """The bound Serve application."""
+                max_ongoing: int = MAX_ONGOING, storage: str = "local", embedder: str | None = None) -> Any:
+    """The bound Serve application. ``storage`` and ``embedder``: the runtime's settings of these names (a replica
+    joins the runtime with them: a data dir keeps the embedder it was first served with; None: ``SOUL_EMBEDDER``, else
+    the default)."""
     dep: Any = serve.deployment(serve.ingress()(SoulService), name=DEPLOYMENT, num_replicas=replicas,
                            max_ongoing_requests=max_ongoing, max_queued_requests=-1,
                            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
                            graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
-    return dep.bind(data_dir, namespace, storage)
+    return dep.bind(data_dir, namespace, storage, embedder)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
-    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?}`` (``storage``: ``shared`` for a data dir
-    on a volume every node mounts, as the runtime's ``storage`` setting)."""
+    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?}`` (``storage``: ``shared`` for a
+    data dir on a volume every node mounts, as the runtime's ``storage`` setting; ``embedder`` as the runtime's)."""
     return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
-                       int(args.get("max_ongoing", MAX_ONGOING)), str(args.get("storage", "local")))
+                       int(args.get("max_ongoing", MAX_ONGOING)), str(args.get("storage", "local")),
+                       args.get("embedder"))
 
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
-          max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local") -> None:
+          max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
+          embedder: str | None = None) -> None:
     """Start Serve's proxy on host:port and deploy the app; returns once it is up. Refused when the runtime
     already serves the app (another ``soul serve`` on it: Serve has one proxy per node and one app of a name)
     unless ``replace``: then that app and its Serve are stopped first."""
@@ -58,7 +63,7 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
                                "killed); stop that one first, or pass --replace")
         stop()
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30})
-    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage), name=APP_NAME, route_prefix="/",
+    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder), name=APP_NAME, route_prefix="/",
               blocking=False)
 
 

@@ -94,14 +94,20 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             port = _free_port()
             say("starting Ray Serve")
             t0 = time.perf_counter()
-            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas, storage=rt.cfg.storage)
+            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas, storage=rt.cfg.storage,
+                            embedder=rt.cfg.embedder)
             base = f"http://127.0.0.1:{port}"
+            last = "no answer"
             while True:
                 try:
-                    if httpx.get(base + "/healthz", timeout=30).status_code == 200:
+                    r = httpx.get(base + "/healthz", timeout=30)
+                    if r.status_code == 200:
                         break
-                except httpx.HTTPError:
-                    pass
+                    last = f"HTTP {r.status_code}: {r.text[:300]}"
+                except httpx.HTTPError as e:
+                    last = repr(e)
+                if time.perf_counter() - t0 > 300:
+                    raise RuntimeError(f"the service did not become healthy within 300 s ({last})")
                 time.sleep(0.5)
             out["serve_start_s"] = round(time.perf_counter() - t0, 1)
             out["hosts"] = rt.cfg.hosts

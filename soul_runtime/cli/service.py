@@ -129,7 +129,7 @@ def cmd_serve(ctx: Any) -> int:
         t0 = time.perf_counter()
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
             serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
-                            replace=a.replace, storage=rt.cfg.storage)
+                            replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder)
             try:
                 _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300,
                               stop)
