@@ -8,11 +8,12 @@ and each level M of concurrency: M clients, each with a soul of its own, send on
 activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other, through
 
 * the Python async API (``rt.async_soul(id).turn``), the baseline, and
-* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx connections),
+* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx clients of one connection each),
 
 alternately per level. Reported: turns/s (counted turns / wall time of the counted phase), client latency p50/p99, and
-the ratios HTTP / Python. A turn waits for its writes (with the stand-in, two model calls: the reply and the memory
-decision).
+the ratios HTTP / Python. Beside them, at the first delay, the same clients' ``GET /healthz`` (a route that does
+no work: what Serve's proxy and a replica cost a request on this machine). A turn waits for its writes (with
+the stand-in, two model calls: the reply and the memory decision) unless ``wait_writes`` is False.
 """
 
 from __future__ import annotations
@@ -60,15 +61,16 @@ async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[
 
 
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
-        embedder: str = "fast", replicas: int = 1, model: str = "stand-in", progress: Progress | None = None
-        ) -> dict[str, Any]:
+        embedder: str = "fast", replicas: int = 1, model: str = "stand-in", wait_writes: bool = True,
+        progress: Progress | None = None) -> dict[str, Any]:
     if model not in ("stand-in", "offline"):
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
     say = progress or (lambda s: None)
     data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
     delays = list(delays) if model == "stand-in" else [0.0]
-    out: dict[str, Any] = {"model": model, "levels": list(levels), "turns_per_client": turns, "delays_s": delays,
+    out: dict[str, Any] = {"model": model, "wait_writes": wait_writes, "levels": list(levels),
+                           "turns_per_client": turns, "delays_s": delays,
                            "embedder": embedder, "replicas": replicas, "rows": []}
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
@@ -113,7 +115,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             out["hosts"] = rt.cfg.hosts
             out["host_threads"] = rt.cfg.host_threads
             try:
-                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say))
+                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say, wait_writes))
             finally:
                 serve_app.stop()
                 rt.shutdown_actors()
@@ -130,11 +132,14 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
 
 
 async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
-               api: Any, out: dict[str, Any], say: Progress) -> None:
+               api: Any, out: dict[str, Any], say: Progress, wait_writes: bool = True) -> None:
     import httpx
-    limits = httpx.Limits(max_connections=max(levels) + 8, max_keepalive_connections=max(levels) + 8)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=600,
-                                 limits=limits) as http:
+    # one client, with one connection, per concurrent caller, as separate callers have: one shared client's pool
+    # costs the caller CPU per request that grows with the pool (8.6 ms against 1.1 ms a request at 64)
+    async with contextlib.AsyncExitStack() as stack:
+        https = [await stack.enter_async_context(httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=600,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))) for _ in range(max(levels))]
         models: set[str] = set()
         for d in delays:
             if api is not None:
@@ -143,15 +148,21 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                 tag = f"d{int(d * 1000)}-m{m}"
 
                 async def py(i: int, k: int, tag: str = tag) -> None:
-                    res = await rt.async_soul(f"py-{tag}-{i}").turn(TEXTS[k % 3].format(n=k))
+                    res = await rt.async_soul(f"py-{tag}-{i}").turn(TEXTS[k % 3].format(n=k), wait_writes=wait_writes)
                     models.add(res.model)
 
                 async def web(i: int, k: int, tag: str = tag) -> None:
-                    r = await http.post(f"/v1/souls/web-{tag}-{i}/turns", json={"text": TEXTS[k % 3].format(n=k)})
+                    r = await https[i].post(f"/v1/souls/web-{tag}-{i}/turns",
+                                            json={"text": TEXTS[k % 3].format(n=k), "wait_writes": wait_writes})
+                    if r.status_code != 200:
+                        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                async def health(i: int, k: int) -> None:
+                    r = await https[i].get("/healthz")
                     if r.status_code != 200:
                         raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
                 row: dict[str, Any] = {"delay_s": d, "clients": m}
-                for name, fn in (("python", py), ("http", web)):
+                calls = (("python", py), ("http", web)) + ((("healthz", health),) if d == delays[0] else ())
+                for name, fn in calls:
                     say(f"{d:g} s stand-in, {m} clients, {name}")
                     row[name] = await _level(m, turns, fn)
                 p, h = row["python"], row["http"]
@@ -168,15 +179,17 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
 
 def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
-    t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, same run; "
+    t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, wait_writes="
+                    f"{res.get('wait_writes', True)}, same run; "
                     f"{res['turns_per_client']} turns per client after a "
                     f"warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts)")
     for c in ("stand-in", "clients", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
-              "http p50/p99 ms", "http - python p50 ms"):
+              "http p50/p99 ms", "http - python p50 ms", "/healthz req/s, p50 ms"):
         t.add_column(c, justify="right")
     for r in res["rows"]:
-        p, h = r["python"], r["http"]
+        p, h, z = r["python"], r["http"], r.get("healthz")
         t.add_row(f"{r['delay_s']:g} s", str(r["clients"]), str(p["turns_per_s"]), str(h["turns_per_s"]),
                   f"{r['http_vs_python_turns_per_s']}x", f"{p['p50_ms']} / {p['p99_ms']}",
-                  f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]))
+                  f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]),
+                  f"{z['turns_per_s']}, {z['p50_ms']}" if z else "—")
     return t

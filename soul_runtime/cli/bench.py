@@ -458,7 +458,8 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
         raise argparse.ArgumentTypeError("--turns must be >= 1 and --delays >= 0")
     with out.status("running", spinner="dots") as st:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
-                              replicas=args.replicas, model=args.model, progress=lambda s: st.update(s))
+                              replicas=args.replicas, model=args.model, wait_writes=args.wait_writes == "true",
+                              progress=lambda s: st.update(s))
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:
@@ -533,6 +534,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="stand-in: the Anthropic adapter against the Messages-API stand-in in a process of its own "
                          "(default); offline: the built-in model (--delays ignored)")
     sv.add_argument("--delays", default="0,1", help="stand-in model delays in seconds (default 0,1)")
+    sv.add_argument("--wait-writes", choices=("true", "false"), default="true",
+                    help="turns return after their writes (true, the default) or after the reply (false)")
     sv.add_argument("--embedder", choices=("default", "fast"), default="fast")
     sv.add_argument("--replicas", type=int, default=1)
     sv.add_argument("--json", metavar="FILE")
