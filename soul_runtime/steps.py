@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from soul_runtime.errors import ModelError
 
@@ -109,19 +109,31 @@ def _blocking(step: Any, targets: Mapping[str, Any]) -> Any:
     raise TypeError(f"not a step: {step!r}")
 
 
+@dataclass(frozen=True)
+class Done:
+    """What :func:`resume` gives when the generator has returned: its return value."""
+    value: Any
+
+
+def resume(gen: Generator[Any, Any, Any], value: Any, error: BaseException | None) -> Any:
+    """The generator's next step after the answer to its last one (``value``, or ``error`` thrown into it), or
+    :class:`Done` with its return value."""
+    try:
+        return gen.send(value) if error is None else gen.throw(error)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
 def drive(steps: Steps[T], targets: Mapping[str, Any]) -> T:
     """Run ``steps`` to the end on this thread, every step performed here."""
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return stop.value
+    while not isinstance(step := resume(steps, value, error), Done):
         try:
             value, error = _blocking(step, targets), None
         except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
             value, error = None, e
+    return cast(T, step.value)
 
 
 def _awaited(step: Any, targets: Mapping[str, Any]) -> bool:
@@ -131,19 +143,11 @@ def _awaited(step: Any, targets: Mapping[str, Any]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class _Done:
-    value: Any
-
-
 def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: BaseException | None) -> Any:
     """On a pool thread: run the steps' code, and the plain-function steps, up to a step for the loop."""
     while True:
-        try:
-            step = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return _Done(stop.value)
-        if _awaited(step, targets):
+        step = resume(steps, value, error)
+        if isinstance(step, Done) or _awaited(step, targets):
             return step
         try:
             value, error = _blocking(step, targets), None
@@ -163,7 +167,7 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
     error: BaseException | None = None
     while True:
         got = await loop.run_in_executor(pool, _advance, steps, targets, value, error)
-        if isinstance(got, _Done):
+        if isinstance(got, Done):
             return got.value
         try:
             if isinstance(got, Call):

@@ -27,7 +27,7 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from anthropic.types import ToolParam
 
@@ -58,7 +58,7 @@ from soul_runtime.models.claude_tools import (
     window_prompt,
 )
 from soul_runtime.models.text import one_line
-from soul_runtime.steps import run
+from soul_runtime.steps import Done, resume, run
 
 R = TypeVar("R")
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -220,19 +220,18 @@ class RemoteModel(LanguageModel):
     def _run(self, ops: Ops[R]) -> R:
         value: Any = None
         error: BaseException | None = None
-        while True:
+        while not isinstance(step := resume(ops, value, error), Done):
             try:
-                step = ops.send(value) if error is None else ops.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                if isinstance(step, Pause):
-                    value, error = self._sleep(step.seconds), None
-                else:
-                    answer = step.send(self._client)
-                    value, error = (run(_awaited(answer)) if inspect.isawaitable(answer) else answer), None
+                value, error = self._perform(step), None
             except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
                 value, error = None, e
+        return cast(R, step.value)
+
+    def _perform(self, step: Request | Pause) -> Any:
+        if isinstance(step, Pause):
+            return self._sleep(step.seconds)
+        answer = step.send(self._client)
+        return run(_awaited(answer)) if inspect.isawaitable(answer) else answer
 
     sdk: Any
     """The SDK's module (``anthropic``, ``openai``): its async client class, HTTP client and connection limits."""
@@ -441,35 +440,32 @@ class AsyncRemoteModel(AsyncLanguageModel):
         return got
 
     async def _run(self, ops: Ops[R]) -> R:
-        pools = self._pools()
         value: Any = None
         error: BaseException | None = None
-        while True:
+        while not isinstance(step := resume(ops, value, error), Done):
             try:
-                step = ops.send(value) if error is None else ops.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                if isinstance(step, Pause):
-                    if self.inner._sleep is time.sleep:
-                        await asyncio.sleep(step.seconds)
-                    else:  # a test's recording sleep
-                        self.inner._sleep(step.seconds)
-                    value, error = None, None
-                    continue
-                async with pools.gate:
-                    i = pools.take()
-                    client = pools.clients[i]
-                    pools.busy[i] += 1
-                    self.in_flight += 1
-                    try:
-                        if client is None:
-                            value = await asyncio.to_thread(step.send, self.inner._client)
-                        else:
-                            value = await step.send(client)
-                    finally:
-                        pools.busy[i] -= 1
-                        self.in_flight -= 1
-                error = None
+                value, error = await self._perform(step), None
             except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
                 value, error = None, e
+        return cast(R, step.value)
+
+    async def _perform(self, step: Request | Pause) -> Any:
+        if isinstance(step, Pause):
+            if self.inner._sleep is time.sleep:
+                await asyncio.sleep(step.seconds)
+            else:  # a test's recording sleep
+                self.inner._sleep(step.seconds)
+            return None
+        pools = self._pools()
+        async with pools.gate:
+            i = pools.take()
+            client = pools.clients[i]
+            pools.busy[i] += 1
+            self.in_flight += 1
+            try:
+                if client is None:
+                    return await asyncio.to_thread(step.send, self.inner._client)
+                return await step.send(client)
+            finally:
+                pools.busy[i] -= 1
+                self.in_flight -= 1
