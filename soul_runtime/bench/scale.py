@@ -330,9 +330,9 @@ def _host_counters(rt: Any) -> dict[str, int]:
 
 
 async def _overheads(rt: Any, sample: list[tuple[str, str, float]], embed_ms: float,
-                     wait_writes: bool = True) -> list[float]:
+                     wait_writes: bool = True, timings: dict[str, list[float]] | None = None) -> list[float]:
     """Client latency minus the model and embedder time of each sampled turn (the memory decision counts only
-    when the turn waited for it)."""
+    when the turn waited for it); each stage's time in the turn's trace is added to ``timings``."""
     out = []
     for sid, turn_id, latency in sample:
         try:
@@ -340,6 +340,9 @@ async def _overheads(rt: Any, sample: list[tuple[str, str, float]], embed_ms: fl
         except Exception:  # noqa: BLE001 — a trace not there is a sample less
             continue
         t = tr.timings_ms
+        if timings is not None:
+            for k, v in t.items():
+                timings.setdefault(k, []).append(float(v))
         model = t.get("inference", 0.0)
         if wait_writes:
             model += t.get("persist_decision", 0.0) + t.get("extract", 0.0)
@@ -463,9 +466,11 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         calls1 = standin.settle() if standin else None  # the turns' memory work is done
                         clock += max(1e5, n_jobs + 1)
                         host1 = _host_counters(rt)
+                        stages: dict[str, list[float]] = {}
                         over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms,
-                                                      wait))
+                                                      wait, stages))
                         phase = _phase("turns", level, wall, lat, over)
+                        phase["timings_p50_ms"] = {k: round(percentile(v, 50), 2) for k, v in sorted(stages.items())}
                         phase.update(wait_writes=wait, errors=errors, error_examples=examples)
                         phase["cpu_ms_per_turn"] = cpu
                         # every call a turn makes, and of those the ones that went over a local channel instead
