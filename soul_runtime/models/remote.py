@@ -385,14 +385,16 @@ class _Clients:
         self.shared = self.clients[0] is None or self.clients[0] is injected
 
     def take(self) -> int:
-        if self.shared:
-            return 0
-        for i, n in enumerate(self.busy):
-            if n < POOL_CONNECTIONS:
-                return i
-        self.clients.append(self.make())
-        self.busy.append(0)
-        return len(self.clients) - 1
+        """A client with a free connection (counted busy until :meth:`give`): the first one, or a new one."""
+        i = 0 if self.shared else next((i for i, n in enumerate(self.busy) if n < POOL_CONNECTIONS), len(self.busy))
+        if i == len(self.clients):
+            self.clients.append(self.make())
+            self.busy.append(0)
+        self.busy[i] += 1
+        return i
+
+    def give(self, i: int) -> None:
+        self.busy[i] -= 1
 
 
 class AsyncRemoteModel(AsyncLanguageModel):
@@ -460,12 +462,11 @@ class AsyncRemoteModel(AsyncLanguageModel):
         async with pools.gate:
             i = pools.take()
             client = pools.clients[i]
-            pools.busy[i] += 1
             self.in_flight += 1
             try:
                 if client is None:
                     return await asyncio.to_thread(step.send, self.inner._client)
                 return await step.send(client)
             finally:
-                pools.busy[i] -= 1
+                pools.give(i)
                 self.in_flight -= 1
