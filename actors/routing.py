@@ -42,6 +42,7 @@ from typing import Any
 
 from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import OutOfOrder, RuntimeBusy, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
+from soul_runtime.steps import Done, resume
 
 from . import raycalls
 from . import retry as retry_policy
@@ -148,11 +149,6 @@ class AsyncSoulLocks:
             del self.batchers[name]
 
 
-def _resume(gen: Generator[Any, Any, Any], value: Any, error: BaseException | None) -> Any:
-    """The policy's next step after a call's answer (``value``) or its error."""
-    return gen.send(value) if error is None else gen.throw(error)
-
-
 class Router:
     """Where a soul's calls go from this process (see the module's doc). ``transport``: how a call reaches the
     actor (default: a host's local channel on this machine when ``channels``, else Ray)."""
@@ -245,17 +241,16 @@ class Router:
         """Drive :meth:`steps` blocking (the soul's calls from this process one at a time)."""
         with self.locks.held(call.soul_id):
             gen = self.steps(call)
+            value: Any = None
+            error: BaseException | None = None
             try:
-                step = next(gen)
-                while True:
+                while not isinstance(step := resume(gen, value, error), Done):
                     if isinstance(step, _Pause):
                         time.sleep(step.seconds)
-                        step = _resume(gen, None, None)
-                        continue
-                    value, error = self._blocking(step, timeout)
-                    step = _resume(gen, value, error)
-            except StopIteration as stop:
-                return stop.value
+                        value, error = None, None
+                    else:
+                        value, error = self._blocking(step, timeout)
+                return step.value
             except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
                 raise raycalls.translate(e) from None
 
@@ -278,12 +273,13 @@ class Router:
         with locks.locks.entry(call.soul_id) as lock:
             async with lock:
                 gen = self.steps(call)
+                value: Any = None
+                error: BaseException | None = None
                 try:
-                    step = next(gen)
-                    while True:
+                    while not isinstance(step := resume(gen, value, error), Done):
                         if isinstance(step, _Pause):
                             await asyncio.sleep(step.seconds)
-                            step = _resume(gen, None, None)
+                            value, error = None, None
                             continue
                         try:
                             if step.batchable:
@@ -298,8 +294,6 @@ class Router:
                             error = None
                         except Exception as e:
                             value, error = None, e
-                        step = _resume(gen, value, error)
-                except StopIteration as stop:
-                    return stop.value
+                    return step.value
                 except Exception as e:
                     raise raycalls.translate(e) from None
