@@ -107,6 +107,37 @@ def words(text: str) -> list[str]:
     return _WORD.findall(normalise(text))
 
 
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_LOG_LINE = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+def prose(text: str) -> str:
+    """The prose of a message: fenced code blocks, markdown table rows and timestamped log lines left out.
+    Statements are read from sentences; a message's code, tables and logs are kept whole as the episodes of
+    its units (:mod:`soul_runtime.loop.units`)."""
+    if "```" not in text and "|" not in text and not _LOG_LINE.search(text):
+        return text
+    out, fenced = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced and not _TABLE_ROW.match(line) and not _LOG_LINE.match(line):
+            out.append(line)
+    return "\n".join(out)
+
+
+_LINE_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
+
+
+def segments(text: str) -> list[str]:
+    """The lines of ``text``, and the sentences of a line that holds several, stripped; blank ones left out."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        out += [s.strip() for s in _LINE_SENTENCE_END.split(line.strip()) if s.strip()]
+    return out
+
+
 def terms(text: str) -> list[str]:
     """Lexical terms: lower-case words without stopwords, lightly stemmed."""
     return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1]

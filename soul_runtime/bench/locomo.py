@@ -256,7 +256,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             ranked = {"bm25": [raw[i] for i in b_rank], "dense": [raw[i] for i in d_rank],
                       "hybrid": [raw[i] for i in rrf(b_rank, d_rank)], "bm25_dated": [dated[i] for i in b_rank]}
             for b in budgets:
-                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now)])
+                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now, q.question)])
                 for s, lines in ranked.items():
                     tally.add(s, b, q, take_within(lines, b))
             tally.add("full", 0, q, raw, evidence=False)

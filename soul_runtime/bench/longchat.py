@@ -189,7 +189,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             by_msg = [raw[i] for i in np.argsort(-bm_msg.scores(q.question), kind="stable")]
             by_chunk = [pieces[i] for i in np.argsort(-bm_chunk.scores(q.question), kind="stable")]
             for b in budgets:
-                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now)])
+                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now, q.question)])
                 tally.add("bm25_chunks", b, q, take_within(by_chunk, b))
                 tally.add("bm25_messages", b, q, take_clipped(by_msg, b))
             if progress and (qi + 1) % 10 == 0:

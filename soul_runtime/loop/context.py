@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.buffer import ShortTermBuffer
+from soul_runtime.loop.excerpt import excerpt, query_weights
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
 from soul_runtime.text import estimate_tokens
@@ -19,9 +20,13 @@ value per token would fill the budget with short, barely relevant lines."""
 
 
 FULL_LINES = 6
-"""The most relevant memories are shown in full; the rest by their first sentence (at most SHORT_CHARS),
-so more of them fit the budget."""
+"""The most relevant memories are shown in full, the rest by their first sentence (at most SHORT_CHARS), so
+more of them fit the budget. A memory of several lines (code, a table, a list) that holds the question's words
+is shown by the lines that answer it instead (:mod:`soul_runtime.loop.excerpt`), within EXCERPT_CHARS among the
+first FULL_LINES and SHORT_CHARS after them: a code block by its ``max_connections=209`` line, a table by its
+heading and the row asked about."""
 SHORT_CHARS = 90
+EXCERPT_CHARS = 160
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
@@ -32,10 +37,20 @@ def short_text(text: str, limit: int | None = None) -> str:
     return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
 
 
-def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False) -> str:
+def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False,
+                weights: dict[str, float] | None = None) -> str:
     """``[episodic ep-12] 3 March 2024: …``: an episode says when it happened (and, while that is recent,
-    how long before ``now``); facts and procedures are current and carry no date."""
-    text = short_text(it.text) if short else it.text
+    how long before ``now``); facts and procedures are current and carry no date. A text of several lines
+    that holds the question's terms (``weights``, from :func:`query_weights`) is shown by its excerpt; else
+    ``short`` shows its first sentence."""
+    text = it.text
+    structured = "\n" in text.strip()  # code, a table, a list: what a first sentence or a whole line serves worst
+    limit = SHORT_CHARS if short else EXCERPT_CHARS
+    found = excerpt(text, weights, limit) if weights and structured and len(text) > limit else None
+    if found is not None:
+        text = found
+    elif short:
+        text = short_text(text)
     if it.store != "episodic" or not it.at:
         return f"[{it.store} {it.id}] {text}"
     rel = ago(it.at, now) if now is not None else ""
@@ -47,12 +62,13 @@ def line_tokens(line: str) -> int:
     return estimate_tokens(line) + 1
 
 
-def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None
+def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = ""
                 ) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines.
-    The first FULL_LINES items are rendered in full, the others short."""
-    lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES)) for i, it in enumerate(recalled)]
+    The first FULL_LINES items are rendered in full, the others short: by the part that answers ``query``."""
+    weights = query_weights(query, [it.text for it in recalled]) if query else {}
+    lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES, weights=weights)) for i, it in enumerate(recalled)]
     by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
     used, chosen = 0, []
     for i, it, line in by_value:
@@ -78,7 +94,7 @@ def assemble(*, persona: str, recalled: list[RecalledItem], buffer: ShortTermBuf
     user_t = estimate_tokens(user_text) + 4
     room = cfg.context_tokens - cfg.reply_tokens - system_t - user_t
     mem_budget = max(0, min(cfg.memory_tokens, room))
-    packed = pack_memory(recalled, mem_budget, now)
+    packed = pack_memory(recalled, mem_budget, now, user_text)
     used = [it for it, _ in packed]
     mem_t = sum(line_tokens(line) for _, line in packed)
     window = buffer.window(max(0, room - mem_t))

@@ -1,8 +1,8 @@
 """Long messages become several units: one episode per informative piece, each indexed under its own words.
 
-A message longer than ``UNIT_AT`` characters holds more than one episode summary can show (code, tables,
-lists, several topics). Besides the model's episode of the message, the write path stores each informative
-unit of it as an episode of its own — dated like the message, sourced to it, its text shown as it was said —
+A message longer than ``UNIT_AT`` characters, or one with code, a table or a log in it (what the model does
+not read, :func:`soul_runtime.text.prose`), holds more than one episode summary can show. Besides the model's
+episode of the message, the write path stores each informative unit of it as an episode of its own — dated like the message, sourced to it, its text shown as it was said —
 so that an identifier, a library version, a figure or a date in the middle of a long message is found by
 its own words and shown, not clipped away.
 
@@ -23,7 +23,9 @@ import re
 from dataclasses import replace
 
 from soul_runtime.memory.episodic import index_key_text
+from soul_runtime.memory.episodic_writes import UNIT_KEY
 from soul_runtime.records import Extraction, WriteRequest
+from soul_runtime.text import prose
 
 UNIT_AT = 800
 UNIT_CHARS = 400
@@ -96,11 +98,11 @@ def unit_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
     """The episodes of the informative units of a long message, beside ``req`` (its model-made write): each
     written under its own turn key, with the message's sources, date, speaker and session, indexed under its
     own words and embedded like the message."""
-    if len(text) <= UNIT_AT:
+    if len(text) <= UNIT_AT and prose(text) == text:
         return []
     units = [u for u in split_units(text) if informative(u)][:MAX_UNITS]
     vector_text = req.vector_text or index_key_text(req)
-    return [replace(req, turn_key=f"{req.turn_key}#u{i + 1}",
+    return [replace(req, turn_key=f"{req.turn_key}{UNIT_KEY}{i + 1}",
                     extraction=Extraction(episode=u, event=True, extra_sources=req.extraction.extra_sources),
                     key_context="", vector_text=vector_text)
             for i, u in enumerate(units)]

@@ -10,7 +10,13 @@ from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.episodic_tokens import fts_tokens
 from soul_runtime.memory.layer_db import unpack
-from soul_runtime.memory.policy_episodic import hybrid_score, in_recall, lexical_clauses, recency_weight
+from soul_runtime.memory.policy_episodic import (
+    hybrid_score,
+    in_recall,
+    later_figures_first,
+    lexical_clauses,
+    recency_weight,
+)
 from soul_runtime.records import Episode, RecalledItem
 from soul_runtime.text import terms
 from soul_runtime.timeref import TimeScope, query_scope
@@ -63,8 +69,11 @@ class EpisodeSearch(EpisodeTable):
         shown = {r[0]: r for r in self.db.execute(
             f"SELECT rowid, summary, sources FROM episodes WHERE rowid IN ({','.join('?' * len(kept))})",
             [ids[i] for *_, i in kept])}
-        return [RecalledItem("episodic", eid, shown[ids[i]][1], -neg, tuple(unpack(shown[ids[i]][2])), float(ats[i]))
-                for neg, eid, i in kept]
+        texts = [shown[ids[i]][1] for *_, i in kept]
+        final = later_figures_first(query, texts, [float(ats[i]) for *_, i in kept], [-neg for neg, *_ in kept])
+        items = [RecalledItem("episodic", eid, text, round(score, 6), tuple(unpack(shown[ids[i]][2])), float(ats[i]))
+                 for (_, eid, i), text, score in zip(kept, texts, final, strict=True)]
+        return sorted(items, key=lambda it: (-it.score, it.id))
 
     def _in_scope(self, scope: TimeScope | None, limit: int = 200) -> list[_Hit]:
         """The episodes a time-scoped question points at (at most ``limit``, the latest), as hits with no

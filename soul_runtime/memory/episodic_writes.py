@@ -15,10 +15,12 @@ from soul_runtime.memory.policy_episodic import decide_episode, is_near_duplicat
 from soul_runtime.memory.policy_semantic import merge_sources
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import Episode, MemoryWrite, Op, Store, WriteRequest
-from soul_runtime.text import check_write_request
+from soul_runtime.text import check_write_request, normalise
 
 SAVE_EVERY = 2000
 MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
+UNIT_KEY = "#u"
+"""What a unit's turn key holds after its message's turn key (:func:`soul_runtime.loop.units.unit_requests`)."""
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,16 @@ class EpisodeWrites(EpisodeTable):
         return self.apply_many([req])[0]
 
     def apply_many(self, reqs: list[WriteRequest], *, promote_turns: list[str] | None = None,
-                   supersede_sources: list[str] | None = None) -> list[list[MemoryWrite]]:
+                   supersede_sources: list[str] | None = None, supersede_values: list[str] | None = None
+                   ) -> list[list[MemoryWrite]]:
         """Apply the episodic writes of several exchanges in one durable transaction.
 
         Idempotent per ``turn_key``: a turn applied before returns its recorded writes.
         ``promote_turns``: turns whose episodes fed a promoted fact (they stop decaying).
         ``supersede_sources``: message ids of fact values just replaced or retracted;
-        episodes derived from them leave recall (they would contradict the new value).
+        episodes derived from them leave recall (they would contradict the new value) — of a long message's
+        units (:mod:`soul_runtime.loop.units`), only those that state one of ``supersede_values`` (the values
+        replaced): the rest of the message still holds.
         """
         for req in reqs:
             check_write_request(req)
@@ -78,7 +83,7 @@ class EpisodeWrites(EpisodeTable):
                     writes.append(_noop(decision.reason))
                 record_applied(self.db, req.turn_key, writes)
                 out[i] = writes
-            self._mark(promote_turns or [], supersede_sources or [])
+            self._mark(promote_turns or [], supersede_sources or [], supersede_values or [])
         if self._max_key is not None:  # committed: the new rows' keys
             self._max_key = max([self._max_key] + [key for op, key, _, _ in index_ops if op == "add"])
         for op, key, vec, seq in index_ops:  # the record is durable; now the cache
@@ -138,7 +143,7 @@ class EpisodeWrites(EpisodeTable):
                 return _Row(int(rows[i][0]), ep)
         return None
 
-    def _mark(self, promote_turns: list[str], supersede_sources: list[str]) -> None:
+    def _mark(self, promote_turns: list[str], supersede_sources: list[str], supersede_values: list[str]) -> None:
         for tk in promote_turns:
             self.db.execute("UPDATE episodes SET promoted = 1 WHERE turn_key = ?", (tk,))
         if supersede_sources:
@@ -146,11 +151,15 @@ class EpisodeWrites(EpisodeTable):
             # the packed sources hold each id's UTF-8 bytes: SQLite's instr() picks the candidate rows in C, the
             # unpacked list decides (an id inside a longer one is not a match)
             near = " OR ".join(["instr(sources, ?) > 0"] * len(wanted))
-            rows = self.db.execute(f"SELECT rowid, sources FROM episodes WHERE superseded = 0 AND ({near})",
-                                   [w.encode() for w in wanted]).fetchall()
-            for key, srcs in rows:
-                if set(wanted) & set(unpack(srcs)):
-                    self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
+            rows = self.db.execute(f"SELECT rowid, sources, turn_key, summary FROM episodes WHERE superseded = 0 "
+                                   f"AND ({near})", [w.encode() for w in wanted]).fetchall()
+            values = [normalise(v) for v in supersede_values if v.strip()]
+            for key, srcs, turn_key, summary in rows:
+                if not set(wanted) & set(unpack(srcs)):
+                    continue
+                if UNIT_KEY in (turn_key or "") and not any(v in normalise(summary) for v in values):
+                    continue  # a unit of a long message that does not state the replaced value
+                self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
 
 
 def _noop(reason: str) -> MemoryWrite:

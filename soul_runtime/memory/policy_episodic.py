@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -10,7 +13,7 @@ import numpy as np
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig
 from soul_runtime.records import Extraction
-from soul_runtime.text import terms
+from soul_runtime.text import segments, terms
 
 Num = TypeVar("Num", float, np.ndarray)
 """The scoring policies below take a number or a numpy array of them (recall scores all its candidates at
@@ -129,4 +132,43 @@ def lexical_clauses(query_terms: list[str], doc_freq: dict[str, int], size: int,
             break
         out.append((rest[i], rest[j]))
         cost += est
+    return out
+
+
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+def _statements(query_terms: set[str], text: str) -> list[tuple[frozenset[str], frozenset[str]]]:
+    """The figures ``text`` states about what the query names: (query terms, numbers) of each line or
+    sentence that holds a number and most of ``query_terms`` (two thirds of them, at least two)."""
+    out = []
+    need = max(2, math.ceil(len(query_terms) * 2 / 3))
+    for seg in segments(text):
+        nums = frozenset(_NUMBER.findall(seg))
+        held = frozenset(query_terms.intersection(terms(seg)))
+        if nums and len(held) >= need:
+            out.append((held, nums))
+    return out
+
+
+def later_figures_first(query: str, texts: Sequence[str], ats: Sequence[float], scores: Sequence[float]
+                        ) -> list[float]:
+    """Later figures win: where a recalled episode states a figure about what the query names (a line that
+    holds a number and most of the query's terms) and a later episode states it again with other
+    numbers (a line holding the same query terms or more: "p95 of uploader is 52 ms" … "uploader's p95 is now
+    41 ms"), the earlier one is scored just below the later one. It stays stored and recallable, in its
+    history, as the earlier value; scores that need no change are returned as they are."""
+    qt = set(terms(query))
+    out = list(scores)
+    if len(qt) < 2:
+        return out
+    said = [_statements(qt, t) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: -ats[i])  # newest first: a cap uses the newer one's final score
+    for pos, i in enumerate(order):
+        if not said[i]:
+            continue
+        for j in order[:pos]:
+            if ats[j] > ats[i] and out[j] <= out[i] and any(
+                    held_i <= held_j and nums_i != nums_j for held_i, nums_i in said[i] for held_j, nums_j in said[j]):
+                out[i] = out[j] - 1e-5
     return out

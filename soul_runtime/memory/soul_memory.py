@@ -76,13 +76,18 @@ def answer_without_store(layer: Store, reqs: list[WriteRequest], marks: dict[str
 
 def cross_layer_marks(writes: Iterable[MemoryWrite]) -> dict[str, list[str]]:
     """What semantic writes ask of the episodic layer: episodes to promote (they fed a
-    promoted fact) and sources whose episodes a new value superseded."""
+    promoted fact), sources whose episodes a new value superseded, and the values it replaced."""
     promote: list[str] = []
     supersede: list[str] = []
+    values: list[str] = []
     for w in writes:
         promote.extend(t for t in w.payload.get("promoted_turns", ()) if t not in promote)
-        supersede.extend(t for t in w.payload.get("superseded_sources", ()) if t not in supersede)
-    return {"promote_turns": promote, "supersede_sources": supersede}
+        gone = [t for t in w.payload.get("superseded_sources", ()) if t not in supersede]
+        supersede.extend(gone)
+        prev = w.payload.get("previous")
+        if gone and isinstance(prev, str) and prev.strip() and prev not in values:
+            values.append(prev)
+    return {"promote_turns": promote, "supersede_sources": supersede, "supersede_values": values}
 
 
 class SoulMemory:

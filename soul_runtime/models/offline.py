@@ -26,6 +26,7 @@ from soul_runtime.models.base import (
     Usage,
 )
 from soul_runtime.records import Extraction, FactCandidate, TaskReport
+from soul_runtime.text import prose
 from soul_runtime.timeref import query_scope
 
 PREFIX = "[offline model] "
@@ -323,6 +324,7 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
     a.chit, a.instruction = not _has_content(text), _has_content(text) and rules.is_instruction(text)
     if a.chit or a.instruction:
         return a
+    text = prose(text).strip() or text  # statements are read from sentences, not from code, tables or logs
     hist, srcs = _prior(ex), tuple(ex.message_ids)
     subject = _subject(ex.speaker, text)
     name = subject or "The user"
