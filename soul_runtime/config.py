@@ -36,6 +36,9 @@ class MemoryConfig:
     """Cosine similarity above which a new episode merges into a stored one (same session)."""
     dense_weight: float = 0.5
     """Weight of the dense score in the hybrid episodic score (lexical gets the rest)."""
+    unit_dense_weight: float = 0.1
+    """The same for a unit of a long message: it shares the message's vector, so its dense score says only which
+    message it is from, and its own words (the lexical score) which part of it answers."""
     max_episode_chars: int = 400
     # semantic
     promotion_observations: int = 3
@@ -77,6 +80,7 @@ class MemoryConfig:
         _check(0.0 <= self.recency_floor <= 1.0, "recency_floor must be in [0, 1]")
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
+        _check(0.0 <= self.unit_dense_weight <= 1.0, "unit_dense_weight must be in [0, 1]")
         _check(self.subject_only_score <= 1.0, "subject_only_score must be in [0, 1]")
         _check(0.0 < self.fact_match_similarity <= 1.0, "fact_match_similarity must be in (0, 1]")
         for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",

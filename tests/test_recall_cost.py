@@ -12,7 +12,7 @@ import pytest
 from soul_runtime.clock import DAY
 from soul_runtime.memory import sqlite_db
 from soul_runtime.memory.episodic import MIGRATIONS, top_rounded
-from soul_runtime.memory.policy_episodic import LexicalLimits, hybrid_score, recency_weight
+from soul_runtime.memory.policy_episodic import LexicalLimits, hybrid_score, later_figures_first, recency_weight
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.records import Extraction, WriteRequest
 from tests.fakes import HashEmbedder
@@ -85,16 +85,21 @@ def test_lexical_and_dense_hits_are_scored_on_their_true_similarities(tmp_path: 
     as_lexical_only = store._score(query, 8, now, qv, {}, store._lexical_rows(query, 60))  # no dense hit at all
     for got, exact_only in ((items, False), (as_lexical_only, True)):
         assert got
+        wants, ats = [], []
         for it in got:
             key = int(it.id[3:])
             blob, at = store.db.execute("SELECT vector, at FROM episodes WHERE rowid = ?", (key,)).fetchone()
             exact = float(np.frombuffer(blob, np.float32) @ qv)
-            want = hybrid_score(exact, lex.get(key, 0.0) / top_lex, store.cfg) * recency_weight(at, now, store.cfg)
-            if exact_only or key not in dense:  # similarity from the stored vector: only the rounding differs
+            wants.append(hybrid_score(exact, lex.get(key, 0.0) / top_lex, store.cfg) * recency_weight(at, now, store.cfg))
+            ats.append(at)
+            assert it.at == at
+        # then a later figure ranks above an earlier one it restates ("note 12" … "note 57" here)
+        wants = later_figures_first(query, [it.text for it in got], ats, wants)
+        for it, want in zip(got, wants, strict=True):
+            if exact_only or int(it.id[3:]) not in dense:  # similarity from the stored vector: only rounding differs
                 assert it.score == pytest.approx(want, abs=2e-6)
             else:
                 assert it.score == pytest.approx(want, abs=2e-2)  # the index's f16 similarity
-            assert it.at == at
     m.close()
 
 

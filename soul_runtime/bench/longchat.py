@@ -39,6 +39,7 @@ from soul_runtime.loop.context import line_tokens, pack_memory
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
+from soul_runtime.records import RecalledItem
 
 SYSTEMS = ("soul", "bm25_chunks", "bm25_messages")
 LABELS = {"soul": "soul-runtime", "bm25_chunks": "BM25 over ~400-character chunks",
@@ -109,7 +110,7 @@ def rss_mib() -> tuple[float, float]:
     return round(now, 1), round(peak, 1)
 
 
-class _Tally:
+class Tally:
     def __init__(self) -> None:
         self.vals: dict[tuple[str, int, str, str], list[float]] = {}
         self.tok: dict[tuple[str, int], list[int]] = {}
@@ -144,6 +145,31 @@ def _sessions(chat: Chat) -> list[tuple[str, list[dict[str, Any]]]]:
     return out
 
 
+def score_questions(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
+                    budgets: Sequence[int], progress: Callable[[str, int, int], None] | None = None) -> list[float]:
+    """Every question of ``chat`` at every budget: the soul's recall (``recall(question, at)``, at the day after
+    the last session) packed as for a turn, beside BM25 over whole messages and over chunks; the recall
+    latencies (ms)."""
+    now = max(m["at"] for m in chat.messages) + DAY
+    raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in chat.messages]
+    pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in chat.messages for c in chunks(m["text"])]
+    bm_msg, bm_chunk = BM25([t for t, _ in raw]), BM25([t for t, _ in pieces])
+    recall_ms = []
+    for qi, q in enumerate(chat.questions):
+        t1 = time.perf_counter()
+        items = recall(q.question, now)
+        recall_ms.append((time.perf_counter() - t1) * 1000)
+        by_msg = [raw[i] for i in np.argsort(-bm_msg.scores(q.question), kind="stable")]
+        by_chunk = [pieces[i] for i in np.argsort(-bm_chunk.scores(q.question), kind="stable")]
+        for b in budgets:
+            tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now, q.question)])
+            tally.add("bm25_chunks", b, q, take_within(by_chunk, b))
+            tally.add("bm25_messages", b, q, take_clipped(by_msg, b))
+        if progress and (qi + 1) % 10 == 0:
+            progress(f"{chat.chat_id}: questions", qi + 1, len(chat.questions))
+    return recall_ms
+
+
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
         config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None
@@ -153,7 +179,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     turn = turn or TurnConfig()
     model = make_model("offline")
     budgets = sorted(set(budgets))
-    tally = _Tally()
+    tally = Tally()
     root = Path(workdir or tempfile.mkdtemp(prefix="longchat-"))
     chats = load(data)[:limit]
     per_chat: list[dict[str, Any]] = []
@@ -177,23 +203,10 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         n_msgs += len(chat.messages)
         n_chars += chat.chars
         rss, peak = rss_mib()
-        now = max(m["at"] for m in chat.messages) + DAY
-        raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in chat.messages]
-        pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in chat.messages for c in chunks(m["text"])]
-        bm_msg, bm_chunk = BM25([t for t, _ in raw]), BM25([t for t, _ in pieces])
-        recall_ms = []
-        for qi, q in enumerate(chat.questions):
-            t1 = time.perf_counter()
-            items = mem.recall(q.question, turn.recall_k, now=now)
-            recall_ms.append((time.perf_counter() - t1) * 1000)
-            by_msg = [raw[i] for i in np.argsort(-bm_msg.scores(q.question), kind="stable")]
-            by_chunk = [pieces[i] for i in np.argsort(-bm_chunk.scores(q.question), kind="stable")]
-            for b in budgets:
-                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now, q.question)])
-                tally.add("bm25_chunks", b, q, take_within(by_chunk, b))
-                tally.add("bm25_messages", b, q, take_clipped(by_msg, b))
-            if progress and (qi + 1) % 10 == 0:
-                progress(f"{chat.chat_id}: questions", qi + 1, len(chat.questions))
+
+        def recall(q: str, at: float, m: SoulMemory = mem) -> list[RecalledItem]:
+            return m.recall(q, turn.recall_k, at=at)
+        recall_ms = score_questions(chat, recall, tally, budgets, progress)
         st = mem.stats()
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,
                          "tokens": chat.chars // 4, "questions": len(chat.questions),
@@ -203,18 +216,24 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
                          "recall_p50_ms": round(sorted(recall_ms)[len(recall_ms) // 2], 2) if recall_ms else None})
         soul.close()
         mem.close()
-    head = turn.memory_tokens if turn.memory_tokens in budgets else budgets[len(budgets) // 2]
-    res: dict[str, Any] = {"budgets": budgets, "headline_budget": head, "recall_k": turn.recall_k,
-                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in SYSTEMS}}
-    res["ratios"] = {str(b): {f"{m}_vs_{s}": _ratio(res["systems"]["soul"][str(b)][m], res["systems"][s][str(b)][m])
-                              for s in SYSTEMS[1:] for m in ("evidence_recall", "key_phrase_recall")}
-                     for b in budgets}
+    res = summary(tally, budgets, turn)
     res["details"] = {"chats": len(chats), "seeds": sorted({c.seed for c in chats}),
                       "questions": sum(len(c.questions) for c in chats), "messages": n_msgs, "chars": n_chars,
                       "refused": refused, "ingest_messages_per_s": round(n_msgs / ingest_s, 2) if ingest_s else None,
                       "ingest_chars_per_s": round(n_chars / ingest_s) if ingest_s else None,
                       "rss_peak_mib": max((c["rss_peak_mib"] for c in per_chat), default=None),
                       "embedder": embedder.embedder_id, "model": model.label, "per_chat": per_chat}
+    return res
+
+
+def summary(tally: Tally, budgets: Sequence[int], turn: TurnConfig) -> dict[str, Any]:
+    """Every system's figures at every budget, and the soul's ratios to the baselines."""
+    head = turn.memory_tokens if turn.memory_tokens in budgets else budgets[len(budgets) // 2]
+    res: dict[str, Any] = {"budgets": list(budgets), "headline_budget": head, "recall_k": turn.recall_k,
+                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in SYSTEMS}}
+    res["ratios"] = {str(b): {f"{m}_vs_{s}": _ratio(res["systems"]["soul"][str(b)][m], res["systems"][s][str(b)][m])
+                              for s in SYSTEMS[1:] for m in ("evidence_recall", "key_phrase_recall")}
+                     for b in budgets}
     return res
 
 

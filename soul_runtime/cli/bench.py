@@ -141,8 +141,18 @@ def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
     if args.make is not None:
         made = write(args.data, args.make, args.tokens)
         out.print(f"wrote {len(made)} chats to {args.data}")
-    with progress_bar(out, "loading the embedder") as progress:
-        res = bench_longchat.run(args.data, args.budget, progress=progress, limit=args.limit)
+    with progress_bar(out, "starting the runtime" if args.ray else "loading the embedder") as progress:
+        if args.ray:
+            from soul_runtime.bench.longchat_ray import run_on_ray
+            res = run_on_ray(args.data, args.budget, callers=args.callers, limit=args.limit,
+                             questions=not args.no_questions, progress=progress)
+        else:
+            res = bench_longchat.run(args.data, args.budget, progress=progress, limit=args.limit)
+    if "systems" not in res:
+        out.print(json.dumps(res["details"], indent=1))
+        if args.json:
+            write_file(args.json, json.dumps(res, indent=1), durable=False)
+        return 0
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="Long technical chats: evidence recall / key-phrase recall of the lines shown (same run)")
     table.add_column("system")
@@ -492,6 +502,11 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lc.add_argument("--tokens", type=_budgets, default=[150_000], help="with --make: sizes in tokens, comma-separated")
     lc.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     lc.add_argument("--limit", type=int, default=None, help="only the first N chats")
+    lc.add_argument("--ray", action="store_true",
+                    help="every chat a soul of an embedded local runtime, observed through the public API, several "
+                         "at once; reports the peak memory of every shard and host process")
+    lc.add_argument("--callers", type=int, default=4, help="with --ray: chats observed at once")
+    lc.add_argument("--no-questions", action="store_true", help="with --ray: ingest only (rate and memory)")
     lc.add_argument("--json", metavar="FILE")
     lc.add_argument("--plot", metavar="PNG")
     lc.set_defaults(bench_fn=cmd_longchat)

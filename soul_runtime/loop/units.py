@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from soul_runtime.memory.episodic import index_key_text
 from soul_runtime.memory.episodic_writes import UNIT_KEY
+from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.records import Extraction, WriteRequest
 from soul_runtime.text import prose
 
@@ -95,11 +96,12 @@ def informative(unit: str) -> bool:
 
 
 def unit_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
-    """The episodes of the informative units of a long message, beside ``req`` (its model-made write): each
+    """The episodes of the informative units of a long message, beside ``req`` (its model-made write, whose own
+    episode is kept: what a guard or the episode policy refused for the message is not stored by its units): each
     written under its own turn key, with the message's sources, date, speaker and session, indexed under its
     own words and embedded like the message."""
-    if len(text) <= UNIT_AT and prose(text) == text:
-        return []
+    if len(text) <= UNIT_AT and prose(text) == text or not decide_episode(req.extraction).write:
+        return []  # a short message of prose; or one whose own episode is not kept (a guard, chit-chat)
     units = [u for u in split_units(text) if informative(u)][:MAX_UNITS]
     vector_text = req.vector_text or index_key_text(req)
     return [replace(req, turn_key=f"{req.turn_key}{UNIT_KEY}{i + 1}",

@@ -25,6 +25,7 @@ from soul_runtime.memory.episodic_tokens import FTS_TOKENIZE, fts_tokens
 from soul_runtime.memory.episodic_writes import (
     MERGE_WINDOW,
     SAVE_EVERY,
+    UNIT_KEY,
     EpisodeWrites,
     index_key_text,
     writes_without_store,
@@ -204,6 +205,7 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
                                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
                 self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[13] or r[3]))
                 self._log("add", r[0])
+            self.db.execute("UPDATE episodes SET unit = 1 WHERE instr(turn_key, ?) > 0", (UNIT_KEY,))
             load_tables(self.db, data, ("sessions", "applied"))
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
         self.flush()

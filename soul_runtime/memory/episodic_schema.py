@@ -36,7 +36,14 @@ MIGRATIONS = [
     ("0007_recall_cover", """
         CREATE INDEX episodes_recall ON episodes(rowid, at, promoted, superseded)
     """),
+    ("0008_unit", """
+        ALTER TABLE episodes ADD COLUMN unit INTEGER NOT NULL DEFAULT 0;
+        UPDATE episodes SET unit = 1 WHERE instr(turn_key, '#u') > 0;
+        DROP INDEX episodes_recall;
+        CREATE INDEX episodes_recall ON episodes(rowid, at, promoted, superseded, unit)
+    """),
 ]
 """0007: recall scores its candidates on date and flags read from this covering index. An episode's row holds
 its vector and text, and its later columns sit on overflow pages; reading them per candidate dominated recall
-in a large store."""
+in a large store. 0008: whether an episode is a unit of a long message (:mod:`soul_runtime.loop.units`), which
+shares its message's vector: recall weighs its dense side by ``unit_dense_weight``."""

@@ -21,8 +21,8 @@ from soul_runtime.records import Episode, RecalledItem
 from soul_runtime.text import terms
 from soul_runtime.timeref import TimeScope, query_scope
 
-_Hit = tuple[int, float, float, int, int, bytes]
-"""A recall candidate read with its row: (row key, lexical score, at, promoted, superseded, vector)."""
+_Hit = tuple[int, float, float, int, int, bytes, int]
+"""A recall candidate read with its row: (row key, lexical score, at, promoted, superseded, vector, unit)."""
 
 
 class EpisodeSearch(EpisodeTable):
@@ -42,7 +42,7 @@ class EpisodeSearch(EpisodeTable):
         held = {h[0] for h in hits}
         rest = [key for key in dense if key not in held]
         rows = self.db.execute(
-            "SELECT rowid, at, promoted, superseded FROM episodes INDEXED BY episodes_recall "
+            "SELECT rowid, at, promoted, superseded, unit FROM episodes INDEXED BY episodes_recall "
             f"WHERE rowid IN ({','.join('?' * len(rest))})", rest).fetchall() if rest else []
         if not hits and not rows:
             return []
@@ -53,11 +53,11 @@ class EpisodeSearch(EpisodeTable):
             got = np.frombuffer(b"".join([hits[i][5] for i in need]), np.float32).reshape(len(need), -1) @ query_vector
             for i, sim in zip(need, got.tolist(), strict=True):
                 sims[i] = sim
-        ats, promoted_, superseded_ = np.array([h[2:5] for h in hits] + [r[1:] for r in rows],
-                                               np.float64).reshape(len(ids), 3).T
+        ats, promoted_, superseded_, unit = np.array([(*h[2:5], h[6]) for h in hits] + [r[1:] for r in rows],
+                                                     np.float64).reshape(len(ids), 4).T
         lex = np.array([h[1] for h in hits] + [0.0] * len(rows))  # lexical hits score > 0, the others 0
         top_lex = float(lex.max()) or 1.0
-        scores = hybrid_score(np.array(sims + [dense[r[0]] for r in rows]), lex / top_lex, self.cfg)
+        scores = hybrid_score(np.array(sims + [dense[r[0]] for r in rows]), lex / top_lex, self.cfg, unit != 0)
         scores = scores * recency_weight(ats, now, self.cfg)
         if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
             scores = np.where([key in scoped for key in ids], 0.5 + 0.5 * scores, 0.5 * scores)
@@ -84,8 +84,8 @@ class EpisodeSearch(EpisodeTable):
         if found is None:
             return []
         where, params = found
-        return [(r[0], 0.0, r[1], r[2], r[3], r[4]) for r in self.db.execute(
-            f"SELECT rowid, at, promoted, superseded, vector FROM episodes WHERE {where} "
+        return [(r[0], 0.0, r[1], r[2], r[3], r[4], r[5]) for r in self.db.execute(
+            f"SELECT rowid, at, promoted, superseded, vector, unit FROM episodes WHERE {where} "
             "ORDER BY at DESC, rowid DESC LIMIT ?", (*params, limit))]
 
     def _size(self) -> int:
@@ -117,7 +117,7 @@ class EpisodeSearch(EpisodeTable):
         if not match:
             return []
         rows: list[_Hit] = self.db.execute(
-            "SELECT l.rowid, -l.s, e.at, e.promoted, e.superseded, e.vector FROM (SELECT rowid, "
+            "SELECT l.rowid, -l.s, e.at, e.promoted, e.superseded, e.vector, e.unit FROM (SELECT rowid, "
             "bm25(episodes_fts) AS s FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY s, rowid LIMIT ?) AS l "
             "JOIN episodes AS e ON e.rowid = l.rowid ORDER BY l.s, l.rowid", (match, limit)).fetchall()
         return [r for r in rows if r[1] > 0]

@@ -117,9 +117,10 @@ class EpisodeWrites(EpisodeTable):
         sidx = self._session_index(req.session, req.now)
         cur = self.db.execute(
             "INSERT INTO episodes (at, actor, summary, sources, entities, tags, session, session_index, turn_key,"
-            " vector, key_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " vector, key_text, unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (req.now, req.actor, text, pack(list(sources)), pack(list(ex.entities)), pack(list(tags)),
-             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text))
+             req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text,
+             int(UNIT_KEY in req.turn_key)))
         key = int(cur.lastrowid or 0)
         self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
         index_ops.append(("add", key, vec, self._log("add", key)))

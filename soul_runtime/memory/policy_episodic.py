@@ -78,9 +78,11 @@ def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: Memo
     return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
 
 
-def hybrid_score(dense: Num, lexical: Num, cfg: MemoryConfig) -> Num:
-    """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended."""
-    out: Num = cfg.dense_weight * np.maximum(0.0, dense) + (1.0 - cfg.dense_weight) * lexical
+def hybrid_score(dense: Num, lexical: Num, cfg: MemoryConfig, unit: bool | np.ndarray = False) -> Num:
+    """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended by ``dense_weight``;
+    for a unit of a long message (``unit``), which shares its message's vector, by ``unit_dense_weight``."""
+    w = np.where(unit, cfg.unit_dense_weight, cfg.dense_weight) if np.any(unit) else cfg.dense_weight
+    out: Num = w * np.maximum(0.0, dense) + (1.0 - w) * lexical
     return out
 
 
