@@ -20,8 +20,11 @@ from soul_runtime.text import segments, terms
 PIECES = 2
 """At most this many pieces per excerpt, joined by " … "."""
 
+
 _WORD = re.compile(r"\w+(?:[-'.]\w+)*")
-_FIGURE = re.compile(r"\d")
+_FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?![\w])")
+"""A figure on its own: ``402`` in ``402 ms``, ``209`` in ``max_connections=209``, a version, a date; not the
+``95`` of ``p95``."""
 
 
 RARITY = 0.25
@@ -102,8 +105,9 @@ def excerpt(text: str, weights: dict[str, float], limit: int) -> str | None:
         scored = []
         for seg, marks in found:
             piece, held, w = _window(seg, marks, _discounted(weights, covered), left)
-            if held - covered or (pieces and _FIGURE.search(piece)):
-                scored.append((w, bool(_FIGURE.search(piece)), -order[seg], seg, piece, held))
+            figure = bool(_FIGURE.search(piece))
+            if held - covered or (pieces and figure):
+                scored.append((w, figure, -order[seg], seg, piece, held))
         if not scored:
             break
         w, _, _, seg, piece, held = max(scored, key=lambda s: s[:3])
