@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from soul_runtime.clock import DAY
-from soul_runtime.loop.context import EXCERPT_CHARS, FULL_LINES, memory_line, pack_memory
+from soul_runtime.loop.context import FULL_LINES, SHORT_CHARS, memory_line, pack_memory
 from soul_runtime.loop.excerpt import excerpt, query_weights
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.policy_episodic import later_figures_first
@@ -28,14 +28,14 @@ TABLE = ("Measured throughput of uploader this week:\n\n| service | throughput |
 
 def test_a_code_block_is_shown_by_the_setting_asked_about_and_the_line_naming_its_subject() -> None:
     q = "What max_connections did we set in the notifier client?"
-    got = excerpt(CODE, query_weights(q, [CODE, OTHER_CODE]), EXCERPT_CHARS)
-    assert got is not None and len(got) <= EXCERPT_CHARS
+    got = excerpt(CODE, query_weights(q, [CODE, OTHER_CODE]), 160)
+    assert got is not None and len(got) <= 160
     assert "max_connections=209" in got and "notifier_client" in got
     assert got.index("notifier_client") < got.index("max_connections")  # pieces keep the text's order
 
 
 def test_a_table_is_shown_by_its_heading_and_the_row_asked_about() -> None:
-    got = excerpt(TABLE, query_weights("What throughput did we measure for uploader?", [TABLE]), EXCERPT_CHARS)
+    got = excerpt(TABLE, query_weights("What throughput did we measure for uploader?", [TABLE]), 160)
     assert got is not None and "1269 req/s" in got and "Measured throughput of uploader" in got
     assert "7512" not in got
 
@@ -48,7 +48,7 @@ def test_a_long_line_is_cut_around_what_was_asked() -> None:
 
 def test_a_memory_without_the_questions_words_keeps_its_first_sentence() -> None:
     text = "The dashboards look calm today. " * 8
-    assert excerpt(text, query_weights("max_connections notifier", [text]), EXCERPT_CHARS) is None
+    assert excerpt(text, query_weights("max_connections notifier", [text]), 160) is None
     it = RecalledItem("episodic", "ep-1", text, 0.5, ("m1",), T0)
     weights = query_weights("max_connections notifier", [text])
     assert memory_line(it, T0, short=True, weights=weights) == memory_line(it, T0, short=True)
@@ -59,8 +59,10 @@ def test_packing_with_the_question_shows_the_figure_a_short_line_would_cut() -> 
               for i in range(FULL_LINES)]
     unit = RecalledItem("episodic", "ep-99", CODE, 0.89, ("m99",), T0)
     q = "What max_connections did we set in the notifier client?"
-    shown = "\n".join(line for _, line in pack_memory([*filler, unit], 1000, T0 + DAY, q))
+    packed = pack_memory([*filler, unit], 1000, T0 + DAY, q)
+    shown = "\n".join(line for _, line in packed)
     assert "max_connections=209" in shown
+    assert all(len(it.text) > SHORT_CHARS for it, _ in packed if it.id == "ep-99")  # shown by its excerpt
     without = "\n".join(line for _, line in pack_memory([*filler, unit], 1000, T0 + DAY))
     assert "max_connections=209" not in without  # the first sentence of a code block is its import line
 

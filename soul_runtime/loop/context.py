@@ -22,11 +22,9 @@ value per token would fill the budget with short, barely relevant lines."""
 FULL_LINES = 6
 """The most relevant memories are shown in full, the rest by their first sentence (at most SHORT_CHARS), so
 more of them fit the budget. A memory of several lines (code, a table, a list) that holds the question's words
-is shown by the lines that answer it instead (:mod:`soul_runtime.loop.excerpt`), within EXCERPT_CHARS among the
-first FULL_LINES and SHORT_CHARS after them: a code block by its ``max_connections=209`` line, a table by its
-heading and the row asked about."""
+is shown by the lines that answer it instead, within SHORT_CHARS (:mod:`soul_runtime.loop.excerpt`): a code
+block by its ``max_connections=209`` line, a table by its heading and the row asked about."""
 SHORT_CHARS = 90
-EXCERPT_CHARS = 160
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
@@ -45,8 +43,7 @@ def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = Fal
     ``short`` shows its first sentence."""
     text = it.text
     structured = "\n" in text.strip()  # code, a table, a list: what a first sentence or a whole line serves worst
-    limit = SHORT_CHARS if short else EXCERPT_CHARS
-    found = excerpt(text, weights, limit) if weights and structured and len(text) > limit else None
+    found = excerpt(text, weights, SHORT_CHARS) if weights and structured and len(text) > SHORT_CHARS else None
     if found is not None:
         text = found
     elif short:

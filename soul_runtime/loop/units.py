@@ -8,7 +8,9 @@ its own words and shown, not clipped away.
 
 Units: the message is cut at blank lines (a fenced code block stays one block), a block longer than
 ``UNIT_CHARS`` is cut at line ends, then sentence ends, then white space, and consecutive pieces are packed
-while they fit ``UNIT_CHARS`` (at most what an episode summary shows, ``max_episode_chars``). A
+while they fit ``UNIT_CHARS`` (at most what an episode summary shows, ``max_episode_chars``); a block that ends
+in a colon introduces what follows it ("Measured p95 latency of ledger this week:" and its table), so it starts
+a unit. A
 unit is informative when it holds a figure or a date (a digit), an identifier (``snake_case``, ``a.b``,
 ``key=value``, a path, backticks) or a decision ("propose", "agreed", "decided", "let us go with"). At most
 ``MAX_UNITS`` units of a message are kept, the first ones.
@@ -84,7 +86,8 @@ def split_units(text: str, size: int = UNIT_CHARS) -> list[str]:
             pieces.append((piece, "\n" if i else "\n\n"))
     out: list[str] = []
     for piece, joiner in pieces:
-        if out and len(out[-1]) + len(joiner) + len(piece) <= size:
+        lead_in = joiner == "\n\n" and piece.rstrip().endswith(":")  # "Measured p95 of ledger this week:"
+        if out and not lead_in and len(out[-1]) + len(joiner) + len(piece) <= size:
             out[-1] += joiner + piece
         else:
             out.append(piece)
