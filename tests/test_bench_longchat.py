@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from soul_runtime.bench import longchat
 from soul_runtime.bench.longchat_data import DEV, HELD_OUT, generate, load, write
@@ -49,3 +56,38 @@ def test_a_small_run_reports_every_system_budget_and_kind(tmp_path: Path) -> Non
     json.dumps(res)
     longchat.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+RAY_CHILD = """
+import json, sys
+from soul_runtime.bench.longchat_ray import run_on_ray
+res = run_on_ray(sys.argv[1], (500, 1000), callers=2, embedder="fast", sample_every_s=0.2)
+open(sys.argv[2], "w").write(json.dumps(res))
+"""
+
+
+@pytest.mark.ray
+def test_chats_observed_by_souls_of_a_runtime_report_recall_rate_and_each_process_memory(tmp_path: Path) -> None:
+    write(tmp_path / "chats", [7, 8], [12_000])
+    out = tmp_path / "res.json"
+    ray_tmp = tempfile.mkdtemp(prefix="slc", dir="/tmp")  # short: Ray's socket paths
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_", "ANTHROPIC_"))}
+    env.update(RAY_TMPDIR=ray_tmp, SOUL_DATA_DIR=str(tmp_path / "data"))
+    try:
+        p = subprocess.run([sys.executable, "-c", RAY_CHILD, str(tmp_path / "chats"), str(out)], env=env,
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    d = res["details"]
+    chats = load(tmp_path / "chats")
+    assert d["refused"] == [] and d["chats"] == 2 and d["messages"] == sum(len(c.messages) for c in chats)
+    assert d["questions"] == sum(len(c.questions) for c in chats) and d["episodes"] > d["messages"]  # units
+    assert d["ingest_messages_per_s"] > 0
+    mem = d["memory"]
+    assert mem["shard_rss_peak_mib"] > 0 and mem["host_rss_peak_mib"] > 0
+    assert any(q["name"] == "ray::LayerShard" for q in mem["processes"])
+    for b in ("500", "1000"):
+        got = res["systems"]["soul"][b]
+        assert 0 < got["evidence_recall"] <= 1 and 0 < got["key_phrase_recall"] <= 1 and got["tokens_mean"] <= int(b)
