@@ -101,7 +101,6 @@ class MiniLMEmbedder(Embedder):
         self._threads = max(1, min(int(threads), os.cpu_count() or 1))
         self._verify = verify
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
         self._input_names: frozenset[str] = frozenset()
@@ -172,8 +171,7 @@ class MiniLMEmbedder(Embedder):
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._input_names:
                 feed["token_type_ids"] = np.zeros_like(ids)
-            with self._run_lock:  # one run at a time: concurrent runs share the same cores, each with its buffers
-                hidden = self._session.run(None, feed)[0]  # (n, seq, dim)
+            hidden = self._session.run(None, feed)[0]  # (n, seq, dim)
             m = mask[:, :, None].astype(np.float32)
             summed = (hidden * m).sum(axis=1)
             out[group] = (summed / np.maximum(m.sum(axis=1), 1e-9)).astype(np.float32)

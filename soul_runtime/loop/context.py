@@ -64,7 +64,8 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines.
     The first FULL_LINES items are rendered in full, the others short: by the part that answers ``query``."""
-    weights = query_weights(query, [it.text for it in recalled]) if query else {}
+    excerpted = [it.text for it in recalled if len(it.text) > SHORT_CHARS and "\n" in it.text.strip()]
+    weights = query_weights(query, [it.text for it in recalled]) if query and excerpted else {}
     lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES, weights=weights)) for i, it in enumerate(recalled)]
     by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
     used, chosen = 0, []

@@ -138,17 +138,22 @@ def lexical_clauses(query_terms: list[str], doc_freq: dict[str, int], size: int,
 
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_DIGIT = re.compile(r"\d")
 
 
 def _statements(query_terms: set[str], text: str) -> list[tuple[frozenset[str], frozenset[str]]]:
     """The figures ``text`` states about what the query names: (query terms, numbers) of each line or
     sentence that holds a number and most of ``query_terms`` (two thirds of them, at least two)."""
-    out = []
+    out: list[tuple[frozenset[str], frozenset[str]]] = []
+    if not _DIGIT.search(text):
+        return out
     need = max(2, math.ceil(len(query_terms) * 2 / 3))
     for seg in segments(text):
         nums = frozenset(_NUMBER.findall(seg))
+        if not nums:
+            continue
         held = frozenset(query_terms.intersection(terms(seg)))
-        if nums and len(held) >= need:
+        if len(held) >= need:
             out.append((held, nums))
     return out
 
