@@ -41,7 +41,7 @@ class RuntimeConfig:
     store_capacity: int = 0
     """Open per-soul stores per shard (LRU): each holds up to 3 file descriptors while open; 0 (the default):
     as many as the shard process's open-file limit allows (:func:`fd_capacity`)."""
-    store_capacity_mb: int = 1024
+    store_capacity_mb: int = 512
     """And the memory the open stores of a shard may hold (vector indices, SQLite caches), in MiB; 0: no limit."""
     host_threads: int = 8
     """Threads per host for its souls' own work between waits: the code of a turn, the offline model, SQLite

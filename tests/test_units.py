@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from soul_runtime.loop.soul import Soul
-from soul_runtime.loop.units import UNIT_CHARS, informative, split_units
+from soul_runtime.loop.units import HEAD_CHARS, UNIT_CHARS, informative, split_units
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.offline import OfflineModel
 from tests.fakes import HashEmbedder
@@ -60,7 +60,9 @@ def test_a_long_message_is_found_and_shown_by_each_of_its_units(tmp_path: Path) 
         hits = mem.recall(query, 5, now=T0 + 3600)
         assert any(phrase in h.text and h.sources == ("m1",) for h in hits), (query, [h.text for h in hits])
     assert not any("dashboards look calm" in e.summary and "propose" not in e.summary for e in units)
-    assert len([t for t in written if "fastapi" in t]) == 1  # the units share the message's one embedding
+    # the units share the message's one embedding, computed from the opening of what it is indexed under
+    embedded = [t for t in written if "gateway" in t]
+    assert len(embedded) == 1 and len(embedded[0]) <= HEAD_CHARS and "fastapi" not in embedded[0]
     soul.close()
     mem.close()
 
@@ -72,6 +74,21 @@ def test_a_short_message_stays_one_episode(tmp_path: Path) -> None:
                    "id": "m1", "at": T0}])
     assert len([e for e in mem.episodes() if e.sources == ("m1",)]) <= 1
     soul.close()
+    mem.close()
+
+
+def test_a_short_message_is_embedded_whole(tmp_path: Path) -> None:
+    emb = CountingEmbedder()
+    mem = SoulMemory(tmp_path, embedder=emb)
+    soul = Soul("dev", tmp_path, memory=mem, model=OfflineModel())
+    said = ("We pinned fastapi 0.110.2 for billing after the upgrade broke the build, and the gateway team moved "
+            "their canary to the eu-west cluster, where the p95 latency of checkout went from 230 ms to 180 ms "
+            "over the week; the search team keeps its own pins until the March release, then follows. The billing "
+            "team will revisit the pin when the next minor version of fastapi lands, and the gateway team plans "
+            "to move the canary back once the latency holds for a sprint.")
+    assert HEAD_CHARS < len(said) <= 800
+    soul.observe([{"speaker": "maya", "text": said, "id": "m1", "at": T0}])
+    assert any(said in t for t in emb.texts)
     mem.close()
 
 

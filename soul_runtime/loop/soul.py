@@ -46,7 +46,7 @@ from soul_runtime.loop.decide import (
 from soul_runtime.loop.fit import fit_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
-from soul_runtime.loop.units import unit_requests
+from soul_runtime.loop.units import message_requests
 from soul_runtime.models.base import AsyncLanguageModel, Exchange, LanguageModel, Usage
 from soul_runtime.records import (
     MemoryWrite,
@@ -379,7 +379,7 @@ class Soul:
                                                    sources=exchange.message_ids, extraction=d.extraction,
                                                    session=session, key_context=exchange.user_text),
                                       exchange.message_ids[0] if exchange.message_ids else trace.turn_id)
-            reqs += [req, *unit_requests(req, exchange.user_text)]
+            reqs += message_requests(req, exchange.user_text)
         return replace(trace, persisted=d.persisted, persist_reason=d.reason, categories=d.categories,
                        usage=usage_report(parts), timings_ms=dict(timings), mended=tuple(mended)), reqs
 
@@ -458,7 +458,7 @@ class Soul:
                     req, notes = fit_request(WriteRequest(turn_key=f"obs:{m.id}", now=m.at, actor=m.speaker,
                                                           sources=(m.id,), extraction=d.extraction, session=sess,
                                                           key_context=said), m.id)
-                    reqs += [req, *unit_requests(req, m.text)]
+                    reqs += message_requests(req, m.text)
                     mended += notes
                 bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
                 buffer.append(bt)

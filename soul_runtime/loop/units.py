@@ -15,8 +15,11 @@ unit is informative when it holds a figure or a date (a digit), an identifier (`
 ``key=value``, a path, backticks) or a decision ("propose", "agreed", "decided", "let us go with"). At most
 ``MAX_UNITS`` units of a message are kept, the first ones.
 
-The units of a message share its vector (one embedding per message, as before): the dense side finds the
-message, the lexical side the unit.
+The units of a message share its vector (one embedding per message): the dense side finds the message, the
+lexical side the unit. That vector is computed from the opening of what the message is indexed under (its
+summary first, ``HEAD_CHARS`` characters, about 128 tokens of technical text: the length MiniLM was tuned
+at), not from as much of it as the embedder takes: the rest of the message is found through its units, and
+the encoder's cost grows with every token it reads (a long message's embedding was most of its ingest time).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from soul_runtime.loop.fit import clip
 from soul_runtime.memory.episodic import index_key_text
 from soul_runtime.memory.episodic_writes import UNIT_KEY
 from soul_runtime.memory.policy_episodic import decide_episode
@@ -33,6 +37,7 @@ from soul_runtime.text import prose
 UNIT_AT = 800
 UNIT_CHARS = 400
 MAX_UNITS = 48
+HEAD_CHARS = 400
 
 _FENCE = re.compile(r"^\s*```")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -98,16 +103,18 @@ def informative(unit: str) -> bool:
     return bool(_INFORMATIVE.search(unit))
 
 
-def unit_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
-    """The episodes of the informative units of a long message, beside ``req`` (its model-made write, whose own
-    episode is kept: what a guard or the episode policy refused for the message is not stored by its units): each
-    written under its own turn key, with the message's sources, date, speaker and session, indexed under its
-    own words and embedded like the message."""
+def message_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
+    """The writes of a message: ``req`` (its model-made write) and, for a long or structured message whose own
+    episode is kept (what a guard or the episode policy refused for the message is not stored by its units), the
+    episodes of its informative units, each written under its own turn key with the message's sources, date,
+    speaker and session, indexed under its own words. Such a message and its units share one vector, computed
+    from the opening of the message's key text (``HEAD_CHARS``)."""
     if len(text) <= UNIT_AT and prose(text) == text or not decide_episode(req.extraction).write:
-        return []  # a short message of prose; or one whose own episode is not kept (a guard, chit-chat)
+        return [req]  # a short message of prose; or one whose own episode is not kept (a guard, chit-chat)
     units = [u for u in split_units(text) if informative(u)][:MAX_UNITS]
-    vector_text = req.vector_text or index_key_text(req)
-    return [replace(req, turn_key=f"{req.turn_key}{UNIT_KEY}{i + 1}",
-                    extraction=Extraction(episode=u, event=True, extra_sources=req.extraction.extra_sources),
-                    key_context="", vector_text=vector_text)
-            for i, u in enumerate(units)]
+    head = replace(req, vector_text=clip(req.vector_text or index_key_text(req), HEAD_CHARS))
+    return [head] + [replace(head, turn_key=f"{req.turn_key}{UNIT_KEY}{i + 1}",
+                             extraction=Extraction(episode=u, event=True, extra_sources=req.extraction.extra_sources),
+                             key_context="")
+                     for i, u in enumerate(units)]
+

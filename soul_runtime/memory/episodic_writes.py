@@ -20,7 +20,7 @@ from soul_runtime.text import check_write_request, normalise
 SAVE_EVERY = 2000
 MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
 UNIT_KEY = "#u"
-"""What a unit's turn key holds after its message's turn key (:func:`soul_runtime.loop.units.unit_requests`)."""
+"""What a unit's turn key holds after its message's turn key (:func:`soul_runtime.loop.units.message_requests`)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class EpisodeWrites(EpisodeTable):
         tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
                                                           else set())))
         sources = merge_sources(tuple(ex.extra_sources), req.sources)
-        dup = self._near_duplicate(vec, text, req.session)
+        dup = self._near_duplicate(vec, text, req.session, req.turn_key)
         if dup is not None:
             merged = merge_sources(dup.episode.sources, sources)
             entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
@@ -127,11 +127,15 @@ class EpisodeWrites(EpisodeTable):
         return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
                            {"summary": text, "sources": list(sources), "at": req.now})
 
-    def _near_duplicate(self, vec: np.ndarray, text: str, session: str) -> _Row | None:
+    def _near_duplicate(self, vec: np.ndarray, text: str, session: str, turn_key: str) -> _Row | None:
         """A stored episode of the same session that says the same thing (exact scan of the session's
-        latest episodes: the cost does not grow with the store)."""
-        rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? "
+        latest episodes: the cost does not grow with the store). The other units of a unit's own message are
+        not candidates: they are other parts of it, cut apart on purpose, and share its vector."""
+        rows = self.db.execute(f"SELECT rowid, vector, turn_key FROM episodes WHERE session = ? "
                                f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
+        if UNIT_KEY in turn_key:
+            siblings = turn_key.split(UNIT_KEY)[0] + UNIT_KEY
+            rows = [r for r in rows if not (r[2] or "").startswith(siblings)]
         if not rows:
             return None
         sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
