@@ -14,6 +14,7 @@ import pytest
 
 from soul_runtime.bench import longchat
 from soul_runtime.bench.longchat_data import DEV, HELD_OUT, generate, load, write
+from soul_runtime.bench.longchat_ray import plot_memory, timeline
 from tests.fakes import HashEmbedder
 
 
@@ -58,6 +59,15 @@ def test_a_small_run_reports_every_system_budget_and_kind(tmp_path: Path) -> Non
     assert (tmp_path / "p.png").stat().st_size > 1000
 
 
+def test_the_memory_timeline_keeps_at_most_its_points_and_the_last_sample() -> None:
+    samples = [{"s": i / 10, "done": i * 3, "rss_mib": {"ray::LayerShard 7": 100.0 + i, "ray::IDLE 9": 50.0}}
+               for i in range(1001)]
+    line = timeline(samples, points=300)
+    assert len(line) <= 301 and line[0]["messages"] == 0 and line[-1]["messages"] == 3000
+    assert all(list(x["rss_mib"]) == ["ray::LayerShard 7"] for x in line)
+    assert timeline([]) == [] and len(timeline(samples[:5])) == 5
+
+
 RAY_CHILD = """
 import json, sys
 from soul_runtime.bench.longchat_ray import run_on_ray
@@ -91,3 +101,9 @@ def test_chats_observed_by_souls_of_a_runtime_report_recall_rate_and_each_proces
     for b in ("500", "1000"):
         got = res["systems"]["soul"][b]
         assert 0 < got["evidence_recall"] <= 1 and 0 < got["key_phrase_recall"] <= 1 and got["tokens_mean"] <= int(b)
+    line = d["memory_timeline"]  # each process's memory as the messages came in, and its plot
+    assert len(line) >= 2 and [x["messages"] for x in line] == sorted(x["messages"] for x in line)
+    assert line[-1]["messages"] == d["messages"]
+    assert any("LayerShard" in k for k in line[-1]["rss_mib"]) and all(v > 0 for v in line[-1]["rss_mib"].values())
+    plot_memory(res, tmp_path / "m.png")
+    assert (tmp_path / "m.png").stat().st_size > 1000

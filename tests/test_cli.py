@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -156,10 +157,11 @@ def test_bench_scale_small_run(tmp_path: Path) -> None:
     """``soul bench scale`` end to end on its own embedded Ray: what it reports adds up."""
     out, ray_tmp = tmp_path / "scale.json", tempfile.mkdtemp(prefix="sb", dir="/tmp")  # short: Ray's sockets
     try:
-        soul("bench", "scale", "--souls", "24", "--active", "1,8", "--turns", "1", "--embedder", "fast",
-             "--json", str(out), env=_env(RAY_TMPDIR=ray_tmp), timeout=240, label="bench scale")
+        p = soul("bench", "scale", "--souls", "24", "--active", "1,8", "--turns", "1", "--embedder", "fast",
+                 "--json", str(out), env=_env(RAY_TMPDIR=ray_tmp), timeout=240, label="bench scale")
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert re.search(r"^.+: 24/24$", p.stdout, re.M), p.stdout  # piped: its progress as plain lines
     res = json.loads(out.read_text())
     assert res["souls"] == 24 and res["activations"] >= 24 and res["first_turns_per_s"] > 0
     turns = [ph for ph in res["phases"] if ph["phase"] == "turns"]

@@ -27,6 +27,9 @@ from soul_runtime.records import RecalledItem
 Progress = Callable[[str, int, int], None]
 
 
+TIMELINE_POINTS = 300
+
+
 def soul_id(chat_id: str) -> str:
     return f"longchat-{chat_id}"
 
@@ -49,9 +52,9 @@ def run_on_ray(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, 
     refused: list[str] = []
     path = Path(data_dir or tempfile.mkdtemp(prefix="soul-bench-longchat-"))
     total = sum(len(c.messages) for c in chats)
-    sampler = Sampler(sample_every_s)
+    done = 0
+    sampler = Sampler(sample_every_s, done=lambda: done)
     with soul_runtime.connect(data_dir=str(path), embedder=embedder, model="offline") as rt:
-        done = 0
 
         async def ingest() -> None:
             todo = list(chats)
@@ -96,8 +99,45 @@ def run_on_ray(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, 
         "ingest_messages_per_s": round(total / ingest_s, 2), "ingest_chars_per_s": round(n_chars / ingest_s),
         "episodes": sum(int(s.get("episodes", 0)) for s in stats),
         "recall_p50_ms": round(sorted(recall_ms)[len(recall_ms) // 2], 2) if recall_ms else None,
-        "embedder": embedder, "model": "offline", "memory": memory_by_role(ingest_rss)}
+        "embedder": embedder, "model": "offline", "memory": memory_by_role(ingest_rss),
+        "memory_timeline": timeline(sampler.timeline)}
     return res
+
+
+def timeline(samples: list[dict[str, Any]], points: int = TIMELINE_POINTS) -> list[dict[str, Any]]:
+    """At most ``points`` of the sampler's samples (evenly spaced, the last one kept): seconds, messages
+    ingested, and the RSS of every shard and host process (MiB)."""
+    step = max(1, -(-len(samples) // points))
+    kept = samples[::step] + ([samples[-1]] if samples and (len(samples) - 1) % step else [])
+    return [{"s": x["s"], "messages": x["done"],
+             "rss_mib": {k: v for k, v in x["rss_mib"].items() if "LayerShard" in k or "SoulHost" in k}}
+            for x in kept]
+
+
+def plot_memory(res: dict[str, Any], path: str | Path, limit_mib: float = 1024) -> None:
+    """The RSS of every shard and host process against the messages ingested, with ``limit_mib`` drawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    d = res["details"]
+    samples = d["memory_timeline"]
+    names = sorted({k for x in samples for k in x["rss_mib"]}, key=lambda k: ("SoulHost" in k, k))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for k in names:
+        pts = [(x["messages"], x["rss_mib"][k]) for x in samples if k in x["rss_mib"]]
+        ax.plot([m for m, _ in pts], [r for _, r in pts], "-" if "LayerShard" in k else "--",
+                label=k.replace("ray::", ""), linewidth=1.2)
+    ax.axhline(limit_mib, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("long messages ingested")
+    ax.set_ylabel("resident memory (MiB)")
+    ax.set_title(f"{d['chats']} long chats, {d['callers']} observed at once: RSS of each shard and host "
+                 f"({d['ingest_messages_per_s']} messages/s)", fontsize=9)
+    ax.set_ylim(0, max(limit_mib * 1.1, max((r for x in samples for r in x["rss_mib"].values()), default=0) * 1.1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def memory_by_role(report: dict[str, Any]) -> dict[str, Any]:

@@ -208,11 +208,13 @@ async def _drive(rt: Any, jobs: list[tuple[str, str]], active: int, latencies: l
 
 class Sampler:
     """Samples the local Ray's processes (threads, RSS) and the connections to the model stand-in every
-    ``every_s`` seconds on a thread of its own while a phase runs, and keeps each one's peak."""
+    ``every_s`` seconds on a thread of its own while a phase runs, and keeps each one's peak. With ``done``
+    (how much work is done so far), also each sample's RSS per process beside it: :attr:`timeline`."""
 
-    def __init__(self, every_s: float = 1.0, standin: Any = None) -> None:
+    def __init__(self, every_s: float = 1.0, standin: Any = None, done: Callable[[], int] | None = None) -> None:
         self.every_s = every_s
         self.standin = standin
+        self.done = done
         self.exclude = (standin.pid,) if standin is not None else ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,6 +224,8 @@ class Sampler:
         self.peak: dict[int, dict[str, Any]] = {}
         self.threads_max = self.rss_max = self.conns_max = self.samples = 0
         self.cpu_s = 0.0  # this process's CPU spent sampling (taken out of the client's CPU per turn)
+        self.timeline: list[dict[str, Any]] = []
+        self._t0 = time.perf_counter()
 
     def sample(self) -> None:
         t0 = time.thread_time()
@@ -240,6 +244,10 @@ class Sampler:
             q["threads_max"] = max(q["threads_max"], p["threads"])
             q["rss_bytes_max"] = max(q["rss_bytes_max"], p["rss_bytes"])
             q["model_connections_max"] = max(q["model_connections_max"], conns.get(p["pid"], 0))
+        if self.done is not None:
+            self.timeline.append({"s": round(time.perf_counter() - self._t0, 1), "done": self.done(),
+                                  "rss_mib": {f"{p['name']} {p['pid']}": round(p["rss_bytes"] / 2**20, 1)
+                                              for p in procs}})
         self.threads_max = max(self.threads_max, sum(p["threads"] for p in procs))
         self.rss_max = max(self.rss_max, sum(p["rss_bytes"] for p in procs))
         self.samples += 1

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,10 +83,24 @@ def update_readme(path: Path, block: str) -> bool:
     return True
 
 
+LOG_EVERY_S = 10.0
+
 
 @contextmanager
 def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A transient progress bar; yields the ``progress(what, done, total)`` callback a benchmark reports to."""
+    """A transient progress bar; yields the ``progress(what, done, total)`` callback a benchmark reports to.
+    When the output is not a terminal (a log file, CI), a plain line instead, at most every ``LOG_EVERY_S``
+    seconds and at the end of each stage."""
+    if not out.is_terminal:
+        at, stage = [0.0], [""]
+
+        def log(what: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - at[0] >= LOG_EVERY_S or done >= total or what != stage[0]:
+                at[0], stage[0] = now, what
+                out.print(f"{what}: {done}/{total}", soft_wrap=True)
+        yield log
+        return
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=out, transient=True) as prog:
         task = prog.add_task(first, total=1)
@@ -149,9 +164,12 @@ def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
         else:
             res = bench_longchat.run(args.data, args.budget, progress=progress, limit=args.limit)
     if "systems" not in res:
-        out.print(json.dumps(res["details"], indent=1))
+        out.print(json.dumps({k: v for k, v in res["details"].items() if k != "memory_timeline"}, indent=1))
         if args.json:
             write_file(args.json, json.dumps(res, indent=1), durable=False)
+        if args.plot:
+            from soul_runtime.bench.longchat_ray import plot_memory
+            plot_memory(res, args.plot)
         return 0
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="Long technical chats: evidence recall / key-phrase recall of the lines shown (same run)")
