@@ -445,6 +445,12 @@ class AsyncSoulHandle:
     import_ = _async_method("import_")
 
 
+PROCESS_ENV = {"MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
+"""Set in every process of the runtime: glibc gives each thread that allocates an arena of its own, and each
+keeps the memory it freed; a store shard's threads (store calls, embedding runs) held about 100 MiB more
+resident with the default (8 per core) than with two, at the same speed."""
+
+
 def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
             config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None,
             connect_attempts: int = client_session.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
@@ -482,7 +488,7 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         raise ConfigError(f"address {address!r} is not 'auto', 'ray://host:port' or 'host:port'")
     if address is None or address == "auto":  # the data dir is on this machine: say if others can read it
         warn_if_loose(config.data_dir)
-    env = settings_env()  # what the models and embedders read, for every actor
+    env = {**PROCESS_ENV, **settings_env()}  # what the models and embedders read, and the allocator's arenas
 
     def attach(started: bool) -> Runtime:  # finds or creates the actors: idempotent, submits no turn
         try:

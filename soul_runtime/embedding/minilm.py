@@ -40,7 +40,7 @@ RUN_TOKENS = 512
 """Padded tokens one model run takes at most (two texts of 256 tokens, 32 of 16). A run's activations are
 freed when it ends; kept this small, each of its buffers stays below the C allocator's threshold for a
 fresh memory map, so runs reuse the same memory instead of faulting in new pages: a long text embeds
-about twice as fast as in runs of 4,096 tokens, and the process's transient memory stays a few MB."""
+about twice as fast as in runs of 4,096 tokens, and the process's transient memory stays a few MiB."""
 
 
 def _sha256(path: Path) -> str:

@@ -19,7 +19,7 @@ The units of a message share its vector (one embedding per message): the dense s
 lexical side the unit. That vector is computed from the opening of what the message is indexed under (its
 summary first, ``HEAD_CHARS`` characters, about 128 tokens of technical text: the length MiniLM was tuned
 at), not from as much of it as the embedder takes: the rest of the message is found through its units, and
-the encoder's cost grows with every token it reads (a long message's embedding was most of its ingest time).
+the encoder's cost grows with every token it reads.
 """
 
 from __future__ import annotations
@@ -117,4 +117,3 @@ def message_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
                              extraction=Extraction(episode=u, event=True, extra_sources=req.extraction.extra_sources),
                              key_context="")
                      for i, u in enumerate(units)]
-
