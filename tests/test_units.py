@@ -89,6 +89,7 @@ def test_a_short_message_is_embedded_whole(tmp_path: Path) -> None:
     assert HEAD_CHARS < len(said) <= 800
     soul.observe([{"speaker": "maya", "text": said, "id": "m1", "at": T0}])
     assert any(said in t for t in emb.texts)
+    soul.close()
     mem.close()
 
 

@@ -92,12 +92,13 @@ def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int],
     When the output is not a terminal (a log file, CI), a plain line instead, at most every ``LOG_EVERY_S``
     seconds and at the end of each stage."""
     if not out.is_terminal:
-        at, stage = [0.0], [""]
+        at, stage = 0.0, ""
 
         def log(what: str, done: int, total: int) -> None:
+            nonlocal at, stage
             now = time.monotonic()
-            if now - at[0] >= LOG_EVERY_S or done >= total or what != stage[0]:
-                at[0], stage[0] = now, what
+            if now - at >= LOG_EVERY_S or done >= total or what != stage:
+                at, stage = now, what
                 out.print(f"{what}: {done}/{total}", soft_wrap=True)
         yield log
         return

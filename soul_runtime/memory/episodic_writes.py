@@ -131,11 +131,10 @@ class EpisodeWrites(EpisodeTable):
         """A stored episode of the same session that says the same thing (exact scan of the session's
         latest episodes: the cost does not grow with the store). The other units of a unit's own message are
         not candidates: they are other parts of it, cut apart on purpose, and share its vector."""
-        rows = self.db.execute(f"SELECT rowid, vector, turn_key FROM episodes WHERE session = ? "
-                               f"ORDER BY rowid DESC LIMIT {MERGE_WINDOW}", (session,)).fetchall()
-        if UNIT_KEY in turn_key:
-            siblings = turn_key.split(UNIT_KEY)[0] + UNIT_KEY
-            rows = [r for r in rows if not (r[2] or "").startswith(siblings)]
+        siblings = turn_key.split(UNIT_KEY)[0] + UNIT_KEY if UNIT_KEY in turn_key else ""
+        rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? AND NOT (? != '' AND "
+                               f"substr(turn_key, 1, length(?)) = ?) ORDER BY rowid DESC LIMIT {MERGE_WINDOW}",
+                               (session, siblings, siblings, siblings)).fetchall()
         if not rows:
             return None
         sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
