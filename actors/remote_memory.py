@@ -52,6 +52,9 @@ class RemoteMemory:
         *answers, fence = await asyncio.gather(*calls, self.fenced_async(), return_exceptions=True)
         return merge_recalls(_first_error([fence, *answers])[1:], k)
 
+    def embed_ahead(self, reqs: list[WriteRequest]) -> None:
+        """Nothing: a store actor embeds a soul's writes when it gets them, while this host reads on."""
+
     async def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         """The layers that have something to write get a call (semantic and procedural at once, then episodic
         with the semantic layer's marks); the others answer here without a call (``answer_without_store``)."""

@@ -57,15 +57,38 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def lacks_words(text: str, words: tuple[str, ...]) -> bool:
-    """True when ``text`` certainly holds none of ``words`` (lower case) in any letter case: it is ASCII, where a
-    case-insensitive pattern and ``str.lower`` agree, and its lower case contains none of them. A pattern that
-    needs one of ``words`` to match cannot match such a text, so it need not be run. Non-ASCII text is never
-    ruled out here (Unicode case folding has equivalences that ``lower`` does not make)."""
-    if not text.isascii():
-        return False
+# What a case-insensitive pattern matches to an ASCII letter but ``str.lower`` does not make that letter: the
+# dotless i, the long s, and the combining dot that ``lower`` leaves after an i made from a dotted capital I.
+_FOLD = str.maketrans({"\u0131": "i", "\u017f": "s", "\u0307": ""})
+
+
+def folded(text: str) -> str:
+    """``text`` in lower case, folded so that a word (lower case) a case-insensitive pattern would find in it is
+    a substring of the result (never the other way round: the fold may make a word appear that no pattern sees)."""
     low = text.lower()
+    return low if low.isascii() else low.translate(_FOLD)
+
+
+def lacks_words(text: str, words: tuple[str, ...]) -> bool:
+    """True when ``text`` certainly holds none of ``words`` (lower case) in any letter case. A pattern that needs
+    one of ``words`` to match cannot match such a text, so it need not be run."""
+    low = folded(text)
     return not any(w in low for w in words)
+
+
+class GatedPattern:
+    """A case-insensitive alternation run branch by branch, each branch only on a text holding one of its words:
+    most texts hold the words of few branches, and a long text is scanned once per branch that could match
+    rather than once for them all. ``pattern`` is the whole alternation; :meth:`search` says what it says."""
+
+    def __init__(self, branches: list[tuple[str, tuple[str, ...]]], flags: int = 0) -> None:
+        flags |= re.IGNORECASE
+        self.pattern = re.compile("|".join(f"(?:{p})" for p, _ in branches), flags)
+        self._branches = [(re.compile(p, flags), words) for p, words in branches]
+
+    def search(self, text: str) -> bool:
+        low = folded(text)
+        return any(any(w in low for w in words) and rx.search(text) is not None for rx, words in self._branches)
 
 
 def collapse(text: str) -> str:

@@ -147,3 +147,68 @@ def test_hash_embedder() -> None:
     assert v.shape == (4, 64) and e.embedder_id == "test-hash-64"
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
     assert np.array_equal(v, e.embed(["red apple pie", "red apple", "blue whale", ""]))
+
+
+class _ThreadNoting(HashEmbedder):
+    """Notes which thread embedded which texts; ``fail`` texts make the model call fail."""
+
+    def __init__(self, fail: frozenset[str] = frozenset()) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.fail = fail
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        import threading
+        self.calls.append((threading.current_thread().name, list(texts)))
+        if self.fail & set(texts):
+            raise RuntimeError("model down")
+        return super()._embed_batch(texts)
+
+
+def test_texts_sent_ahead_are_embedded_beside_the_caller_with_the_same_vectors() -> None:
+    from soul_runtime.embedding.ahead import EmbeddingAhead
+    emb = _ThreadNoting()
+    ahead = EmbeddingAhead(emb, limit=3)
+    ahead.submit(["alpha beta", "gamma delta", "alpha beta"])
+    got = ahead.embed(["gamma delta", "new words here", "alpha beta"])
+    assert np.array_equal(got, HashEmbedder().embed(["gamma delta", "new words here", "alpha beta"]))
+    assert [(name.startswith("embed-ahead"), texts) for name, texts in emb.calls] == [
+        (True, ["alpha beta", "gamma delta"]), (False, ["new words here"])]
+    assert ahead.held == 0  # taken once: asked again, a text is embedded again
+    ahead.submit(["a1", "a2", "a3", "a4"])
+    assert ahead.held == 3  # the oldest beyond the limit is dropped
+
+
+def test_a_failed_embedding_ahead_is_done_again_by_the_caller_whose_error_it_then_is() -> None:
+    from soul_runtime.embedding.ahead import EmbeddingAhead
+    emb = _ThreadNoting(fail=frozenset({"broken text"}))
+    ahead = EmbeddingAhead(emb)
+    ahead.submit(["broken text", "fine text"])
+    with pytest.raises(EmbedderError, match="model down"):
+        ahead.embed(["fine text", "broken text"])
+    emb.fail = frozenset()
+    ahead.submit(["broken text"])
+    assert np.array_equal(ahead.embed(["broken text"]), HashEmbedder().embed(["broken text"]))
+
+
+def test_observing_embeds_each_windows_episodes_while_the_next_window_is_read(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from soul_runtime.config import SoulConfig, TurnConfig
+    from soul_runtime.loop.soul import Soul
+    from soul_runtime.memory.soul_memory import SoulMemory
+    from soul_runtime.models.offline import OfflineModel
+    emb = _ThreadNoting()
+    d = Path(str(tmp_path))
+    mem = SoulMemory(d / "m", embedder=emb)
+    soul = Soul("obs", d / "m", memory=mem, model=OfflineModel(),
+                config=SoulConfig(turn=TurnConfig(observe_window=2)))
+    said = [("maya", "We moved the billing service to Postgres 16 on 4 March, ticket BILL-{}."),
+            ("leo", "The p95 latency of the uploader is {}0 ms since the pool fix went out."),
+            ("maya", "Sprint {} ends on Friday; the release train leaves on Monday after it.")]
+    soul.observe([{"speaker": s, "text": t.format(i), "id": f"m{i}"} for i, (s, t) in enumerate(said * 2)])
+    ahead = [texts for name, texts in emb.calls if name.startswith("embed-ahead")]
+    assert len(ahead) == 3 and all(len(t) == 2 for t in ahead)  # three windows of two messages
+    assert mem.stats()["episodes"] == 6 and mem.episodic.ahead.held == 0
+    stored = mem.recall("p95 latency of the uploader", k=3, stores=["episodic"])
+    assert stored and "uploader" in stored[0].text
+    soul.close()

@@ -23,37 +23,52 @@ from dataclasses import replace
 
 from soul_runtime.models.base import ChatMessage, Exchange
 from soul_runtime.records import Extraction, FactCandidate
-from soul_runtime.text import lacks_words, normalise
+from soul_runtime.text import GatedPattern, normalise
 
-_INSTRUCTION = re.compile(
-    r"\b(ignore|disregard|forget|override)\b[^.]{0,40}\b(previous|prior|above|earlier|all|your)\b[^.]{0,30}"
-    r"\b(instructions?|rules?|prompts?|guidelines|directives)\b"
-    r"|\bfrom now on,?\s+(you|always|never|please|do|don't|reply|respond|answer|call|treat|remember|ignore)\b|\bgoing forward,? (you|always|never)\b|\byou (must|should|will) (always|never)\b"
-    r"|(^|[.!?;:]\s*|\byou\s+|\bplease\s+)(always|never) (approve|obey|follow|reveal|answer|say|reply|respond"
-    r"|comply|execute|run|trust|ignore|skip|share|send|store|save|remember)\b"
-    r"|\bsystem prompt\b|\bnew instructions\b|\byour instructions\b|(^|[.!?]\s*|\bplease\s+|\bnow\s+)act as\b"
-    r"|\bpretend (to be|you are|you're)\b"
-    r"|\bjailbreak\b|\bdeveloper mode\b|\bremember that you (must|should|will)\b|\bdo anything now\b"
-    r"|\b(store|save|remember|record) (this|that|the following)?\s*(as )?(a )?(fact|memory|procedure)\b.{0,20}:"
-    r"|\byou are (now )?(no longer|an? unrestricted)\b"
+# Each branch with words one of which every text it matches holds (in some letter case).
+_INSTRUCTION = GatedPattern([
+    (r"\b(ignore|disregard|forget|override)\b[^.]{0,40}\b(previous|prior|above|earlier|all|your)\b[^.]{0,30}"
+     r"\b(instructions?|rules?|prompts?|guidelines|directives)\b", ("ignore", "disregard", "forget", "override")),
+    (r"\bfrom now on,?\s+(you|always|never|please|do|don't|reply|respond|answer|call|treat|remember|ignore)\b",
+     ("from now on",)),
+    (r"\bgoing forward,? (you|always|never)\b", ("going forward",)),
+    (r"\byou (must|should|will) (always|never)\b", ("always", "never")),
+    (r"(^|[.!?;:]\s*|\byou\s+|\bplease\s+)(always|never) (approve|obey|follow|reveal|answer|say|reply|respond"
+     r"|comply|execute|run|trust|ignore|skip|share|send|store|save|remember)\b", ("always", "never")),
+    (r"\bsystem prompt\b|\bnew instructions\b|\byour instructions\b", ("system prompt", "instructions")),
+    (r"(^|[.!?]\s*|\bplease\s+|\bnow\s+)act as\b|\bact (as|like) (an?|my) \w+ (ai|assistant|model|bot)\b",
+     ("act as", "act like")),
+    (r"\bpretend (to be|you are|you're)\b", ("pretend",)),
+    (r"\bjailbreak\b|\b(dan|stan|dude|god|jailbreak|jailbroken) mode\b|\bdeveloper mode\b",
+     ("jailbreak", " mode")),
+    (r"\bremember that you (must|should|will)\b", ("remember that you",)),
+    (r"\bdo anything now\b", ("do anything now",)),
+    (r"\b(store|save|remember|record) (this|that|the following)?\s*(as )?(a )?(fact|memory|procedure)\b.{0,20}:",
+     ("store", "save", "remember", "record")),
+    (r"\byou are (now )?(no longer|an? unrestricted)\b", ("you are",)),
     # obedience, permissions and persona swaps
-    r"|\byou (must|shall|will|have to|need to) (obey|comply|follow my|do (what|whatever|as) i)\b"
-    r"|\bobey me\b|\b(obey|follow) (only )?my (orders|instructions|commands)\b"
-    r"|\byou(?: are|'re)? (now )?(allowed|permitted|authori[sz]ed|free) to\b"
-    r"|\b(dan|stan|dude|god|jailbreak|jailbroken) mode\b|\b(unfiltered|uncensored) (ai|assistant|model|mode|answers?)\b"
-    r"|\b(ai|assistant|model|bot|you)\b[^.]{0,30}\b(without|with no) (any )?(rules|restrictions|filters|limits"
-    r"|guardrails)\b"
-    r"|\bact (as|like) (an?|my) \w+ (ai|assistant|model|bot)\b"
+    (r"\byou (must|shall|will|have to|need to) (obey|comply|follow my|do (what|whatever|as) i)\b",
+     ("obey", "comply", "follow my", "do what", "do as")),
+    (r"\bobey me\b|\b(obey|follow) (only )?my (orders|instructions|commands)\b", ("obey me", "my orders",
+                                                                                 "my instructions", "my commands")),
+    (r"\byou(?: are|'re)? (now )?(allowed|permitted|authori[sz]ed|free) to\b",
+     ("allowed to", "permitted to", "authorised to", "authorized to", "free to")),
+    (r"\b(unfiltered|uncensored) (ai|assistant|model|mode|answers?)\b", ("unfiltered", "uncensored")),
+    (r"\b(ai|assistant|model|bot|you)\b[^.]{0,30}\b(without|with no) (any )?(rules|restrictions|filters|limits"
+     r"|guardrails)\b", ("without", "with no")),
     # German, Spanish, French, Italian, Portuguese
-    r"|\b(ignoriere|ignorier|vergiss|missachte|übergehe)\b[^.!?]{0,50}\b(anweisungen|regeln|vorgaben|instruktionen"
-    r"|befehle|richtlinien)\b|\bab (jetzt|sofort) (immer|nie|musst|sollst)\b|\bdu musst (immer|mir gehorchen)\b"
-    r"|\b(ignora|olvida|omite|ignore|oublie|oubliez|ignorez|dimentica|esqueça|esqueca)\b[^.!?]{0,50}"
-    r"\b(instrucciones|reglas|indicaciones|instructions|règles|consignes|istruzioni|regole|instruções|instrucoes"
-    r"|regras)\b"
-    r"|\b(de ahora en adelante|a partir de ahora|à partir de maintenant|désormais|d'ora in poi|a partir de agora)\b"
-    r"[^.!?]{0,20}\b(siempre|nunca|toujours|jamais|sempre|mai|debes|dois|devi)\b",
-    re.IGNORECASE,
-)
+    (r"\b(ignoriere|ignorier|vergiss|missachte|übergehe)\b[^.!?]{0,50}\b(anweisungen|regeln|vorgaben|instruktionen"
+     r"|befehle|richtlinien)\b", ("ignorier", "vergiss", "missachte", "übergehe")),
+    (r"\bab (jetzt|sofort) (immer|nie|musst|sollst)\b|\bdu musst (immer|mir gehorchen)\b",
+     ("ab jetzt", "ab sofort", "du musst")),
+    (r"\b(ignora|olvida|omite|ignore|oublie|oubliez|ignorez|dimentica|esqueça|esqueca)\b[^.!?]{0,50}"
+     r"\b(instrucciones|reglas|indicaciones|instructions|règles|consignes|istruzioni|regole|instruções|instrucoes"
+     r"|regras)\b", ("ignor", "olvida", "omite", "oubli", "dimentica", "esqueça", "esqueca")),
+    (r"\b(de ahora en adelante|a partir de ahora|à partir de maintenant|désormais|d'ora in poi|a partir de agora)\b"
+     r"[^.!?]{0,20}\b(siempre|nunca|toujours|jamais|sempre|mai|debes|dois|devi)\b",
+     ("de ahora en adelante", "a partir de ahora", "à partir de maintenant", "désormais", "d'ora in poi",
+      "a partir de agora")),
+])
 
 # Markup that impersonates the system, a tool call or the soul's own memory lines; script injection.
 _FORGED = re.compile(
@@ -85,22 +100,13 @@ _DANGEROUS_STEP = re.compile(
 _RECITED = re.compile(r"from memory \[", re.IGNORECASE)
 
 
-# A literal of every branch of _INSTRUCTION: a text with none of these cannot match it (the search costs
-# hundreds of microseconds a text; most texts are ruled out by this instead).
-_INSTRUCTION_WORDS = (
-    "ignor", "disregard", "forget", "override", "from now on", "going forward", "you", "always", "never",
-    "system prompt", "new instructions", "act ", "pretend", "jailbreak", "mode", "remember that", "do anything now",
-    "fact", "memory", "procedure", "obey", "orders", "instructions", "commands", "unfiltered", "uncensored", "without",
-    "with no", "vergiss", "missachte", "übergehe", "jetzt", "sofort", "du musst", "olvida", "omite", "oubli", "dimentica",
-    "esqueça", "esqueca", "adelante", "a partir de", "maintenant", "désormais", "d'ora in poi")
 _FORGED_MARKS = (":", "[", "]", "<", ">", "=")
 """Every branch of _FORGED needs one of these characters (none of them has another case)."""
 
 
 def is_instruction(text: str) -> bool:
     """Does the text try to instruct the agent (rather than tell it something)?"""
-    t = text.replace("\u2019", "'")
-    return not lacks_words(t, _INSTRUCTION_WORDS) and bool(_INSTRUCTION.search(t))
+    return _INSTRUCTION.search(text.replace("\u2019", "'"))
 
 
 def is_forged(text: str) -> bool:

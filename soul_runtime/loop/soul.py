@@ -69,6 +69,9 @@ class MemoryPort(Protocol):
 
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]: ...
 
+    def embed_ahead(self, reqs: list[WriteRequest]) -> None:
+        """A hint that ``reqs`` will be written soon (a memory that embeds elsewhere may ignore it)."""
+
 
 @dataclass(frozen=True)
 class TurnResult:
@@ -449,6 +452,7 @@ class Soul:
             earlier = buffer.chat(buffer.turns[-tc.history_for_extraction:])
             decided, u = yield from decide_observed(self.model, window, earlier, self.cfg.persona, tc, timings)
             used += [("memory", m, x) for m, x in u]
+            ahead = len(reqs)
             for m, d in zip(window, decided, strict=True):
                 reasons.append(f"{m.id}: {d.reason}")
                 if d.persisted:
@@ -463,6 +467,8 @@ class Soul:
                 bt = BufferTurn("user", m.speaker, m.text, m.id, m.at)
                 buffer.append(bt)
                 new_turns.append(bt)
+            if len(reqs) > ahead:  # their vectors are computed while the next window is read
+                yield Call("memory", "embed_ahead", (reqs[ahead:],))
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,

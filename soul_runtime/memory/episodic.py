@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from soul_runtime.config import MemoryConfig
+from soul_runtime.embedding.ahead import EmbeddingAhead
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import EmbedderError, InvalidInput
 from soul_runtime.memory import fence
@@ -71,6 +72,7 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
     def __init__(self, directory: Path, embedder: Embedder, cfg: MemoryConfig,
                  index_params: IndexParams | None = None, lexical: LexicalLimits = LEXICAL) -> None:
         self.embedder = embedder
+        self.ahead = EmbeddingAhead(embedder)
         self.index_params = index_params
         self.lexical = lexical
         super().__init__(directory, cfg)

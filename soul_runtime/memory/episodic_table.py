@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.config import MemoryConfig
+from soul_runtime.embedding.ahead import EmbeddingAhead
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import NotFound
 from soul_runtime.memory import fence
@@ -23,6 +24,7 @@ class EpisodeTable:
 
     dir: Path
     embedder: Embedder
+    ahead: EmbeddingAhead
     cfg: MemoryConfig
     index_params: IndexParams | None
     lexical: LexicalLimits

@@ -38,6 +38,11 @@ class EpisodeWrites(EpisodeTable):
     def apply(self, req: WriteRequest) -> list[MemoryWrite]:
         return self.apply_many([req])[0]
 
+    def embed_ahead(self, reqs: list[WriteRequest]) -> None:
+        """``reqs`` will be applied soon: their episodes' vectors are computed now, beside the caller
+        (:mod:`soul_runtime.embedding.ahead`)."""
+        self.ahead.submit([vector_text(r) for r in reqs if decide_episode(r.extraction).write])
+
     def apply_many(self, reqs: list[WriteRequest], *, promote_turns: list[str] | None = None,
                    supersede_sources: list[str] | None = None, supersede_values: list[str] | None = None
                    ) -> list[list[MemoryWrite]]:
@@ -65,10 +70,11 @@ class EpisodeWrites(EpisodeTable):
         keys = [index_key_text(r) for _, r, d in wanted if d.write]
         embedded = [vector_text(r) for _, r, d in wanted if d.write]
         unique = list(dict.fromkeys(embedded))  # units of one message share its vector: one embedding
-        got = self.embedder.embed(unique) if unique else np.zeros((0, self.embedder.dim), np.float32)
+        got = self.ahead.embed(unique) if unique else np.zeros((0, self.embedder.dim), np.float32)
         row = {t: i for i, t in enumerate(unique)}
         vectors = got[[row[t] for t in embedded]] if embedded else got
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
+        scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]] = {}
         vi = 0
         with transaction(self.db):
             for req in reqs:
@@ -77,7 +83,8 @@ class EpisodeWrites(EpisodeTable):
             for i, req, decision in wanted:
                 writes: list[MemoryWrite] = []
                 if decision.write:
-                    writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops))
+                    writes.append(self._write_one(req, texts[vi], keys[vi], vectors[vi], decision.reason, index_ops,
+                                                  scans))
                     vi += 1
                 else:
                     writes.append(_noop(decision.reason))
@@ -100,12 +107,13 @@ class EpisodeWrites(EpisodeTable):
         return [o or [] for o in out]
 
     def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
-                   index_ops: list[tuple[str, int, np.ndarray | None, int]]) -> MemoryWrite:
+                   index_ops: list[tuple[str, int, np.ndarray | None, int]],
+                   scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]]) -> MemoryWrite:
         ex = req.extraction
         tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
                                                           else set())))
         sources = merge_sources(tuple(ex.extra_sources), req.sources)
-        dup = self._near_duplicate(vec, text, req.session, req.turn_key)
+        dup = self._near_duplicate(vec, text, req.session, req.turn_key, scans)
         if dup is not None:
             merged = merge_sources(dup.episode.sources, sources)
             entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
@@ -122,29 +130,35 @@ class EpisodeWrites(EpisodeTable):
              req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text,
              int(UNIT_KEY in req.turn_key)))
         key = int(cur.lastrowid or 0)
+        for other in [k for k in scans if k != (req.session, _siblings(req.turn_key))]:
+            del scans[other]  # a new row another message's units would have to see
         self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
         index_ops.append(("add", key, vec, self._log("add", key)))
         return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
                            {"summary": text, "sources": list(sources), "at": req.now})
 
-    def _near_duplicate(self, vec: np.ndarray, text: str, session: str, turn_key: str) -> _Row | None:
+    def _near_duplicate(self, vec: np.ndarray, text: str, session: str, turn_key: str,
+                        scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]]) -> _Row | None:
         """A stored episode of the same session that says the same thing (exact scan of the session's
         latest episodes: the cost does not grow with the store). The other units of a unit's own message are
-        not candidates: they are other parts of it, cut apart on purpose, and share its vector."""
-        siblings = turn_key.split(UNIT_KEY)[0] + UNIT_KEY if UNIT_KEY in turn_key else ""
-        rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? AND NOT (? != '' AND "
-                               f"substr(turn_key, 1, length(?)) = ?) ORDER BY rowid DESC LIMIT {MERGE_WINDOW}",
-                               (session, siblings, siblings, siblings)).fetchall()
-        if not rows:
-            return None
-        sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
-            vec, np.float32)
-        for i in np.argsort(-sims)[:3]:  # only these few are read whole, and only when similar enough
-            if float(sims[i]) < self.cfg.merge_similarity:
-                break  # is_near_duplicate refuses it, and every one after it is less similar
-            ep = self._rows("rowid = ?", (rows[i][0],))[0]
-            if is_near_duplicate(float(sims[i]), text, ep.summary, self.cfg):
-                return _Row(int(rows[i][0]), ep)
+        not candidates: they are other parts of it, cut apart on purpose, and share its vector — so the
+        message's units share one scan (``scans``, kept for one transaction): its candidates are the same rows."""
+        siblings = _siblings(turn_key)
+        scan = scans.get((session, siblings)) if siblings else None
+        if scan is None or not np.array_equal(scan[0], vec):
+            rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? AND NOT (? != '' AND "
+                                   f"substr(turn_key, 1, length(?)) = ?) ORDER BY rowid DESC LIMIT {MERGE_WINDOW}",
+                                   (session, siblings, siblings, siblings)).fetchall()
+            sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
+                vec, np.float32) if rows else np.zeros(0, np.float32)
+            top = [(int(rows[i][0]), float(sims[i])) for i in np.argsort(-sims)[:3]]
+            scan = (vec, [(key, sim) for key, sim in top if sim >= self.cfg.merge_similarity])
+            if siblings:  # the message's other units see the same rows: what is written between them is theirs
+                scans[(session, siblings)] = scan
+        for key, sim in scan[1]:  # only these few are read whole, and only when similar enough
+            ep = self._rows("rowid = ?", (key,))[0]
+            if is_near_duplicate(sim, text, ep.summary, self.cfg):
+                return _Row(key, ep)
         return None
 
     def _mark(self, promote_turns: list[str], supersede_sources: list[str], supersede_values: list[str]) -> None:
@@ -164,6 +178,11 @@ class EpisodeWrites(EpisodeTable):
                 if UNIT_KEY in (turn_key or "") and not any(v in normalise(summary) for v in values):
                     continue  # a unit of a long message that does not state the replaced value
                 self.db.execute("UPDATE episodes SET superseded = 1 WHERE rowid = ?", (key,))
+
+
+def _siblings(turn_key: str) -> str:
+    """What the turn keys of a unit's message's units start with ("" for an episode that is not a unit)."""
+    return turn_key.split(UNIT_KEY)[0] + UNIT_KEY if UNIT_KEY in turn_key else ""
 
 
 def _noop(reason: str) -> MemoryWrite:

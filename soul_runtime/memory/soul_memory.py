@@ -118,6 +118,11 @@ class SoulMemory:
         """All layer writes of one exchange. Idempotent per ``req.turn_key``."""
         return self.write_many([req])[0]
 
+    def embed_ahead(self, reqs: list[WriteRequest]) -> None:
+        """A hint that ``reqs`` are about to be written (:meth:`write_many`): their episodes' vectors are
+        computed now on a thread beside the caller, so that its next work and the encoder overlap."""
+        self.episodic.embed_ahead(reqs)
+
     def write_many(self, reqs: list[WriteRequest]) -> list[list[MemoryWrite]]:
         for r in reqs:
             check_write_request(r)

@@ -74,7 +74,7 @@ def _prior(ex: Exchange) -> list[ChatMessage]:
 
 def _message_facts(msg: ChatMessage, speaker: str) -> list[FactCandidate]:
     """The facts a message states (an assistant's restatement: "Noted: Tendril's production database is …")."""
-    return list(_parsed_facts(msg, speaker))
+    return list(_parsed_facts(msg, msg.speaker or speaker))  # a message's own speaker: one reading whoever asks
 
 
 @functools.lru_cache(maxsize=4096)
@@ -84,7 +84,8 @@ def _parsed_facts(msg: ChatMessage, speaker: str) -> tuple[FactCandidate, ...]:
     text = msg.content.removeprefix(PREFIX).strip()
     if rules.is_instruction(text):
         return ()
-    subject = "" if msg.role == "assistant" else _subject(msg.speaker or speaker, text)
+    text = prose(text).strip() or text  # as :func:`analyse` reads a message: its sentences, not its code or logs
+    subject = "" if msg.role == "assistant" else _subject(speaker, text)
     out: list[FactCandidate] = []
     thing = person = ""
     for sentence in rules.split_sentences(rules.read_opening(text)[0] if msg.role == "user" else text):
