@@ -61,6 +61,25 @@ def soul(*args: str, env: dict[str, str] | None = None, timeout: float = 120, st
     return p
 
 
+def souls_at_once(*calls: tuple[str, ...], env: dict[str, str], timeout: float = 120
+                  ) -> list[subprocess.CompletedProcess[str]]:
+    """Several independent ``soul`` commands run side by side (each waits mostly for its Ray Client session);
+    each must succeed. Their results in the order given."""
+    assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([SOUL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL) for args in calls]
+    out = []
+    for args, proc in zip(calls, procs, strict=True):
+        stdout, stderr = proc.communicate(timeout=timeout)
+        done = subprocess.CompletedProcess([SOUL, *args], proc.returncode, stdout, stderr)
+        if proc.returncode != 0:
+            raise AssertionError(f"soul {' '.join(args)} exited {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}")
+        out.append(done)
+    TIMINGS[" + ".join(" ".join(a[:2]) for a in calls)] = round(time.perf_counter() - t0, 1)
+    return out
+
+
 def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
     assert p.returncode != 0
     assert "Traceback" not in p.stderr, p.stderr
@@ -209,19 +228,23 @@ def test_observe_and_read(cluster: dict[str, Any]) -> None:
     obs = json.loads(soul("observe", "maya", str(chat), "--json", env=env).stdout)
     assert obs["messages"] == 5 and obs["batches"] == 2 and obs["writes"]["semantic"] >= 1
 
-    items = json.loads(soul("recall", "maya", "tendril production database", "-k", "5", "--at", AT, "--store",
-                            "semantic", "--store", "episodic", "--json", env=env).stdout)
+    recalled, listed, history, traced = souls_at_once(
+        ("recall", "maya", "tendril production database", "-k", "5", "--at", AT, "--store", "semantic", "--store",
+         "episodic", "--json"), ("facts", "maya", "--json"),
+        ("history", "maya", "tendril", "production_database", "--json"), ("trace", "maya", "--last", "5", "--json"),
+        env=env)
+    items = json.loads(recalled.stdout)
     assert items and items[0]["id"] == "tendril:production_database" and "Postgres 16" in items[0]["text"]
     assert {"store", "id", "score", "sources", "text"} <= set(items[0])
     assert {i["store"] for i in items} <= {"semantic", "episodic"}
 
-    facts = json.loads(soul("facts", "maya", "--json", env=env).stdout)
+    facts = json.loads(listed.stdout)
     assert any(f["entity"] == "tendril" and f["value"] == "Postgres 16" for f in facts)
-    hist = json.loads(soul("history", "maya", "tendril", "production_database", "--json", env=env).stdout)
+    hist = json.loads(history.stdout)
     assert [h["value"] for h in hist] == ["Postgres 15", "Postgres 16"]
     assert hist[0]["sources"] == ["c2", "c3"] and hist[1]["sources"] == ["c5"]
 
-    traces = json.loads(soul("trace", "maya", "--last", "5", "--json", env=env).stdout)
+    traces = json.loads(traced.stdout)
     assert [t["kind"] for t in traces] == ["observe", "observe"] and traces[-1]["writes"]
 
     turn = json.loads(soul("turn", "maya", "Which Postgres version does Tendril run in production?", "--user",
@@ -250,12 +273,11 @@ def test_export_import_roundtrip(cluster: dict[str, Any]) -> None:
     soul("import", str(blob), "--soul", "copy", *other, env=env)
     again = soul("import", str(blob), "--soul", "copy", *other, env=env, check=False, label="import again")
     assert "already exists" in one_line_error(again)
-    q = ["tendril postgres cache", "-k", "10", "--at", AT, "--json"]
-    original = json.loads(soul("recall", "maya", *q, env=env, label="recall original").stdout)
-    copied = json.loads(soul("recall", "copy", *q, *other, env=env, label="recall copy").stdout)
-    assert copied == original and len(original) >= 3
+    q = ("tendril postgres cache", "-k", "10", "--at", AT, "--json")
     blob2 = base / "copy.soul"
-    soul("export", "copy", str(blob2), *other, env=env, label="export copy")
+    original, copied, _ = souls_at_once(("recall", "maya", *q), ("recall", "copy", *q, *other),
+                                        ("export", "copy", str(blob2), *other), env=env)
+    assert json.loads(copied.stdout) == json.loads(original.stdout) and len(json.loads(original.stdout)) >= 3
     assert blob2.read_bytes() == blob.read_bytes()
 
 
