@@ -17,9 +17,9 @@ unit is informative when it holds a figure or a date (a digit), an identifier (`
 
 The units of a message share its vector (one embedding per message): the dense side finds the message, the
 lexical side the unit. That vector is computed from the opening of what the message is indexed under (its
-summary first, ``HEAD_CHARS`` characters, about 128 tokens of technical text: the length MiniLM was tuned
-at), not from as much of it as the embedder takes: the rest of the message is found through its units, and
-the encoder's cost grows with every token it reads.
+summary first, ``HEAD_CHARS`` characters, about 100 tokens of technical text, within the 128 MiniLM was
+tuned at), not from as much of it as the embedder takes: the rest of the message is found through its units,
+and the encoder's cost grows with every token it reads.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from soul_runtime.text import prose
 UNIT_AT = 800
 UNIT_CHARS = 400
 MAX_UNITS = 48
-HEAD_CHARS = 400
+HEAD_CHARS = 320
 
 _FENCE = re.compile(r"^\s*```")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")

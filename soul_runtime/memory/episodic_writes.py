@@ -3,7 +3,7 @@ marks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -11,16 +11,26 @@ from soul_runtime.errors import StorageError
 from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.layer_db import applied_writes, pack, record_applied, unpack
-from soul_runtime.memory.policy_episodic import decide_episode, is_near_duplicate
+from soul_runtime.memory.policy_episodic import decide_episode, same_terms
 from soul_runtime.memory.policy_semantic import merge_sources
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import Episode, MemoryWrite, Op, Store, WriteRequest
-from soul_runtime.text import check_write_request, normalise
+from soul_runtime.text import check_write_request, normalise, terms
 
 SAVE_EVERY = 2000
 MERGE_WINDOW = 200  # latest episodes of a session a new one is compared with
 UNIT_KEY = "#u"
 """What a unit's turn key holds after its message's turn key (:func:`soul_runtime.loop.units.message_requests`)."""
+
+
+@dataclass
+class _Scan:
+    """A near-duplicate scan for one vector: the candidates similar enough, and those read so far (with their
+    content words)."""
+
+    vec: np.ndarray
+    similar: list[tuple[int, float]]
+    read: dict[int, tuple[Episode, frozenset[str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ class EpisodeWrites(EpisodeTable):
         row = {t: i for i, t in enumerate(unique)}
         vectors = got[[row[t] for t in embedded]] if embedded else got
         index_ops: list[tuple[str, int, np.ndarray | None, int]] = []
-        scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]] = {}
+        scans: dict[tuple[str, str], _Scan] = {}
         vi = 0
         with transaction(self.db):
             for req in reqs:
@@ -108,7 +118,7 @@ class EpisodeWrites(EpisodeTable):
 
     def _write_one(self, req: WriteRequest, text: str, key_text: str, vec: np.ndarray, reason: str,
                    index_ops: list[tuple[str, int, np.ndarray | None, int]],
-                   scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]]) -> MemoryWrite:
+                   scans: dict[tuple[str, str], _Scan]) -> MemoryWrite:
         ex = req.extraction
         tags = tuple(sorted({f.kind for f in ex.facts} | ({f"task:{ex.task.outcome}"} if ex.task and ex.task.outcome
                                                           else set())))
@@ -119,6 +129,8 @@ class EpisodeWrites(EpisodeTable):
             entities = tuple(dict.fromkeys(dup.episode.entities + ex.entities))
             self.db.execute("UPDATE episodes SET sources = ?, entities = ?, at = MAX(at, ?) WHERE rowid = ?",
                             (pack(list(merged)), pack(list(entities)), req.now, dup.rowid))
+            for scan in scans.values():
+                scan.read.pop(dup.rowid, None)  # read again when next compared: it holds more now
             return MemoryWrite(Store.EPISODIC, Op.UPDATE, dup.episode.id,
                                "near-duplicate episode: merged sources", {"summary": dup.episode.summary,
                                                                            "sources": list(merged)})
@@ -138,26 +150,32 @@ class EpisodeWrites(EpisodeTable):
                            {"summary": text, "sources": list(sources), "at": req.now})
 
     def _near_duplicate(self, vec: np.ndarray, text: str, session: str, turn_key: str,
-                        scans: dict[tuple[str, str], tuple[np.ndarray, list[tuple[int, float]]]]) -> _Row | None:
+                        scans: dict[tuple[str, str], _Scan]) -> _Row | None:
         """A stored episode of the same session that says the same thing (exact scan of the session's
         latest episodes: the cost does not grow with the store). The other units of a unit's own message are
         not candidates: they are other parts of it, cut apart on purpose, and share its vector — so the
         message's units share one scan (``scans``, kept for one transaction): its candidates are the same rows."""
         siblings = _siblings(turn_key)
         scan = scans.get((session, siblings)) if siblings else None
-        if scan is None or not np.array_equal(scan[0], vec):
+        if scan is None or not np.array_equal(scan.vec, vec):
             rows = self.db.execute(f"SELECT rowid, vector FROM episodes WHERE session = ? AND NOT (? != '' AND "
                                    f"substr(turn_key, 1, length(?)) = ?) ORDER BY rowid DESC LIMIT {MERGE_WINDOW}",
                                    (session, siblings, siblings, siblings)).fetchall()
             sims = np.frombuffer(b"".join([r[1] for r in rows]), np.float32).reshape(len(rows), -1) @ np.asarray(
                 vec, np.float32) if rows else np.zeros(0, np.float32)
             top = [(int(rows[i][0]), float(sims[i])) for i in np.argsort(-sims)[:3]]
-            scan = (vec, [(key, sim) for key, sim in top if sim >= self.cfg.merge_similarity])
+            scan = _Scan(vec, [(key, sim) for key, sim in top if sim >= self.cfg.merge_similarity])
             if siblings:  # the message's other units see the same rows: what is written between them is theirs
                 scans[(session, siblings)] = scan
-        for key, sim in scan[1]:  # only these few are read whole, and only when similar enough
-            ep = self._rows("rowid = ?", (key,))[0]
-            if is_near_duplicate(sim, text, ep.summary, self.cfg):
+        if not scan.similar:
+            return None
+        mine = frozenset(terms(text))
+        for key, _sim in scan.similar:  # only these few are read whole, and only when similar enough
+            if key not in scan.read:
+                ep = self._rows("rowid = ?", (key,))[0]
+                scan.read[key] = (ep, frozenset(terms(ep.summary)))
+            ep, theirs = scan.read[key]
+            if same_terms(mine, theirs):
                 return _Row(key, ep)
         return None
 

@@ -72,9 +72,11 @@ def past_ttl(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
 def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: MemoryConfig) -> bool:
     """Merge only what says the same thing: very high similarity AND the same content words
     (so "svc3 moved to team 3" and "svc13 moved to team 13" stay two episodes)."""
-    if similarity < cfg.merge_similarity:
-        return False
-    a, b = set(terms(new_text)), set(terms(old_text))
+    return similarity >= cfg.merge_similarity and same_terms(frozenset(terms(new_text)), frozenset(terms(old_text)))
+
+
+def same_terms(a: frozenset[str], b: frozenset[str]) -> bool:
+    """The content-word test of :func:`is_near_duplicate`: at most one term in ten differs."""
     return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
 
 
