@@ -117,3 +117,48 @@ def test_the_model_reads_the_prose_and_the_units_keep_code_tables_and_logs(tmp_p
         assert any(phrase in h.text for h in mem.recall(query, 5, at=T0 + 60)), query
     soul.close()
     mem.close()
+
+
+def test_a_list_of_items_named_by_service_is_not_a_procedure(tmp_path: Path) -> None:
+    """ "- auth: pin httpx and re-run the load test" heads one item of a list, not a procedure named "auth"; a
+    titled procedure told with its steps still is one."""
+    from soul_runtime.models.offline_rules import parse_procedure
+    plan = ("- auth: pin sqlalchemy and re-run the load test\n- matcher: profile pyarrow and re-run the smoke "
+            "test\n- mailer: bump boto3 and re-run the soak test\n\nAll of that went fine and the tests pass now.")
+    assert parse_procedure(plan) is None
+    assert parse_procedure("Deploy: build the image, push it and restart the pods.") == (
+        "Deploy", ("build the image", "push it", "restart the pods"))
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder())
+    soul = Soul("dev", tmp_path, memory=mem, model=OfflineModel())
+    soul.observe([{"speaker": "maya", "text": plan, "id": "m1", "at": T0}])
+    assert mem.procedures() == [] and any("boto3" in e.summary for e in mem.episodes())
+    soul.close()
+    mem.close()
+
+
+def test_units_share_one_near_duplicate_scan_that_sees_every_row_written_before_them(tmp_path: Path) -> None:
+    """A message's units compare with the same stored rows (one scan for them all), and a row written between
+    two of them by something else (another message's write in the same call) is a candidate for the next."""
+    from dataclasses import replace
+
+    from soul_runtime.records import Extraction, Op, WriteRequest
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder())
+    head = "Notes on the gateway rollout and its pinned versions for the billing team."
+
+    def write(key: str, text: str) -> WriteRequest:
+        return WriteRequest(turn_key=key, now=T0, actor="maya", sources=(key[4:].split("#")[0],), session="s1",
+                            extraction=Extraction(episode=text, event=True), vector_text=head)
+
+    other = "The gateway p95 latency is 41 ms after the pool fix on Tuesday."
+    reqs = [write("obs:m1", head), write("obs:m1#u1", "fastapi==0.110.2 and orjson==3.9.15 are pinned."),
+            write("obs:m2", other), write("obs:m1#u2", other + " "),  # says what m2 said: merged into it
+            write("obs:m1#u3", "Sprint 12 ends on 14 February 2026.")]
+    writes = mem.write_many(reqs)
+    ops = [[w.op for w in ws if w.store.value == "episodic"] for ws in writes]
+    assert ops == [[Op.ADD], [Op.ADD], [Op.ADD], [Op.UPDATE], [Op.ADD]], ops
+    merged = next(e for e in mem.episodes() if e.summary == other)
+    assert set(merged.sources) == {"m1", "m2"}
+    again = mem.write_many([replace(reqs[3], turn_key="obs:m3#u1", sources=("m3",))])  # a later write: merged too
+    assert [w.op for w in again[0] if w.store.value == "episodic"] == [Op.UPDATE]
+    assert set(next(e for e in mem.episodes() if e.summary == other).sources) == {"m1", "m2", "m3"}
+    mem.close()

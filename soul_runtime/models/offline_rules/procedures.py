@@ -92,6 +92,9 @@ def _list_steps(body: str, speaker: str) -> tuple[str, ...]:
 
 
 _TITLE_SEP = re.compile(r"\s*(?::|\s[\u2014\u2013-]\s)\s*")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s")
+"""A text that opens with a list item ("- auth: pin httpx and re-run the tests", "1. billing: …"): its "name:" is
+the item's subject in a list of several, not the title of one procedure told with its steps."""
 _TITLE_LEAD = re.compile(r"^(?:(?:here's|here is|this is|that's) how (?:i|we)\s+|(?:i|we)\s*(?:need|have|want|am going|'m going|"
                          r"'re going|are going|plan|planned|got|'ve got|must|'ll|will|should)\s+(?:to\s+)?|time to\s+|gotta\s+|"
                          r"let's\s+|(?:my|our) (?:process|routine|procedure|"
@@ -129,7 +132,7 @@ def parse_procedure(text: str, speaker: str = "") -> tuple[str, tuple[str, ...]]
             return _title(m.group("title")), steps
     # "TITLE: a, b, c" / "TITLE - a, b, c" / numbered / first … then …
     m = _TITLE_SEP.search(t)
-    if m and len(t[: m.start()].split()) <= 12 and "\n" not in t[: m.start()]:
+    if m and len(t[: m.start()].split()) <= 12 and "\n" not in t[: m.start()] and not _LIST_ITEM.match(t):
         head, body = t[: m.start()], t[m.end():]
         head = strip_fillers(split_sentences(head)[-1]) if split_sentences(head) else head
         steps = parse_steps(body, speaker) or _list_steps(re.sub(r"^(?:i|we)\s+", "", body, flags=re.I), speaker)
