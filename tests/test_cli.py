@@ -61,10 +61,10 @@ def soul(*args: str, env: dict[str, str] | None = None, timeout: float = 120, st
     return p
 
 
-def souls_at_once(*calls: tuple[str, ...], env: dict[str, str], timeout: float = 120
+def souls_at_once(*calls: tuple[str, ...], env: dict[str, str], timeout: float = 120, failing: tuple[int, ...] = ()
                   ) -> list[subprocess.CompletedProcess[str]]:
     """Several independent ``soul`` commands run side by side (each waits mostly for its Ray Client session);
-    each must succeed. Their results in the order given."""
+    each must succeed but those at the positions in ``failing``. Their results in the order given."""
     assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
     t0 = time.perf_counter()
     procs = [subprocess.Popen([SOUL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -73,7 +73,7 @@ def souls_at_once(*calls: tuple[str, ...], env: dict[str, str], timeout: float =
     for args, proc in zip(calls, procs, strict=True):
         stdout, stderr = proc.communicate(timeout=timeout)
         done = subprocess.CompletedProcess([SOUL, *args], proc.returncode, stdout, stderr)
-        if proc.returncode != 0:
+        if (proc.returncode != 0) != (len(out) in failing):
             raise AssertionError(f"soul {' '.join(args)} exited {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}")
         out.append(done)
     TIMINGS[" + ".join(" ".join(a[:2]) for a in calls)] = round(time.perf_counter() - t0, 1)
@@ -271,12 +271,13 @@ def test_export_import_roundtrip(cluster: dict[str, Any]) -> None:
     # one Ray namespace serves one data dir: a fresh data dir needs its own namespace
     other = ["--data-dir", data2, "--namespace", "copy-ns"]
     soul("import", str(blob), "--soul", "copy", *other, env=env)
-    again = soul("import", str(blob), "--soul", "copy", *other, env=env, check=False, label="import again")
-    assert "already exists" in one_line_error(again)
     q = ("tendril postgres cache", "-k", "10", "--at", AT, "--json")
     blob2 = base / "copy.soul"
-    original, copied, _ = souls_at_once(("recall", "maya", *q), ("recall", "copy", *q, *other),
-                                        ("export", "copy", str(blob2), *other), env=env)
+    original, copied, _, again = souls_at_once(("recall", "maya", *q), ("recall", "copy", *q, *other),
+                                               ("export", "copy", str(blob2), *other),
+                                               ("import", str(blob), "--soul", "copy", *other), env=env,
+                                               failing=(3,))
+    assert "already exists" in one_line_error(again)
     assert json.loads(copied.stdout) == json.loads(original.stdout) and len(json.loads(original.stdout)) >= 3
     assert blob2.read_bytes() == blob.read_bytes()
 

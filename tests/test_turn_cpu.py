@@ -166,7 +166,7 @@ _ODD_CASES = "".join(sorted(set("".join(chr(c) for c in range(32, 127)) + "\u013
 
 
 @pytest.mark.parametrize("branch", range(len(guards._INSTRUCTION._branches)))
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_each_gated_branch_holds_one_of_its_words(branch: int, data: st.DataObject) -> None:
     """Any text a branch of a gated pattern matches (in any letter case, with the letters that fold oddly) holds
