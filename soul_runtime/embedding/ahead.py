@@ -66,12 +66,10 @@ class EmbeddingAhead:
         out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
         missing: list[int] = []
         for i, g in enumerate(got):
-            try:
-                out[i] = g[0].result()[g[1]] if g is not None else 0.0
-            except Exception:  # noqa: BLE001 — embedded again below, where its error reaches the caller
-                g = None
-            if g is None:
-                missing.append(i)
+            if g is None or g[0].exception() is not None:  # not sent ahead, or failed: embedded below, where its
+                missing.append(i)                           # error reaches the caller
+            else:
+                out[i] = g[0].result()[g[1]]
         if missing:
             out[missing] = self.embedder.embed([texts[i] for i in missing])
         return out

@@ -11,7 +11,7 @@ from soul_runtime.errors import StorageError
 from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.layer_db import applied_writes, pack, record_applied, unpack
-from soul_runtime.memory.policy_episodic import decide_episode, same_terms
+from soul_runtime.memory.policy_episodic import decide_episode, near_duplicate_terms
 from soul_runtime.memory.policy_semantic import merge_sources
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import Episode, MemoryWrite, Op, Store, WriteRequest
@@ -170,12 +170,12 @@ class EpisodeWrites(EpisodeTable):
         if not scan.similar:
             return None
         mine = frozenset(terms(text))
-        for key, _sim in scan.similar:  # only these few are read whole, and only when similar enough
+        for key, sim in scan.similar:  # only these few are read whole, and only when similar enough
             if key not in scan.read:
                 ep = self._rows("rowid = ?", (key,))[0]
                 scan.read[key] = (ep, frozenset(terms(ep.summary)))
             ep, theirs = scan.read[key]
-            if same_terms(mine, theirs):
+            if near_duplicate_terms(sim, mine, theirs, self.cfg):
                 return _Row(key, ep)
         return None
 

@@ -72,12 +72,13 @@ def past_ttl(at: float, promoted: bool, now: float, cfg: MemoryConfig) -> bool:
 def is_near_duplicate(similarity: float, new_text: str, old_text: str, cfg: MemoryConfig) -> bool:
     """Merge only what says the same thing: very high similarity AND the same content words
     (so "svc3 moved to team 3" and "svc13 moved to team 13" stay two episodes)."""
-    return similarity >= cfg.merge_similarity and same_terms(frozenset(terms(new_text)), frozenset(terms(old_text)))
+    return near_duplicate_terms(similarity, frozenset(terms(new_text)), frozenset(terms(old_text)), cfg)
 
 
-def same_terms(a: frozenset[str], b: frozenset[str]) -> bool:
-    """The content-word test of :func:`is_near_duplicate`: at most one term in ten differs."""
-    return bool(a) and len(a ^ b) <= max(0, (len(a | b) // 10))
+def near_duplicate_terms(similarity: float, new: frozenset[str], old: frozenset[str], cfg: MemoryConfig) -> bool:
+    """:func:`is_near_duplicate` on the texts' content words (a caller comparing one text with several, or
+    several with one, computes each side's words once): at most one term in ten differs."""
+    return similarity >= cfg.merge_similarity and bool(new) and len(new ^ old) <= max(0, (len(new | old) // 10))
 
 
 def hybrid_score(dense: Num, lexical: Num, cfg: MemoryConfig, unit: bool | np.ndarray = False) -> Num:
