@@ -311,10 +311,49 @@ def test_the_asynchronous_view_sends_the_same_requests_with_the_sdks_async_clien
             pools = view._pools()
             assert pools.gate._value == 4 and len(pools.clients) == 2  # type: ignore[attr-defined]
             assert all(type(c).__name__ == m.async_client_class for c in pools.clients) and pools.busy == [0, 0]
+            # Claude's requests go over the SDK's aiohttp transport (its aiohttp extra is a dependency)
+            http = m.sdk.DefaultAioHttpClient if flavour.name == "anthropic" else m.sdk.DefaultAsyncHttpxClient
+            assert all(isinstance(c._client, http) for c in pools.clients)
+            await view.aclose()
             return sorted(c.result().text for c in calls)
         assert asyncio.run(main()) == [f"Hi {i}." for i in range(6)]
         assert most == 4  # the cap, reached
         assert len(api.bodies()) == 6 and m.usage_total.calls == 6
+
+
+def test_the_asynchronous_view_retries_times_out_and_fails_as_the_blocking_one(tmp_path: Path,
+                                                                               flavour: Flavour) -> None:
+    """Over the async transport: a busy answer's retry-after is waited for, a slow answer is a ModelTimeout
+    (retried once first), a server that is gone is a one-line ModelError."""
+    import asyncio
+
+    from soul_runtime.errors import ModelError, ModelTimeout
+    from soul_runtime.models.base import ReplyRequest
+    req = ReplyRequest(system="s", memory_lines=(), history=(), user_text="hello", user="ana", max_tokens=32)
+    with flavour.server(None) as api:
+        busy = flavour.error(429, "rate_limit_error", headers={"retry-after-ms": "150"})
+        api.push(busy, flavour.text("Got it."), delayed(flavour.text("late"), 1.5), delayed(flavour.text("late"), 1.5))
+        view = model(api, timeout_s=0.5, deadline_s=30).asynchronous()
+
+        async def main() -> None:
+            t0 = time.monotonic()
+            assert (await view.reply(req)).text == "Got it." and time.monotonic() - t0 >= 0.15
+            with pytest.raises(ModelTimeout):
+                await view.reply(req)
+            await view.aclose()
+        asyncio.run(main())
+        assert len(api.bodies()) == 4  # the busy answer, the reply, the slow one tried twice
+        url = flavour.url(api)
+    gone = model(api, base_url=url, timeout_s=2.0, max_retries=0).asynchronous()
+
+    async def refused() -> None:
+        try:
+            await gone.reply(req)
+        finally:
+            await gone.aclose()
+    with pytest.raises(ModelError) as info:
+        asyncio.run(refused())
+    assert not isinstance(info.value, ModelTimeout) and "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("overloaded", [True, False], ids=["overloaded", "rate-limited"])

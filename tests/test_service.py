@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -92,9 +93,25 @@ def _client(srv: dict[str, Any], tenant: str | None = None) -> httpx.Client:
     return httpx.Client(base_url=srv["url"], headers=headers, timeout=120)
 
 
+def _haproxy_running() -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy":
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def test_health_openapi_and_keys(server: dict[str, Any]) -> None:
     anon = _client(server)
     assert anon.get("/healthz").json() == {"status": "ok"}
+    if sys.platform.startswith("linux"):  # ray[serve] brings haproxy there: the default ingress is HAProxy
+        log = server["base"] / "serve.log"
+        deadline = time.monotonic() + 30  # `soul serve` says so once it has seen /healthz answer too
+        while "serving http" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "haproxy ingress" in log.read_text() and _haproxy_running(), log.read_text()
     spec = anon.get("/openapi.json").json()
     paths = set(spec["paths"])
     assert {"/v1/souls", "/v1/souls/{soul_id}/turns", "/v1/souls/{soul_id}/observe", "/v1/souls/{soul_id}/recall",

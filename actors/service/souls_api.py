@@ -4,6 +4,7 @@ and errors from the project's tree mapped to HTTP statuses with messages that na
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -97,12 +98,12 @@ class TenantSouls:
         if not isinstance(key, str) or not key or len(key) > 200 or not key.isprintable():
             raise InvalidInput("Idempotency-Key must be 1-200 printable characters")
         internal = self.scope.soul(soul_id)
-        if self.ledger is not None:
-            first = self.ledger.body_for(internal, key)
+        if self.ledger is not None:  # SQLite commits: off the event loop
+            first = await asyncio.to_thread(self.ledger.body_for, internal, key)
             if first is not None and first != body:
                 raise IdempotencyConflict("this Idempotency-Key was used with another request body")
         result = await run(key)
-        if self.ledger is not None and self.ledger.record(internal, key, body) != body:
+        if self.ledger is not None and await asyncio.to_thread(self.ledger.record, internal, key, body) != body:
             raise IdempotencyConflict("this Idempotency-Key was used with another request body")
         return result
 

@@ -5,15 +5,17 @@ runs it. The runtime's model is ``model``: ``stand-in`` (the default), the real 
 Messages-API stand-in in a process of its own (:mod:`soul_runtime.bench.model_standin`, every message kept), or
 ``offline``, the built-in model (no delays). For each stand-in delay (the instant stand-in, 0 s, and a slow model)
 and each level M of concurrency: M clients, each with a soul of its own, send one warm-up turn (the soul's
-activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other, through
+activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other (with an
+instant model, more at low levels: at least ``min_turns`` a level), through
 
 * the Python async API (``rt.async_soul(id).turn``), the baseline, and
-* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx clients of one connection each),
+* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx clients of one connection each).
 
-alternately per level. Reported: turns/s (counted turns / wall time of the counted phase), client latency p50/p99, and
-the ratios HTTP / Python. Beside them, at the first delay, the same clients' ``GET /healthz`` (a route that does
-no work: what Serve's proxy and a replica cost a request on this machine). A turn waits for its writes (with
-the stand-in, two model calls: the reply and the memory decision) unless ``wait_writes`` is False.
+With one client the paths' turns alternate one by one (latency under the same conditions); with more, each path
+runs the level alone, one after the other (throughput). Reported: turns/s, client latency p50/p99, and the ratios
+HTTP / Python. Beside them, at the first delay, the same clients' ``GET /healthz`` (a route that does no work:
+what Serve's ingress and a replica cost a request on this machine). A turn waits for its writes (with the
+stand-in, two model calls: the reply and the memory decision) unless ``wait_writes`` is False.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def per_client(clients: int, turns: int, min_turns: int) -> int:
+    """Counted turns per client at a level: ``turns``, or more so the level counts at least ``min_turns`` (a p50
+    of a few turns says little)."""
+    return max(turns, -(-min_turns // clients))
+
+
 async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[None]]) -> dict[str, Any]:
     """Every client's warm-up turn (the soul's activation, not counted), then ``turns`` turns per client, timed."""
     await asyncio.gather(*(turn(i, 0) for i in range(clients)))
@@ -60,9 +68,25 @@ async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[
             "p50_ms": round(1000 * percentile(lat, 50), 2), "p99_ms": round(1000 * percentile(lat, 99), 2)}
 
 
+async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]) -> dict[str, Any]:
+    """One client: every path's warm-up turn, then turn k of each path in turn (so a path's turns meet the same
+    machine and the same soul sizes as the others'), timed one by one; turns/s from a path's own turn times."""
+    for fn in paths.values():
+        await fn(0, 0)
+    lat: dict[str, list[float]] = {name: [] for name in paths}
+    for k in range(1, turns + 1):
+        for name, fn in paths.items():
+            t0 = time.perf_counter()
+            await fn(0, k)
+            lat[name].append(time.perf_counter() - t0)
+    return {name: {"clients": 1, "turns": turns, "wall_s": round(sum(v), 3), "turns_per_s": round(turns / sum(v), 2),
+                   "p50_ms": round(1000 * percentile(v, 50), 2), "p99_ms": round(1000 * percentile(v, 99), 2)}
+            for name, v in lat.items()}
+
+
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
         embedder: str = "fast", replicas: int = 1, model: str = "stand-in", wait_writes: bool = True,
-        progress: Progress | None = None) -> dict[str, Any]:
+        ingress: str = "auto", min_turns: int = 200, progress: Progress | None = None) -> dict[str, Any]:
     if model not in ("stand-in", "offline"):
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
     say = progress or (lambda s: None)
@@ -70,7 +94,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
     saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
     delays = list(delays) if model == "stand-in" else [0.0]
     out: dict[str, Any] = {"model": model, "wait_writes": wait_writes, "levels": list(levels),
-                           "turns_per_client": turns, "delays_s": delays,
+                           "turns_per_client": turns, "min_turns_per_level": min_turns, "delays_s": delays,
                            "embedder": embedder, "replicas": replicas, "rows": []}
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
@@ -96,8 +120,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             port = _free_port()
             say("starting Ray Serve")
             t0 = time.perf_counter()
-            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas, storage=rt.cfg.storage,
-                            embedder=rt.cfg.embedder)
+            out["ingress"] = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas,
+                                             storage=rt.cfg.storage, embedder=rt.cfg.embedder, ingress=ingress)
             base = f"http://127.0.0.1:{port}"
             last = "no answer"
             while True:
@@ -115,7 +139,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             out["hosts"] = rt.cfg.hosts
             out["host_threads"] = rt.cfg.host_threads
             try:
-                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say, wait_writes))
+                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say, wait_writes, min_turns))
             finally:
                 serve_app.stop()
                 rt.shutdown_actors()
@@ -132,7 +156,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
 
 
 async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
-               api: Any, out: dict[str, Any], say: Progress, wait_writes: bool = True) -> None:
+               api: Any, out: dict[str, Any], say: Progress, wait_writes: bool = True, min_turns: int = 0) -> None:
     import httpx
     # one client, with one connection, per concurrent caller, as separate callers have: one shared client's pool
     # costs the caller CPU per request that grows with the pool (8.6 ms against 1.1 ms a request at 64)
@@ -162,9 +186,12 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                         raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
                 row: dict[str, Any] = {"delay_s": d, "clients": m}
                 calls = (("python", py), ("http", web)) + ((("healthz", health),) if d == delays[0] else ())
-                for name, fn in calls:
+                if m == 1:  # latency: the paths' turns alternate
+                    say(f"{d:g} s stand-in, 1 client, {' / '.join(name for name, _ in calls)} alternately")
+                    row.update(await _one_client(per_client(m, turns, min_turns if d == 0 else 0), dict(calls)))
+                for name, fn in calls if m > 1 else ():
                     say(f"{d:g} s stand-in, {m} clients, {name}")
-                    row[name] = await _level(m, turns, fn)
+                    row[name] = await _level(m, per_client(m, turns, min_turns if d == 0 else 0), fn)
                 p, h = row["python"], row["http"]
                 row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
                     if p["turns_per_s"] and h["turns_per_s"] else None
@@ -181,8 +208,9 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, wait_writes="
                     f"{res.get('wait_writes', True)}, same run; "
-                    f"{res['turns_per_client']} turns per client after a "
-                    f"warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts)")
+                    f"{res['turns_per_client']} turns per client, at least {res.get('min_turns_per_level', 0)} a "
+                    f"level, after a warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts, "
+                    f"{res.get('ingress', 'proxy')} ingress)")
     for c in ("stand-in", "clients", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
               "http p50/p99 ms", "http - python p50 ms", "/healthz req/s, p50 ms"):
         t.add_column(c, justify="right")

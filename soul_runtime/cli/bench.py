@@ -483,12 +483,12 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
         delays = [float(x) for x in args.delays.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--delays must be comma-separated seconds, got {args.delays!r}") from None
-    if args.turns < 1 or not delays or min(delays) < 0:
-        raise argparse.ArgumentTypeError("--turns must be >= 1 and --delays >= 0")
+    if args.turns < 1 or args.min_turns < 0 or not delays or min(delays) < 0:
+        raise argparse.ArgumentTypeError("--turns must be >= 1, --min-turns >= 0 and --delays >= 0")
     with out.status("running", spinner="dots") as st:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
                               replicas=args.replicas, model=args.model, wait_writes=args.wait_writes == "true",
-                              progress=lambda s: st.update(s))
+                              ingress=args.ingress, min_turns=args.min_turns, progress=lambda s: st.update(s))
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:
@@ -564,6 +564,11 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sv = bsub.add_parser("serve", help="HTTP service turns/s and p50/p99 beside the Python async API (same run)")
     sv.add_argument("--levels", type=_levels, default=[1, 64, 300], help="concurrent clients (default 1,64,300)")
     sv.add_argument("--turns", type=int, default=3, help="counted turns per client (default 3)")
+    sv.add_argument("--min-turns", type=int, default=200,
+                    help="with an instant model (offline, or the stand-in at 0 s), at least this many counted turns "
+                         "per level: more per client at low levels (default 200)")
+    sv.add_argument("--ingress", choices=("auto", "haproxy", "proxy"), default="auto",
+                    help="as soul serve's --ingress (default auto)")
     sv.add_argument("--model", choices=("stand-in", "offline"), default="stand-in",
                     help="stand-in: the Anthropic adapter against the Messages-API stand-in in a process of its own "
                          "(default); offline: the built-in model (--delays ignored)")

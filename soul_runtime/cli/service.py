@@ -15,7 +15,7 @@ from soul_runtime.tenants import TenantTable, check_tenant, souls_of
 
 SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json and MCP (/mcp/) over HTTP on Ray Serve, for the
 tenants of `soul tenants` (Authorization: Bearer KEY). Runs in the foreground until SIGINT/SIGTERM, then
-drains the requests in flight and stops the Serve app, its proxy and controller (the runtime stays up).
+drains the requests in flight and stops the Serve app, its ingress and controller (the runtime stays up).
 Without --address it serves the data dir's local runtime; if that runtime is replaced meanwhile (a command
 started under other code or another model setting replaces it), the app goes with it and `soul serve` exits
 with status 3: start it again."""
@@ -128,8 +128,9 @@ def cmd_serve(ctx: Any) -> int:
             signal.signal(s, on_signal)
         t0 = time.perf_counter()
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
-            serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
-                            replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder)
+            ingress = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
+                                      replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder,
+                                      ingress=a.ingress)
             try:
                 _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300,
                               stop)
@@ -139,9 +140,10 @@ def cmd_serve(ctx: Any) -> int:
         code = 0
         if not stop.is_set():
             ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
-                      "start_seconds": round(time.perf_counter() - t0, 1)},
+                      "ingress": ingress, "start_seconds": round(time.perf_counter() - t0, 1)},
                      f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json; {a.replicas} replica(s), "
-                     f"up to {a.max_ongoing} requests each) in {time.perf_counter() - t0:.0f} s; Ctrl-C stops")
+                     f"up to {a.max_ongoing} requests each, {ingress} ingress) in {time.perf_counter() - t0:.0f} s; "
+                     "Ctrl-C stops")
             import sys
             sys.stdout.flush()
             while not stop.wait(2.0):
@@ -192,6 +194,11 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--replicas", type=int, default=1, help="service replicas (Ray actors, no CPU each; default 1)")
     sp.add_argument("--max-ongoing", type=int, default=1000,
                     help="requests one replica takes at once (default 1000)")
+    sp.add_argument("--ingress", choices=("auto", "haproxy", "proxy"), default="auto",
+                    help="haproxy: Serve's HAProxy ingress, which passes each connection to a replica's own HTTP "
+                         "server; proxy: Serve's Python proxy actor, which hands each request to a replica as Ray "
+                         "calls (a hop that costs more CPU and latency); auto (default): haproxy when a binary is "
+                         "found (ray[serve] brings one on Linux), else proxy")
     sp.add_argument("--replace", action="store_true",
                     help="stop the service another `soul serve` left on the runtime (one that was killed) first")
     sp = add("mcp", cmd_mcp, "serve one soul over MCP on stdio (for desktop agents)", description=MCP_HELP)

@@ -72,6 +72,7 @@ class AnthropicModel(RemoteModel):
     errors = _ERRORS
     sdk = anthropic
     async_client_class = "AsyncAnthropic"
+    async_transport = "aiohttp"
 
     def __init__(self, *, model_id: str, memory_model_id: str | None = None, api_key: str | None = None,
                  base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 4, max_tokens: int = 1024,

@@ -160,6 +160,8 @@ class RemoteModel(LanguageModel):
 
     offline = False
     errors: SdkErrors
+    async_transport = "httpx"
+    """The HTTP client of the async requests (:func:`http_client`)."""
     _memory_model_id: str
     _client: Any
 
@@ -255,7 +257,7 @@ class RemoteModel(LanguageModel):
         pool = type(limits)(max_connections=size, max_keepalive_connections=size,
                             keepalive_expiry=limits.keepalive_expiry)
         return getattr(self.sdk, self.async_client_class)(**self._settings, timeout=self.timeout_s, max_retries=0,
-                                                          http_client=self.sdk.DefaultAsyncHttpxClient(limits=pool))
+                                                          http_client=http_client(self.sdk, pool, self.async_transport))
 
     # ---- the operations, as steps ------------------------------------------------------
 
@@ -365,6 +367,19 @@ class RemoteModel(LanguageModel):
         return ModelError(f"{self.errors.api} error {status} {etype}{after}" + (f": {detail}" if detail else ""))
 
 
+def http_client(sdk: Any, limits: Any, transport: str) -> Any:
+    """The SDK's HTTP client for async requests: ``aiohttp`` (the SDK's ``DefaultAioHttpClient``, from its aiohttp
+    extra; httpx when that is not installed) or ``httpx``. On the same turns the aiohttp pool costs a host about a
+    quarter less CPU: httpx's pool probes the socket of every idle connection on each request."""
+    aio = getattr(sdk, "DefaultAioHttpClient", None) if transport == "aiohttp" else None
+    if aio is not None:
+        try:
+            return aio(limits=limits)
+        except RuntimeError:  # an SDK installed without its aiohttp extra
+            pass
+    return sdk.DefaultAsyncHttpxClient(limits=limits)
+
+
 POOL_CONNECTIONS = 32
 """Connections per SDK async client. A process's requests are spread over as many such clients as its
 ``max_concurrency`` needs, each request on the first client with a free connection: an HTTP client's CPU per request
@@ -432,6 +447,13 @@ class AsyncRemoteModel(AsyncLanguageModel):
 
     async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
         return await self._run(self.inner._classify_task(text, known))
+
+    async def aclose(self) -> None:
+        """Close the async clients this view made for the running loop (not a client given to the model)."""
+        got = self._clients.pop(asyncio.get_running_loop(), None)
+        if got is not None and not got.shared:
+            for client in got.clients:
+                await client.close()
 
     def _pools(self) -> _Clients:
         loop = asyncio.get_running_loop()
