@@ -265,6 +265,9 @@ class SoulHost(ActorInfo):
         if self._work:
             await asyncio.wait(list(self._work))
         await self.wait_closed()
+        close = getattr(self.model, "aclose", None)  # a remote model's clients on this loop
+        if close is not None:
+            await close()
         self._closing_pool.shutdown(wait=True)
         self.pool.shutdown(wait=False)
         return n

