@@ -13,6 +13,8 @@ from typing import Any
 
 from ray import serve
 
+from . import INGRESSES
+
 APP_NAME = "soul-runtime"
 CONTROLLER = "SERVE_CONTROLLER_ACTOR"
 """The name of Serve's controller actor (namespace ``serve``)."""
@@ -21,7 +23,6 @@ REPLICAS = 1
 MAX_ONGOING = 1000
 DRAIN_S = 60.0
 """How long a stopping replica waits for its requests in flight before it is killed."""
-INGRESSES = ("auto", "haproxy", "proxy")
 HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 """Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server
 (on a port of 30000-31000 of its node, at the service's host). Serve's other ingress (``proxy``) is a Python proxy
@@ -66,9 +67,11 @@ def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.
             raise InvalidInput(f"on a runtime of {nodes} nodes the HAProxy ingress reaches the replicas at their "
                                "nodes' addresses: serve with --host 0.0.0.0 (the replicas' ports 30000-31000 listen "
                                "there too), or use --ingress proxy")
-    use = ingress == "haproxy" or (ingress == "auto" and (user["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
-                                                          if "RAY_SERVE_ENABLE_HA_PROXY" in user
-                                                          else binary and not local_only))
+    if ingress == "auto":
+        wanted = user.get("RAY_SERVE_ENABLE_HA_PROXY")
+        use = wanted == "1" if wanted is not None else binary and not local_only
+    else:
+        use = ingress == "haproxy"
     return {**(HAPROXY_ENV if use else PROXY_ENV), **user, "RAY_SERVE_ENABLE_HA_PROXY": "1" if use else "0"}
 
 

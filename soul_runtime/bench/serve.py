@@ -187,12 +187,14 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                         raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
                 row: dict[str, Any] = {"delay_s": d, "clients": m}
                 calls = (("python", py), ("http", web)) + ((("healthz", health),) if d == delays[0] else ())
+                n = per_client(m, turns, min_turns if d == 0 else 0)
                 if m == 1:  # latency: the paths' turns alternate
                     say(f"{d:g} s stand-in, 1 client, {' / '.join(name for name, _ in calls)} alternately")
-                    row.update(await _one_client(per_client(m, turns, min_turns if d == 0 else 0), dict(calls)))
-                for name, fn in calls if m > 1 else ():
-                    say(f"{d:g} s stand-in, {m} clients, {name}")
-                    row[name] = await _level(m, per_client(m, turns, min_turns if d == 0 else 0), fn)
+                    row.update(await _one_client(n, dict(calls)))
+                else:  # throughput: each path runs the level alone
+                    for name, fn in calls:
+                        say(f"{d:g} s stand-in, {m} clients, {name}")
+                        row[name] = await _level(m, n, fn)
                 p, h = row["python"], row["http"]
                 row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
                     if p["turns_per_s"] and h["turns_per_s"] else None

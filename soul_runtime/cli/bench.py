@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from actors.service import INGRESSES
 from soul_runtime.bench import plotting
 from soul_runtime.owner_only import write_file
 
@@ -567,7 +568,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sv.add_argument("--min-turns", type=int, default=200,
                     help="with an instant model (offline, or the stand-in at 0 s), at least this many counted turns "
                          "per level: more per client at low levels (default 200)")
-    sv.add_argument("--ingress", choices=("auto", "haproxy", "proxy"), default="auto",
+    sv.add_argument("--ingress", choices=INGRESSES, default="auto",
                     help="as soul serve's --ingress (default auto)")
     sv.add_argument("--model", choices=("stand-in", "offline"), default="stand-in",
                     help="stand-in: the Anthropic adapter against the Messages-API stand-in in a process of its own "

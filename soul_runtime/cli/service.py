@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from actors.service import INGRESSES
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 from soul_runtime.tenants import TenantTable, check_tenant, souls_of
 
@@ -194,7 +195,7 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--replicas", type=int, default=1, help="service replicas (Ray actors, no CPU each; default 1)")
     sp.add_argument("--max-ongoing", type=int, default=1000,
                     help="requests one replica takes at once (default 1000)")
-    sp.add_argument("--ingress", choices=("auto", "haproxy", "proxy"), default="auto",
+    sp.add_argument("--ingress", choices=INGRESSES, default="auto",
                     help="haproxy: Serve's HAProxy ingress, which passes each connection to a replica's own HTTP "
                          "server; proxy: Serve's Python proxy actor, which hands each request to a replica as Ray "
                          "calls (a hop that costs more CPU and latency); auto (default): haproxy when a binary is "
