@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -10,7 +11,15 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from soul_runtime.bench.messages_api import MessagesApiServer, delayed, error, text_message, tool_message
+from soul_runtime.bench.messages_api import (
+    MessagesApiServer,
+    Scripted,
+    delayed,
+    error,
+    message,
+    text_message,
+    tool_message,
+)
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, ReplyRequest, Usage
 from soul_runtime.models.claude import DEFAULT_MEMORY_MODEL_ID, DEFAULT_MODEL_ID, AnthropicModel, model_from_env
@@ -114,6 +123,26 @@ def test_reply_rejects_bad_input_and_empty_answer(api: MessagesApiServer) -> Non
     api.push(tool_message("whatever", {}))
     with pytest.raises(ModelError, match="no text"):
         model.reply(request())
+
+
+@pytest.mark.parametrize("body", [{"content": "just text", "stop_reason": "end_turn"}, {"content": [7]},
+                                  ["not", "an", "object"], {"usage": {}}])
+def test_an_answer_of_another_shape_is_a_model_error(api: MessagesApiServer, body: object) -> None:
+    model = make(api, max_retries=0)
+    api.push(Scripted(200, body), Scripted(200, body))  # type: ignore[arg-type]
+    with pytest.raises(ModelError) as info:
+        model.reply(request())
+    assert "\n" not in str(info.value)
+    with pytest.raises(ModelError):
+        asyncio.run(model.asynchronous().decide(exchange()))
+
+
+def test_odd_usage_counts_are_read_as_zero(api: MessagesApiServer) -> None:
+    body = message([{"type": "text", "text": "fine"}])
+    body["usage"] = {"input_tokens": "12", "output_tokens": True, "cache_read_input_tokens": None}
+    api.push(Scripted(200, body))
+    model = make(api)
+    assert model.reply(request()).usage == Usage(calls=1)
 
 
 # ---- structured output through tool use --------------------------------------

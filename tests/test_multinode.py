@@ -42,7 +42,13 @@ SCRIPT = textwrap.dedent("""
     souls.append(next((f"soul-{i}" for i in range(5, 200) if node_of(f"soul-{i}") != head), "soul-5"))
     owner_of = {s: node_of(s) for s in souls}
     target = next((s for s in souls if owner_of[s] != head), None)  # a soul whose host is on a worker
-    victim = next(w for w in workers if w.node_id == owner_of[target]) if target else workers[0]
+    if target is None:  # Ray's SPREAD is best effort: every host landed on the head, so no owner node can die
+        print("RESULT " + json.dumps({"target": None, "where": where}))
+        rt.close()
+        ray.shutdown()
+        cluster.shutdown()
+        sys.exit(0)
+    victim = next(w for w in workers if w.node_id == owner_of[target])
     acked = {s: [] for s in souls}
     errors = []
 
@@ -58,8 +64,7 @@ SCRIPT = textwrap.dedent("""
     threads = [threading.Thread(target=stream, args=(s,)) for s in souls]
     for t in threads:
         t.start()
-    watch = target or souls[0]
-    while len(acked[watch]) < 5 and any(t.is_alive() for t in threads):
+    while len(acked[target]) < 5 and any(t.is_alive() for t in threads):
         time.sleep(0.01)
     lost = [n for n, w in where.items() if w["node"] == victim.node_id]
     cluster.remove_node(victim, allow_graceful=False)  # mid-stream: the soul's owner node dies
@@ -76,14 +81,21 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_actors_spread_over_nodes_and_survive_losing_a_souls_owner_node() -> None:
+def _run_cluster() -> tuple[str, dict]:
     data = tempfile.mkdtemp(prefix="mn-data-")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="mn", dir="/tmp")}
     p = subprocess.run([sys.executable, "-c", SCRIPT, data], capture_output=True, text=True, timeout=600, env=env,
                        cwd=ROOT)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, p.stdout[-2000:] + p.stderr[-4000:]
-    res = json.loads(line[len("RESULT "):])
+    return data, json.loads(line[len("RESULT "):])
+
+
+def test_actors_spread_over_nodes_and_survive_losing_a_souls_owner_node() -> None:
+    for _ in range(3):  # a fresh cluster when Ray placed every host on the head (nothing to kill but the head)
+        data, res = _run_cluster()
+        if res["target"]:
+            break
     assert res["nodes"] >= 2, res  # the actors did not all land on one node
     assert res["target"] and any(n.startswith("soul-host") for n in res["lost"]), res  # the owner's node died
     assert res["errors"] == [] and res["layout"]["storage"] == "shared", res

@@ -3,6 +3,7 @@ and the Anthropic adapter with an injected client (as ``anthropic.AnthropicBedro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -14,7 +15,7 @@ import openai
 import pytest
 
 from soul_runtime.bench.chat_api import ChatCompletionsServer, chat_error, chat_text, chat_tool
-from soul_runtime.bench.messages_api import delayed
+from soul_runtime.bench.messages_api import Scripted, delayed
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, Usage
 from soul_runtime.models.choice import make_model
@@ -95,6 +96,19 @@ def test_cached_prompt_tokens_are_cache_reads(api: ChatCompletionsServer) -> Non
     api.push(chat_text("ok", prompt_tokens=1000, completion_tokens=4, cached_tokens=768))
     out = make(api).reply(request())
     assert out.usage == Usage(input_tokens=232, output_tokens=4, calls=1, cache_read_tokens=768)
+
+
+@pytest.mark.parametrize("body", [{"choices": []}, {"choices": ["text"]}, {"choices": [{"message": "hi"}]},
+                                  [1, 2], {"choices": [{"message": {"content": 7}}]},
+                                  {"choices": [{"message": {"tool_calls": "record_memory"}}]}])
+def test_an_answer_of_another_shape_is_a_model_error(api: ChatCompletionsServer, body: object) -> None:
+    model = make(api, max_retries=0)
+    api.push(Scripted(200, body), Scripted(200, body))  # type: ignore[arg-type]
+    with pytest.raises(ModelError) as info:
+        model.reply(request())
+    assert "\n" not in str(info.value)
+    with pytest.raises(ModelError):
+        asyncio.run(model.asynchronous().decide(exchange()))
 
 
 # ---- structured output through one forced function call -------------------------------
@@ -309,23 +323,13 @@ def test_settings_from_the_environment_and_model_args(api: ChatCompletionsServer
 
 # ---- the Anthropic adapter with an injected client (Bedrock, Vertex ...) ------------------------
 
-class _FakeMessages:
+class FakeBedrockClient:
+    """What AnthropicModel uses of an SDK client (its ``post`` and ``messages``), with its own (non-key)
+    credentials as Bedrock's has."""
+
     def __init__(self, answers: list[Any]) -> None:
         self.answers, self.calls = answers, []  # type: ignore[var-annotated]
-
-    def create(self, **kw: Any) -> Any:
-        self.calls.append(kw)
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-
-class FakeBedrockClient:
-    """What AnthropicModel uses of an SDK client, with its own (non-key) credentials as Bedrock's has."""
-
-    def __init__(self, answers: list[Any]) -> None:
-        self.messages = _FakeMessages(answers)
+        self.messages = SimpleNamespace(create=self.post)
         self.aws_region = "eu-west-1"
         self.options: list[dict[str, Any]] = []
         self.base_url = "https://bedrock-runtime.eu-west-1.amazonaws.com"
@@ -334,21 +338,28 @@ class FakeBedrockClient:
         self.options.append(kw)
         return self
 
+    def post(self, path: str, *, body: dict[str, Any], cast_to: type) -> Any:
+        self.calls.append((path, body, cast_to))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
 
 def _message(content: list[Any], stop: str = "end_turn") -> Any:
-    return SimpleNamespace(content=content, stop_reason=stop,
-                           usage=SimpleNamespace(input_tokens=11, output_tokens=4, cache_read_input_tokens=0,
-                                                 cache_creation_input_tokens=0))
+    return {"type": "message", "content": content, "stop_reason": stop,
+            "usage": {"input_tokens": 11, "output_tokens": 4, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0}}
 
 
 def test_the_anthropic_adapter_takes_an_injected_client() -> None:
     import anthropic
     import httpx
-    tool = SimpleNamespace(type="tool_use", name="record_memory",
-                           input={"persist": True, "categories": ["event"], "reason": "r", "facts": [],
-                                  "episode": "Ana deployed the blog.", "event": True, "entities": [], "task": None})
+    tool = {"type": "tool_use", "name": "record_memory",
+            "input": {"persist": True, "categories": ["event"], "reason": "r", "facts": [],
+                      "episode": "Ana deployed the blog.", "event": True, "entities": [], "task": None}}
     timeout = anthropic.APITimeoutError(request=httpx.Request("POST", "https://bedrock.example/model/invoke"))
-    client = FakeBedrockClient([_message([SimpleNamespace(type="text", text="Hello from Bedrock.")]),
+    client = FakeBedrockClient([_message([{"type": "text", "text": "Hello from Bedrock."}]),
                                 timeout, _message([tool], "tool_use")])
     model = AnthropicModel(model_id="anthropic.claude-test-v1:0", memory_model_id="anthropic.claude-mem-v1:0",
                            client=client, max_retries=1, retry_base_delay_s=0.0, timeout_s=9.0)
@@ -357,12 +368,13 @@ def test_the_anthropic_adapter_takes_an_injected_client() -> None:
     assert out.text == "Hello from Bedrock." and out.usage == Usage(11, 4, 1)
     decision = model.decide(exchange())  # a timeout, then the answer: our retry loop around the client
     assert decision.persist and decision.extraction.episode == "Ana deployed the blog."
-    first, second, third = client.messages.calls
+    assert {(path, cast_to) for path, _, cast_to in client.calls} == {("/v1/messages", object)}
+    first, second, third = (body for _, body, _ in client.calls)
     assert first["model"] == "anthropic.claude-test-v1:0" and first["thinking"] == {"type": "disabled"}
     assert second == third and third["tool_choice"] == {"type": "tool", "name": "record_memory"}
     assert model.usage_by_model == {"anthropic.claude-test-v1:0": Usage(11, 4, 1),
                                     "anthropic.claude-mem-v1:0": Usage(11, 4, 1)}
-    with pytest.raises(ConfigError, match="messages.create"):
+    with pytest.raises(ConfigError, match="messages.create and post"):
         AnthropicModel(model_id="claude-x-1", client=object())
 
 

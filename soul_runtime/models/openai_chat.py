@@ -48,13 +48,17 @@ def function_tool(tool: ToolParam) -> dict[str, Any]:
 
 
 def _count(obj: object, name: str) -> int:
-    v = getattr(obj, name, 0)
+    v = obj.get(name) if isinstance(obj, dict) else 0
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
-def _usage_of(answer: Any) -> Usage:
-    raw = getattr(answer, "usage", None)
-    prompt, cached = _count(raw, "prompt_tokens"), _count(getattr(raw, "prompt_tokens_details", None), "cached_tokens")
+def _usage_of(answer: object) -> Usage:
+    if not isinstance(answer, dict):
+        raise ModelError(f"the {_ERRORS.api} answered with something other than a JSON object: "
+                         f"{one_line(answer, 120)}")
+    raw = answer.get("usage")
+    prompt, cached = _count(raw, "prompt_tokens"), _count(raw.get("prompt_tokens_details") if isinstance(raw, dict)
+                                                          else None, "cached_tokens")
     return Usage(input_tokens=max(0, prompt - cached), output_tokens=_count(raw, "completion_tokens"), calls=1,
                  cache_read_tokens=min(cached, prompt))
 
@@ -95,9 +99,10 @@ class OpenAIChatModel(RemoteModel):
                                   f"base_url= for a server that needs no key): {one_line(e)}") from e
         else:
             self._settings = None
-            if not callable(getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)):
-                raise ConfigError(f"client must be an openai SDK client (with chat.completions.create), got "
-                                  f"{type(client).__name__}")
+            if not (callable(getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None))
+                    and callable(getattr(client, "post", None))):
+                raise ConfigError(f"client must be an openai SDK client (with chat.completions.create and post), "
+                                  f"got {type(client).__name__}")
             if callable(getattr(client, "with_options", None)):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
@@ -112,10 +117,11 @@ class OpenAIChatModel(RemoteModel):
         messages.append({"role": "user", "content": request.user_text})
         answer, usage = yield from self._create(self.model_id, messages,
                                                 request.max_tokens if request.max_tokens > 0 else self.max_tokens)
-        choice = self._choice(self.model_id, answer)
-        text = (getattr(choice.message, "content", None) or "").strip()
+        choice, message = self._choice(self.model_id, answer)
+        content = message.get("content")
+        text = content.strip() if isinstance(content, str) else ""
         if not text:
-            raise ModelError(f"{self.model_id} returned no text (finish_reason={choice.finish_reason})")
+            raise ModelError(f"{self.model_id} returned no text (finish_reason={choice.get('finish_reason')})")
         return ModelReply(text=text, usage=usage, model=self.model_id)
 
     def _tool_call(self, system: str, prompt: str, tool: ToolParam, max_tokens: int | None = None
@@ -125,13 +131,14 @@ class OpenAIChatModel(RemoteModel):
                                                         {"role": "user", "content": prompt}],
                                                 max_tokens or self.max_tokens, tools=[function_tool(tool)],
                                                 tool_choice={"type": "function", "function": {"name": name}})
-        choice = self._choice(model, answer)
-        cut = choice.finish_reason == "length"
-        for call in getattr(choice.message, "tool_calls", None) or ():
-            fn = getattr(call, "function", None)
-            if getattr(fn, "name", "") != name:
+        choice, message = self._choice(model, answer)
+        cut = choice.get("finish_reason") == "length"
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or fn.get("name") != name:
                 continue
-            raw = getattr(fn, "arguments", None)
+            raw = fn.get("arguments")
             try:
                 data = raw if isinstance(raw, dict) else json.loads(raw or "")
             except (TypeError, ValueError):
@@ -143,23 +150,27 @@ class OpenAIChatModel(RemoteModel):
             return data, usage, cut
         if cut:
             return {}, usage, True
-        raise ModelError(f"{model} did not call {name} (finish_reason={choice.finish_reason})")
+        raise ModelError(f"{model} did not call {name} (finish_reason={choice.get('finish_reason')})")
 
-    def _choice(self, model: str, answer: Any) -> Any:
-        choices = getattr(answer, "choices", None) or ()
-        if not choices:
+    def _choice(self, model: str, answer: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The first choice of a completion (JSON) and its message, or ModelError."""
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not choices:
             raise ModelError(f"{model} answered without a choice")
-        return choices[0]
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise ModelError(f"{model} answered with a choice of another shape: {one_line(choice, 120)}")
+        return choice, message
 
     def _create(self, model: str, messages: list[dict[str, str]], max_tokens: int, **kw: Any
-                ) -> Ops[tuple[Any, Usage]]:
-        """One chat-completions call with our retries; returns the completion and its (recorded) usage."""
-        kw[self.token_field] = max_tokens
-        return (yield from self._send(model, lambda c: c.chat.completions.create(model=model, messages=messages, **kw),
+                ) -> Ops[tuple[dict[str, Any], Usage]]:
+        """One chat-completions call with our retries; returns the completion as JSON and its (recorded) usage.
+        Sent with the client's ``post`` and read as JSON, as :meth:`AnthropicModel._create` explains."""
+        body = {"model": model, "messages": messages, self.token_field: max_tokens, **kw}
+        return (yield from self._send(model, lambda c: c.post("/chat/completions", body=body, cast_to=object),
                                       _usage_of))
 
-    def _create_of(self, client: Any) -> Any:
-        return getattr(client.chat.completions, "create", None)
 
 
 def model_from_settings(env: Mapping[str, str], args: Mapping[str, str] | None = None) -> OpenAIChatModel:

@@ -241,14 +241,10 @@ class RemoteModel(LanguageModel):
     _settings: dict[str, Any] | None
     """What the model's own client was made with (None: an injected client)."""
 
-    def _create_of(self, client: Any) -> Any:
-        """The client's create method (to tell an async client from a blocking one)."""
-        raise NotImplementedError
-
     def _async_client(self) -> Any:
         """An SDK async client for this model's settings, on a pool of at most :data:`POOL_CONNECTIONS`
         connections; an injected async client as it is; None for an injected blocking client (sent on a thread)."""
-        if inspect.iscoroutinefunction(self._create_of(self._client)):
+        if inspect.iscoroutinefunction(getattr(self._client, "post", None)):  # an SDK async client
             return self._client
         if self._settings is None:
             return None
