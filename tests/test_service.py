@@ -404,6 +404,31 @@ def test_tenant_removed_with_its_souls(server: dict[str, Any]) -> None:
     assert r.status_code == 200 and r.json()["turn_id"] == "one/1"
 
 
+@pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
+def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: dict[str, Any], kind: str) -> None:
+    from contextlib import AsyncExitStack
+
+    from soul_runtime.bench.serve import _caller, _level
+
+    async def go() -> dict[str, Any]:
+        async with AsyncExitStack() as stack:
+            good = [await _caller(stack, kind, server["url"], server["keys"]["acme"]) for _ in range(2)]
+            bad = await _caller(stack, kind, server["url"], "not-a-key")
+            with pytest.raises(RuntimeError, match="HTTP 401"):
+                await bad("POST", f"/v1/souls/bench-{kind}/turns", {"text": "hello"})
+
+            async def turn(i: int, k: int) -> None:
+                await good[i]("POST", f"/v1/souls/bench-{kind}-{i}/turns", {"text": f"Note {k}: the build is green."})
+            return await _level(2, 2, turn)
+
+    res = asyncio.run(go())
+    assert res["turns"] == 4 and res["turns_per_s"] > 0
+    with _client(server, "acme") as c:
+        for i in range(2):  # a warm-up turn and two counted ones each
+            assert [t["seq"] for t in c.get(f"/v1/souls/bench-{kind}-{i}/traces").json()["traces"]] == [1, 2, 3]
+        assert c.get(f"/v1/souls/bench-{kind}/traces").json()["traces"] == []  # the refused turn left nothing
+
+
 def test_one_service_per_runtime(server: dict[str, Any]) -> None:
     busy = _soul(server["env"], "serve", "--port", server["url"].rsplit(":", 1)[1], check=False)
     assert busy.returncode == 2 and "in use" in busy.stderr

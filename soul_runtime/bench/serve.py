@@ -9,7 +9,9 @@ activation, not counted, all warm-ups done first) and then ``turns`` turns one a
 instant model, more at low levels: at least ``min_turns`` a level), through
 
 * the Python async API (``rt.async_soul(id).turn``), the baseline, and
-* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async httpx clients of one connection each).
+* HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async HTTP clients of one connection each:
+  ``http_client`` ``httpx`` or ``aiohttp``; the callers run on the same cores as the service, and a lighter
+  client leaves more of them to it).
 
 With one client the paths' turns alternate one by one (latency under the same conditions); with more, each path
 runs the level alone, one after the other (throughput). Reported: turns/s, client latency p50/p99, and the ratios
@@ -87,16 +89,19 @@ async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitabl
 
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
         embedder: str = "fast", replicas: int = 1, model: str = "stand-in", wait_writes: bool = True,
-        ingress: str = "auto", min_turns: int = 200, progress: Progress | None = None) -> dict[str, Any]:
+        ingress: str = "auto", min_turns: int = 200, http_client: str = "httpx",
+        progress: Progress | None = None) -> dict[str, Any]:
     if model not in ("stand-in", "offline"):
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
+    if http_client not in HTTP_CLIENTS:
+        raise ValueError(f"http_client must be one of {', '.join(HTTP_CLIENTS)}, got {http_client!r}")
     say = progress or (lambda s: None)
     data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
     delays = list(delays) if model == "stand-in" else [0.0]
     out: dict[str, Any] = {"model": model, "wait_writes": wait_writes, "levels": list(levels),
                            "turns_per_client": turns, "min_turns_per_level": min_turns, "delays_s": delays,
-                           "embedder": embedder, "replicas": replicas, "rows": []}
+                           "embedder": embedder, "replicas": replicas, "http_client": http_client, "rows": []}
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
     api = StandinProcess(delay_s=0.0) if model == "stand-in" else None
@@ -140,7 +145,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             out["hosts"] = rt.cfg.hosts
             out["host_threads"] = rt.cfg.host_threads
             try:
-                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say, wait_writes, min_turns))
+                asyncio.run(_all(rt, base, key, levels, turns, delays, api, out, say, wait_writes, min_turns,
+                                 http_client))
             finally:
                 serve_app.stop()
                 rt.shutdown_actors()
@@ -156,15 +162,42 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
     return out
 
 
-async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
-               api: Any, out: dict[str, Any], say: Progress, wait_writes: bool = True, min_turns: int = 0) -> None:
+HTTP_CLIENTS = ("httpx", "aiohttp")
+Send = Callable[[str, str, Any], Awaitable[None]]
+"""``send(method, path, json_body)``: one request of a caller; an answer other than 200 raises."""
+
+
+async def _caller(stack: contextlib.AsyncExitStack, kind: str, base: str, key: str) -> Send:
+    """One caller's HTTP client with one connection, as separate callers have: one shared client's pool costs the
+    caller CPU per request that grows with the pool (httpx: 8.6 ms against 1.1 ms a request at 64)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    if kind == "aiohttp":
+        import aiohttp
+        session = await stack.enter_async_context(aiohttp.ClientSession(
+            base, headers=headers, timeout=aiohttp.ClientTimeout(total=600), connector=aiohttp.TCPConnector(limit=1)))
+
+        async def send_aiohttp(method: str, path: str, body: Any) -> None:
+            async with session.request(method, path, json=body) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {text[:200]}")
+        return send_aiohttp
     import httpx
-    # one client, with one connection, per concurrent caller, as separate callers have: one shared client's pool
-    # costs the caller CPU per request that grows with the pool (8.6 ms against 1.1 ms a request at 64)
+    client = await stack.enter_async_context(httpx.AsyncClient(
+        base_url=base, headers=headers, timeout=600, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
+
+    async def send_httpx(method: str, path: str, body: Any) -> None:
+        r = await client.request(method, path, json=body)
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+    return send_httpx
+
+
+async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, delays: Sequence[float],
+               api: Any, out: dict[str, Any], say: Progress, wait_writes: bool = True, min_turns: int = 0,
+               http_client: str = "httpx") -> None:
     async with contextlib.AsyncExitStack() as stack:
-        https = [await stack.enter_async_context(httpx.AsyncClient(
-            base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=600,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))) for _ in range(max(levels))]
+        https = [await _caller(stack, http_client, base, key) for _ in range(max(levels))]
         models: set[str] = set()
         for d in delays:
             if api is not None:
@@ -177,14 +210,11 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                     models.add(res.model)
 
                 async def web(i: int, k: int, tag: str = tag) -> None:
-                    r = await https[i].post(f"/v1/souls/web-{tag}-{i}/turns",
-                                            json={"text": TEXTS[k % 3].format(n=k), "wait_writes": wait_writes})
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                    await https[i]("POST", f"/v1/souls/web-{tag}-{i}/turns",
+                                   {"text": TEXTS[k % 3].format(n=k), "wait_writes": wait_writes})
+
                 async def health(i: int, k: int) -> None:
-                    r = await https[i].get("/healthz")
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                    await https[i]("GET", "/healthz", None)
                 row: dict[str, Any] = {"delay_s": d, "clients": m}
                 calls = (("python", py), ("http", web)) + ((("healthz", health),) if d == delays[0] else ())
                 n = per_client(m, turns, min_turns if d == 0 else 0)
@@ -212,7 +242,8 @@ def table(res: dict[str, Any]) -> Any:
     t = Table(title=f"HTTP service vs Python async API ({res.get('model', 'stand-in')} model, wait_writes="
                     f"{res.get('wait_writes', True)}, same run; "
                     f"counted turns of each path after a warm-up turn per client; {res['replicas']} replica(s), "
-                    f"{res['hosts']} hosts, {res.get('ingress', 'proxy')} ingress)")
+                    f"{res['hosts']} hosts, {res.get('ingress', 'proxy')} ingress, "
+                    f"{res.get('http_client', 'httpx')} callers)")
     for c in ("stand-in", "clients", "turns", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
               "http p50/p99 ms", "http - python p50 ms", "/healthz req/s, p50 ms"):
         t.add_column(c, justify="right")

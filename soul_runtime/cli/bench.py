@@ -489,7 +489,8 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
     with out.status("running", spinner="dots") as st:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
                               replicas=args.replicas, model=args.model, wait_writes=args.wait_writes == "true",
-                              ingress=args.ingress, min_turns=args.min_turns, progress=lambda s: st.update(s))
+                              ingress=args.ingress, min_turns=args.min_turns, http_client=args.http_client,
+                              progress=lambda s: st.update(s))
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:
@@ -570,6 +571,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                          "per level: more per client at low levels (default 200)")
     sv.add_argument("--ingress", choices=INGRESSES, default="auto",
                     help="as soul serve's --ingress (default auto)")
+    sv.add_argument("--http-client", choices=("httpx", "aiohttp"), default="httpx",
+                    help="the HTTP callers' client, one connection each (default httpx); they run on the same cores "
+                         "as the service")
     sv.add_argument("--model", choices=("stand-in", "offline"), default="stand-in",
                     help="stand-in: the Anthropic adapter against the Messages-API stand-in in a process of its own "
                          "(default); offline: the built-in model (--delays ignored)")
