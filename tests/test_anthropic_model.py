@@ -7,6 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -128,7 +129,11 @@ def test_reply_rejects_bad_input_and_empty_answer(api: MessagesApiServer) -> Non
 @pytest.mark.parametrize("body", [{"content": "just text", "stop_reason": "end_turn"}, {"content": [7]},
                                   ["not", "an", "object"], {"usage": {}}])
 def test_an_answer_of_another_shape_is_a_model_error(api: MessagesApiServer, body: object) -> None:
-    model = make(api, max_retries=0)
+    refuses_the_shape(make(api, max_retries=0), api, body)
+
+
+def refuses_the_shape(model: Any, api: Any, body: object) -> None:
+    """A 200 answer of ``body`` is a one-line ModelError for a reply and for an async memory decision."""
     api.push(Scripted(200, body), Scripted(200, body))  # type: ignore[arg-type]
     with pytest.raises(ModelError) as info:
         model.reply(request())

@@ -3,7 +3,6 @@ and the Anthropic adapter with an injected client (as ``anthropic.AnthropicBedro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -15,14 +14,14 @@ import openai
 import pytest
 
 from soul_runtime.bench.chat_api import ChatCompletionsServer, chat_error, chat_text, chat_tool
-from soul_runtime.bench.messages_api import Scripted, delayed
+from soul_runtime.bench.messages_api import delayed
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, Usage
 from soul_runtime.models.choice import make_model
 from soul_runtime.models.claude import AnthropicModel
 from soul_runtime.models.openai_chat import OpenAIChatModel, model_from_settings
 from soul_runtime.records import FactCandidate, TaskReport
-from tests.test_anthropic_model import GOOD_EXTRACTION, exchange, request
+from tests.test_anthropic_model import GOOD_EXTRACTION, exchange, refuses_the_shape, request
 
 MODEL = "llama-test-3.1-8b"
 KEY = "sk-test-key"
@@ -102,13 +101,7 @@ def test_cached_prompt_tokens_are_cache_reads(api: ChatCompletionsServer) -> Non
                                   [1, 2], {"choices": [{"message": {"content": 7}}]},
                                   {"choices": [{"message": {"tool_calls": "record_memory"}}]}])
 def test_an_answer_of_another_shape_is_a_model_error(api: ChatCompletionsServer, body: object) -> None:
-    model = make(api, max_retries=0)
-    api.push(Scripted(200, body), Scripted(200, body))  # type: ignore[arg-type]
-    with pytest.raises(ModelError) as info:
-        model.reply(request())
-    assert "\n" not in str(info.value)
-    with pytest.raises(ModelError):
-        asyncio.run(model.asynchronous().decide(exchange()))
+    refuses_the_shape(make(api, max_retries=0), api, body)
 
 
 # ---- structured output through one forced function call -------------------------------
