@@ -127,7 +127,7 @@ def test_reply_rejects_bad_input_and_empty_answer(api: MessagesApiServer) -> Non
 
 
 @pytest.mark.parametrize("body", [{"content": "just text", "stop_reason": "end_turn"}, {"content": [7]},
-                                  ["not", "an", "object"], {"usage": {}}])
+                                  ["not", "an", "object"], {"usage": {}}, {"content": [{"type": "text", "text": 7}]}])
 def test_an_answer_of_another_shape_is_a_model_error(api: MessagesApiServer, body: object) -> None:
     refuses_the_shape(make(api, max_retries=0), api, body)
 
@@ -386,6 +386,20 @@ def test_unreachable_server_is_model_error() -> None:
     with pytest.raises(ModelError, match="cannot reach") as info:
         model.reply(request())
     assert not isinstance(info.value, ModelTimeout)
+
+
+def test_an_injected_async_client_serves_the_blocking_methods_and_the_async_view(api: MessagesApiServer) -> None:
+    # an async client is bound to the event loop that first uses it: one model per way of calling
+    api.push(*(text_message(t) for t in ("blocking 1", "blocking 2", "awaited 1", "awaited 2")))
+    blocking = AnthropicModel(model_id=MODEL, client=anthropic.AsyncAnthropic(api_key=KEY, base_url=api.base_url), max_retries=0)
+    assert [blocking.reply(request()).text for _ in range(2)] == ["blocking 1", "blocking 2"]
+    awaited = AnthropicModel(model_id=MODEL, client=anthropic.AsyncAnthropic(api_key=KEY, base_url=api.base_url), max_retries=0)
+
+    async def two() -> list[str]:
+        view = awaited.asynchronous()
+        return [(await view.reply(request())).text for _ in range(2)]
+    assert asyncio.run(two()) == ["awaited 1", "awaited 2"]
+    assert len(api.requests) == 4 and blocking.usage_total.calls == awaited.usage_total.calls == 2
 
 
 def test_injected_client_retries_are_ours(api: MessagesApiServer) -> None:

@@ -96,6 +96,7 @@ def test_actors_spread_over_nodes_and_survive_losing_a_souls_owner_node() -> Non
         data, res = _run_cluster()
         if res["target"]:
             break
+    assert res["target"], f"Ray placed every soul host on the head node three times: {res}"
     assert res["nodes"] >= 2, res  # the actors did not all land on one node
     assert res["target"] and any(n.startswith("soul-host") for n in res["lost"]), res  # the owner's node died
     assert res["errors"] == [] and res["layout"]["storage"] == "shared", res

@@ -3,6 +3,7 @@ and the Anthropic adapter with an injected client (as ``anthropic.AnthropicBedro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -267,6 +268,20 @@ def test_unreachable_server_is_model_error() -> None:
     assert not isinstance(info.value, ModelTimeout)
 
 
+def test_an_injected_async_client_serves_the_blocking_methods_and_the_async_view(api: ChatCompletionsServer) -> None:
+    # an async client is bound to the event loop that first uses it: one model per way of calling
+    api.push(*(chat_text(t) for t in ("blocking 1", "blocking 2", "awaited 1", "awaited 2")))
+    blocking = OpenAIChatModel(model_id=MODEL, client=openai.AsyncOpenAI(api_key=KEY, base_url=api.api_url), max_retries=0)
+    assert [blocking.reply(request()).text for _ in range(2)] == ["blocking 1", "blocking 2"]
+    awaited = OpenAIChatModel(model_id=MODEL, client=openai.AsyncOpenAI(api_key=KEY, base_url=api.api_url), max_retries=0)
+
+    async def two() -> list[str]:
+        view = awaited.asynchronous()
+        return [(await view.reply(request())).text for _ in range(2)]
+    assert asyncio.run(two()) == ["awaited 1", "awaited 2"]
+    assert len(api.requests) == 4 and blocking.usage_total.calls == awaited.usage_total.calls == 2
+
+
 def test_injected_client_retries_are_ours(api: ChatCompletionsServer) -> None:
     client = openai.OpenAI(api_key=KEY, base_url=api.api_url, max_retries=5)
     api.push(chat_error(503, "server_error"), chat_text("unused"))
@@ -317,12 +332,12 @@ def test_settings_from_the_environment_and_model_args(api: ChatCompletionsServer
 # ---- the Anthropic adapter with an injected client (Bedrock, Vertex ...) ------------------------
 
 class FakeBedrockClient:
-    """What AnthropicModel uses of an SDK client (its ``post`` and ``messages``), with its own (non-key)
+    """What AnthropicModel uses of an SDK client (``messages.with_raw_response.create``), with its own (non-key)
     credentials as Bedrock's has."""
 
     def __init__(self, answers: list[Any]) -> None:
         self.answers, self.calls = answers, []  # type: ignore[var-annotated]
-        self.messages = SimpleNamespace(create=self.post)
+        self.messages = SimpleNamespace(with_raw_response=SimpleNamespace(create=self._create))
         self.aws_region = "eu-west-1"
         self.options: list[dict[str, Any]] = []
         self.base_url = "https://bedrock-runtime.eu-west-1.amazonaws.com"
@@ -331,12 +346,12 @@ class FakeBedrockClient:
         self.options.append(kw)
         return self
 
-    def post(self, path: str, *, body: dict[str, Any], cast_to: type) -> Any:
-        self.calls.append((path, body, cast_to))
+    def _create(self, **kw: Any) -> Any:
+        self.calls.append(kw)
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return SimpleNamespace(http_response=SimpleNamespace(content=json.dumps(answer).encode()))
 
 
 def _message(content: list[Any], stop: str = "end_turn") -> Any:
@@ -361,13 +376,12 @@ def test_the_anthropic_adapter_takes_an_injected_client() -> None:
     assert out.text == "Hello from Bedrock." and out.usage == Usage(11, 4, 1)
     decision = model.decide(exchange())  # a timeout, then the answer: our retry loop around the client
     assert decision.persist and decision.extraction.episode == "Ana deployed the blog."
-    assert {(path, cast_to) for path, _, cast_to in client.calls} == {("/v1/messages", object)}
-    first, second, third = (body for _, body, _ in client.calls)
+    first, second, third = client.calls
     assert first["model"] == "anthropic.claude-test-v1:0" and first["thinking"] == {"type": "disabled"}
     assert second == third and third["tool_choice"] == {"type": "tool", "name": "record_memory"}
     assert model.usage_by_model == {"anthropic.claude-test-v1:0": Usage(11, 4, 1),
                                     "anthropic.claude-mem-v1:0": Usage(11, 4, 1)}
-    with pytest.raises(ConfigError, match="messages.create and post"):
+    with pytest.raises(ConfigError, match="messages.with_raw_response.create"):
         AnthropicModel(model_id="claude-x-1", client=object())
 
 

@@ -426,7 +426,6 @@ def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: di
     with _client(server, "acme") as c:
         for i in range(2):  # a warm-up turn and two counted ones each
             assert [t["seq"] for t in c.get(f"/v1/souls/bench-{kind}-{i}/traces").json()["traces"]] == [1, 2, 3]
-        assert c.get(f"/v1/souls/bench-{kind}/traces").json()["traces"] == []  # the refused turn left nothing
 
 
 def test_one_service_per_runtime(server: dict[str, Any]) -> None:

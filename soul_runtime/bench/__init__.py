@@ -3,3 +3,6 @@
 May import everything below it (``actors``, ``loop``, ``memory``, ``models``, ``embedding``); only ``cli``
 imports ``bench``.
 """
+
+HTTP_CLIENTS = ("httpx", "aiohttp")
+"""The HTTP clients ``soul bench serve``'s callers may use (:mod:`soul_runtime.bench.serve`)."""

@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from soul_runtime.bench import HTTP_CLIENTS
 from soul_runtime.bench.scale import percentile
 
 Progress = Callable[[str], None]
@@ -162,7 +163,6 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
     return out
 
 
-HTTP_CLIENTS = ("httpx", "aiohttp")
 Send = Callable[[str, str, Any], Awaitable[None]]
 """``send(method, path, json_body)``: one request of a caller; an answer other than 200 raises."""
 

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from actors.service import INGRESSES
-from soul_runtime.bench import plotting
+from soul_runtime.bench import HTTP_CLIENTS, plotting
 from soul_runtime.owner_only import write_file
 
 README_START = "<!-- bench:locomo:start -->"
@@ -571,7 +571,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                          "per level: more per client at low levels (default 200)")
     sv.add_argument("--ingress", choices=INGRESSES, default="auto",
                     help="as soul serve's --ingress (default auto)")
-    sv.add_argument("--http-client", choices=("httpx", "aiohttp"), default="httpx",
+    sv.add_argument("--http-client", choices=HTTP_CLIENTS, default="httpx",
                     help="the HTTP callers' client, one connection each (default httpx); they run on the same cores "
                          "as the service")
     sv.add_argument("--model", choices=("stand-in", "offline"), default="stand-in",

@@ -56,9 +56,7 @@ def cache_min_tokens(model_id: str) -> int:
     return next((n for prefix, n in _CACHE_MIN if model_id.startswith(prefix)), 1024)
 
 
-def _usage_of(msg: object) -> Usage:
-    if not isinstance(msg, dict):
-        raise ModelError(f"the Anthropic API answered with something other than a JSON object: {one_line(msg, 120)}")
+def _usage_of(msg: dict[str, Any]) -> Usage:
     raw = msg.get("usage")
     raw = raw if isinstance(raw, dict) else {}
 
@@ -112,10 +110,10 @@ class AnthropicModel(RemoteModel):
                     or getattr(client, "credentials", None)):
                 raise ConfigError("no Anthropic API key: pass api_key= or set ANTHROPIC_API_KEY")
         else:  # an injected client keeps its credentials; the retry loop and the timeout are ours
-            if not (callable(getattr(getattr(client, "messages", None), "create", None))
-                    and callable(getattr(client, "post", None))):
-                raise ConfigError(f"client must be an anthropic SDK client (with messages.create and post), got "
-                                  f"{type(client).__name__}")
+            if not callable(getattr(getattr(getattr(client, "messages", None), "with_raw_response", None), "create",
+                                    None)):
+                raise ConfigError(f"client must be an anthropic SDK client (with messages.with_raw_response.create), "
+                                  f"got {type(client).__name__}")
             if callable(getattr(client, "with_options", None)):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
@@ -143,7 +141,8 @@ class AnthropicModel(RemoteModel):
         max_tokens = request.max_tokens if request.max_tokens > 0 else self.max_tokens
         msg, usage = yield from self._create(self.model_id, messages=messages, max_tokens=max_tokens,
                                              **({"system": system} if system else {}))
-        text = "".join(b.get("text") or "" for b in _blocks(msg, self.model_id) if b.get("type") == "text").strip()
+        text = "".join(t for b in _blocks(msg, self.model_id)
+                       if b.get("type") == "text" and isinstance(t := b.get("text"), str)).strip()
         if not text:
             raise ModelError(f"{self.model_id} returned no text (stop_reason={msg.get('stop_reason')})")
         return ModelReply(text=text, usage=usage, model=self.model_id)
@@ -172,13 +171,13 @@ class AnthropicModel(RemoteModel):
         raise ModelError(f"{model} did not call {tool['name']} (stop_reason={msg.get('stop_reason')})")
 
     def _create(self, model: str, **kwargs: Any) -> Ops[tuple[dict[str, Any], Usage]]:
-        """One Messages API call with our retries; returns the message as JSON and its (recorded) usage.
+        """One Messages API call with our retries; returns the message as JSON (:func:`~soul_runtime.models.remote.
+        json_answer`) and its (recorded) usage."""
+        return (yield from self._send(model, lambda c: self._raw_create(c)(model=model, thinking=_NO_THINKING,
+                                                                           **kwargs), _usage_of))
 
-        Sent with the client's ``post`` (the SDK's request path, headers, auth and errors, as ``messages.create``
-        sends it) and read as JSON (``cast_to=object``): the SDK's typed models are not built for an answer
-        read once (a third of the SDK's CPU per call)."""
-        body = {"model": model, "thinking": _NO_THINKING, **kwargs}
-        return (yield from self._send(model, lambda c: c.post("/v1/messages", body=body, cast_to=object), _usage_of))
+    def _raw_create(self, client: Any) -> Any:
+        return client.messages.with_raw_response.create
 
 
 def memory_block(lines: Iterable[str]) -> str:

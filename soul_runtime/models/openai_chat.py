@@ -52,10 +52,7 @@ def _count(obj: object, name: str) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
-def _usage_of(answer: object) -> Usage:
-    if not isinstance(answer, dict):
-        raise ModelError(f"the {_ERRORS.api} answered with something other than a JSON object: "
-                         f"{one_line(answer, 120)}")
+def _usage_of(answer: dict[str, Any]) -> Usage:
     raw = answer.get("usage")
     prompt, cached = _count(raw, "prompt_tokens"), _count(raw.get("prompt_tokens_details") if isinstance(raw, dict)
                                                           else None, "cached_tokens")
@@ -99,10 +96,10 @@ class OpenAIChatModel(RemoteModel):
                                   f"base_url= for a server that needs no key): {one_line(e)}") from e
         else:
             self._settings = None
-            if not (callable(getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None))
-                    and callable(getattr(client, "post", None))):
-                raise ConfigError(f"client must be an openai SDK client (with chat.completions.create and post), "
-                                  f"got {type(client).__name__}")
+            completions = getattr(getattr(client, "chat", None), "completions", None)
+            if not callable(getattr(getattr(completions, "with_raw_response", None), "create", None)):
+                raise ConfigError(f"client must be an openai SDK client (with chat.completions.with_raw_response."
+                                  f"create), got {type(client).__name__}")
             if callable(getattr(client, "with_options", None)):
                 client = client.with_options(timeout=self.timeout_s, max_retries=0)
         self._client = client
@@ -165,12 +162,14 @@ class OpenAIChatModel(RemoteModel):
 
     def _create(self, model: str, messages: list[dict[str, str]], max_tokens: int, **kw: Any
                 ) -> Ops[tuple[dict[str, Any], Usage]]:
-        """One chat-completions call with our retries; returns the completion as JSON and its (recorded) usage.
-        Sent with the client's ``post`` and read as JSON, as :meth:`AnthropicModel._create` explains."""
-        body = {"model": model, "messages": messages, self.token_field: max_tokens, **kw}
-        return (yield from self._send(model, lambda c: c.post("/chat/completions", body=body, cast_to=object),
+        """One chat-completions call with our retries; returns the completion as JSON
+        (:func:`~soul_runtime.models.remote.json_answer`) and its (recorded) usage."""
+        kw[self.token_field] = max_tokens
+        return (yield from self._send(model, lambda c: self._raw_create(c)(model=model, messages=messages, **kw),
                                       _usage_of))
 
+    def _raw_create(self, client: Any) -> Any:
+        return client.chat.completions.with_raw_response.create
 
 
 def model_from_settings(env: Mapping[str, str], args: Mapping[str, str] | None = None) -> OpenAIChatModel:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
 import random
 import threading
@@ -239,12 +240,16 @@ class RemoteModel(LanguageModel):
     """The SDK's module (``anthropic``, ``openai``): its async client class, HTTP client and connection limits."""
     async_client_class: str
     _settings: dict[str, Any] | None
+
+    def _raw_create(self, client: Any) -> Any:
+        """The client's ``with_raw_response`` create method (a coroutine function on an async client)."""
+        raise NotImplementedError
     """What the model's own client was made with (None: an injected client)."""
 
     def _async_client(self) -> Any:
         """An SDK async client for this model's settings, on a pool of at most :data:`POOL_CONNECTIONS`
         connections; an injected async client as it is; None for an injected blocking client (sent on a thread)."""
-        if inspect.iscoroutinefunction(getattr(self._client, "post", None)):  # an SDK async client
+        if inspect.iscoroutinefunction(self._raw_create(self._client)):  # an SDK async client
             return self._client
         if self._settings is None:
             return None
@@ -311,8 +316,10 @@ class RemoteModel(LanguageModel):
         """Where the API is (for "cannot reach" messages)."""
         return str(getattr(getattr(self, "_client", None), "base_url", "") or "its endpoint")
 
-    def _send(self, model: str, call: Callable[[Any], Any], usage_of: Callable[[Any], Usage]) -> Ops[tuple[Any, Usage]]:
-        """``call(client)`` (one API request) with our retries; returns its answer and (recorded) usage."""
+    def _send(self, model: str, call: Callable[[Any], Any], usage_of: Callable[[dict[str, Any]], Usage]
+              ) -> Ops[tuple[dict[str, Any], Usage]]:
+        """``call(client)`` (one API request, sent with the SDK's ``with_raw_response``) with our retries; returns its
+        answer as JSON (:func:`json_answer`) and its (recorded) usage."""
         errors = self.errors
         attempt = 0
         began = time.monotonic()
@@ -344,6 +351,7 @@ class RemoteModel(LanguageModel):
             except errors.base as e:  # response validation, credentials, ...
                 raise ModelError(f"{errors.api} SDK error: {type(e).__name__}: {one_line(e)}") from e
             attempt += 1
+        answer = json_answer(answer, model)
         usage = usage_of(answer)
         with self._lock:
             self.usage_total = self.usage_total + usage
@@ -361,6 +369,19 @@ class RemoteModel(LanguageModel):
         if status == 401:
             return ModelError(f"{self.errors.api} rejected the API key (401 {etype}){after}")
         return ModelError(f"{self.errors.api} error {status} {etype}{after}" + (f": {detail}" if detail else ""))
+
+
+def json_answer(raw: Any, model: str) -> dict[str, Any]:
+    """An answer sent with the SDK's ``with_raw_response``, read as JSON (whatever its content type says, as the
+    SDK reads it): the SDK's typed response models are not built for an answer read once (they are a quarter of
+    its CPU per request). Anything but a JSON object is a :class:`ModelError`."""
+    try:
+        data = json.loads(raw.http_response.content)
+    except (AttributeError, TypeError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise ModelError(f"{model} answered with something other than JSON: {one_line(e, 120)}") from e
+    if not isinstance(data, dict):
+        raise ModelError(f"{model} answered with something other than a JSON object: {one_line(data, 120)}")
+    return data
 
 
 def http_client(sdk: Any, limits: Any, transport: str) -> Any:
