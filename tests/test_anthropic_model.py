@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -389,11 +389,18 @@ def test_unreachable_server_is_model_error() -> None:
 
 
 def test_an_injected_async_client_serves_the_blocking_methods_and_the_async_view(api: MessagesApiServer) -> None:
-    # an async client is bound to the event loop that first uses it: one model per way of calling
-    api.push(*(text_message(t) for t in ("blocking 1", "blocking 2", "awaited 1", "awaited 2")))
-    blocking = AnthropicModel(model_id=MODEL, client=anthropic.AsyncAnthropic(api_key=KEY, base_url=api.base_url), max_retries=0)
+    serves_both_ways(lambda: AnthropicModel(model_id=MODEL, client=anthropic.AsyncAnthropic(api_key=KEY,
+                                                                                          base_url=api.base_url),
+                                            max_retries=0), api, text_message)
+
+
+def serves_both_ways(make: Callable[[], Any], api: Any, answer: Callable[[str], Any]) -> None:
+    """Models made by ``make`` (each with an async client of its own: it is bound to the event loop that first
+    uses it) answer through the blocking methods and through the asynchronous view."""
+    api.push(*(answer(t) for t in ("blocking 1", "blocking 2", "awaited 1", "awaited 2")))
+    blocking = make()
     assert [blocking.reply(request()).text for _ in range(2)] == ["blocking 1", "blocking 2"]
-    awaited = AnthropicModel(model_id=MODEL, client=anthropic.AsyncAnthropic(api_key=KEY, base_url=api.base_url), max_retries=0)
+    awaited = make()
 
     async def two() -> list[str]:
         view = awaited.asynchronous()

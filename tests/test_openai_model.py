@@ -3,7 +3,6 @@ and the Anthropic adapter with an injected client (as ``anthropic.AnthropicBedro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -22,7 +21,7 @@ from soul_runtime.models.choice import make_model
 from soul_runtime.models.claude import AnthropicModel
 from soul_runtime.models.openai_chat import OpenAIChatModel, model_from_settings
 from soul_runtime.records import FactCandidate, TaskReport
-from tests.test_anthropic_model import GOOD_EXTRACTION, exchange, refuses_the_shape, request
+from tests.test_anthropic_model import GOOD_EXTRACTION, exchange, refuses_the_shape, request, serves_both_ways
 
 MODEL = "llama-test-3.1-8b"
 KEY = "sk-test-key"
@@ -269,17 +268,8 @@ def test_unreachable_server_is_model_error() -> None:
 
 
 def test_an_injected_async_client_serves_the_blocking_methods_and_the_async_view(api: ChatCompletionsServer) -> None:
-    # an async client is bound to the event loop that first uses it: one model per way of calling
-    api.push(*(chat_text(t) for t in ("blocking 1", "blocking 2", "awaited 1", "awaited 2")))
-    blocking = OpenAIChatModel(model_id=MODEL, client=openai.AsyncOpenAI(api_key=KEY, base_url=api.api_url), max_retries=0)
-    assert [blocking.reply(request()).text for _ in range(2)] == ["blocking 1", "blocking 2"]
-    awaited = OpenAIChatModel(model_id=MODEL, client=openai.AsyncOpenAI(api_key=KEY, base_url=api.api_url), max_retries=0)
-
-    async def two() -> list[str]:
-        view = awaited.asynchronous()
-        return [(await view.reply(request())).text for _ in range(2)]
-    assert asyncio.run(two()) == ["awaited 1", "awaited 2"]
-    assert len(api.requests) == 4 and blocking.usage_total.calls == awaited.usage_total.calls == 2
+    serves_both_ways(lambda: OpenAIChatModel(model_id=MODEL, client=openai.AsyncOpenAI(api_key=KEY, base_url=api.api_url),
+                                             max_retries=0), api, chat_text)
 
 
 def test_injected_client_retries_are_ours(api: ChatCompletionsServer) -> None:
