@@ -182,7 +182,7 @@ def _consistent(mem: SoulMemory, ids: set[str]) -> None:
     assert isinstance(mem.recall("gateway p95 latency", 10, now=T0 + 10_000), list)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(messages(), min_size=1, max_size=4))
 def test_long_messages_never_fail_observe_or_turn(api: MessagesApiServer, texts: list[str]) -> None:
