@@ -371,8 +371,10 @@ def test_the_anthropic_adapter_takes_an_injected_client() -> None:
     assert second == third and third["tool_choice"] == {"type": "tool", "name": "record_memory"}
     assert model.usage_by_model == {"anthropic.claude-test-v1:0": Usage(11, 4, 1),
                                     "anthropic.claude-mem-v1:0": Usage(11, 4, 1)}
-    with pytest.raises(ConfigError, match="messages.with_raw_response.create"):
+    with pytest.raises(ConfigError, match="anthropic SDK client"):
         AnthropicModel(model_id="claude-x-1", client=object())
+    with pytest.raises(ConfigError, match="openai SDK client"):
+        OpenAIChatModel(model_id=MODEL, client=client)  # a client of the other SDK
 
 
 def test_decide_asks_for_the_exchange_as_the_anthropic_adapter_does(api: ChatCompletionsServer) -> None:

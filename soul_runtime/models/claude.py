@@ -30,8 +30,15 @@ import anthropic
 from anthropic.types import MessageParam, TextBlockParam, ToolChoiceToolParam, ToolParam
 
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError
-from soul_runtime.models.base import ChatMessage, LanguageModel, ModelReply, ReplyRequest, Usage
-from soul_runtime.models.remote import Ops, RemoteModel, SdkErrors, check_model_id, number_setting, setting
+from soul_runtime.models.base import ChatMessage, LanguageModel, ModelReply, ReplyRequest, Usage, usage_count
+from soul_runtime.models.remote import (
+    Ops,
+    RemoteModel,
+    SdkErrors,
+    check_model_id,
+    number_setting,
+    setting,
+)
 from soul_runtime.models.text import one_line
 
 DEFAULT_MODEL_ID = "claude-sonnet-5-5"
@@ -58,13 +65,10 @@ def cache_min_tokens(model_id: str) -> int:
 
 def _usage_of(msg: dict[str, Any]) -> Usage:
     raw = msg.get("usage")
-    raw = raw if isinstance(raw, dict) else {}
-
-    def n(name: str) -> int:
-        v = raw.get(name) or 0
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
-    return Usage(input_tokens=n("input_tokens"), output_tokens=n("output_tokens"), calls=1,
-                 cache_read_tokens=n("cache_read_input_tokens"), cache_write_tokens=n("cache_creation_input_tokens"))
+    n = raw.get if isinstance(raw, dict) else {}.get
+    return Usage(input_tokens=usage_count(n("input_tokens")), output_tokens=usage_count(n("output_tokens")), calls=1,
+                 cache_read_tokens=usage_count(n("cache_read_input_tokens")),
+                 cache_write_tokens=usage_count(n("cache_creation_input_tokens")))
 
 
 def _blocks(msg: dict[str, Any], model: str) -> list[dict[str, Any]]:
@@ -109,13 +113,8 @@ class AnthropicModel(RemoteModel):
             if not (getattr(client, "api_key", None) or getattr(client, "auth_token", None)
                     or getattr(client, "credentials", None)):
                 raise ConfigError("no Anthropic API key: pass api_key= or set ANTHROPIC_API_KEY")
-        else:  # an injected client keeps its credentials; the retry loop and the timeout are ours
-            if not callable(getattr(getattr(getattr(client, "messages", None), "with_raw_response", None), "create",
-                                    None)):
-                raise ConfigError(f"client must be an anthropic SDK client (with messages.with_raw_response.create), "
-                                  f"got {type(client).__name__}")
-            if callable(getattr(client, "with_options", None)):
-                client = client.with_options(timeout=self.timeout_s, max_retries=0)
+        else:
+            client = self._injected(client)
         self._client = client
 
     def _cacheable(self, model: str, *parts: str) -> bool:

@@ -29,7 +29,7 @@ import openai
 from anthropic.types import ToolParam
 
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError
-from soul_runtime.models.base import ModelReply, ReplyRequest, Usage
+from soul_runtime.models.base import ModelReply, ReplyRequest, Usage, usage_count
 from soul_runtime.models.claude import check_history, memory_block
 from soul_runtime.models.remote import Ops, RemoteModel, SdkErrors, check_model_id, number_setting, setting
 from soul_runtime.models.text import one_line
@@ -47,16 +47,13 @@ def function_tool(tool: ToolParam) -> dict[str, Any]:
                                              "parameters": tool["input_schema"]}}
 
 
-def _count(obj: object, name: str) -> int:
-    v = obj.get(name) if isinstance(obj, dict) else 0
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
-
-
 def _usage_of(answer: dict[str, Any]) -> Usage:
     raw = answer.get("usage")
-    prompt, cached = _count(raw, "prompt_tokens"), _count(raw.get("prompt_tokens_details") if isinstance(raw, dict)
-                                                          else None, "cached_tokens")
-    return Usage(input_tokens=max(0, prompt - cached), output_tokens=_count(raw, "completion_tokens"), calls=1,
+    n = raw.get if isinstance(raw, dict) else {}.get
+    details = n("prompt_tokens_details")
+    prompt = usage_count(n("prompt_tokens"))
+    cached = usage_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(input_tokens=max(0, prompt - cached), output_tokens=usage_count(n("completion_tokens")), calls=1,
                  cache_read_tokens=min(cached, prompt))
 
 
@@ -96,12 +93,7 @@ class OpenAIChatModel(RemoteModel):
                                   f"base_url= for a server that needs no key): {one_line(e)}") from e
         else:
             self._settings = None
-            completions = getattr(getattr(client, "chat", None), "completions", None)
-            if not callable(getattr(getattr(completions, "with_raw_response", None), "create", None)):
-                raise ConfigError(f"client must be an openai SDK client (with chat.completions.with_raw_response."
-                                  f"create), got {type(client).__name__}")
-            if callable(getattr(client, "with_options", None)):
-                client = client.with_options(timeout=self.timeout_s, max_retries=0)
+            client = self._injected(client)
         self._client = client
 
     def _reply(self, request: ReplyRequest) -> Ops[ModelReply]:

@@ -240,11 +240,24 @@ class RemoteModel(LanguageModel):
     """The SDK's module (``anthropic``, ``openai``): its async client class, HTTP client and connection limits."""
     async_client_class: str
     _settings: dict[str, Any] | None
+    """What the model's own client was made with (None: an injected client)."""
 
     def _raw_create(self, client: Any) -> Any:
         """The client's ``with_raw_response`` create method (a coroutine function on an async client)."""
         raise NotImplementedError
-    """What the model's own client was made with (None: an injected client)."""
+
+    def _injected(self, client: Any) -> Any:
+        """A client given to the model (it keeps its credentials; the retry loop and the timeout are ours), or
+        ConfigError when it is not a client of this model's SDK."""
+        try:
+            ok = callable(self._raw_create(client))
+        except AttributeError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"client must be an {self.sdk.__name__} SDK client (with a with_raw_response create), "
+                              f"got {type(client).__name__}")
+        return client.with_options(timeout=self.timeout_s, max_retries=0) \
+            if callable(getattr(client, "with_options", None)) else client
 
     def _async_client(self) -> Any:
         """An SDK async client for this model's settings, on a pool of at most :data:`POOL_CONNECTIONS`
