@@ -137,6 +137,19 @@ def test_health_openapi_and_keys(server: dict[str, Any]) -> None:
     assert not (server["data"] / "souls").exists() or not any((server["data"] / "souls").iterdir())
 
 
+def _answers_as_documented(spec: dict[str, Any], path: str, body: dict[str, Any]) -> None:
+    """A write route's answer has exactly the fields, and their JSON types, of its 200 schema in /openapi.json."""
+    route = "/v1/souls/{soul_id}/" + path.rsplit("/", 1)[1]
+    ref = spec["paths"][route]["post"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    schema = spec["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert set(body) == set(schema["properties"]) == set(schema["required"]), (route, body)
+    kinds = {"string": str, "integer": int, "boolean": bool, "array": list, "object": dict}
+    for name, prop in schema["properties"].items():
+        assert isinstance(body[name], kinds[prop["type"]]), (route, name, body[name])
+        if prop["type"] == "array":
+            assert all(isinstance(x, kinds[prop["items"]["type"]]) for x in body[name]), (route, name)
+
+
 def test_every_route(server: dict[str, Any]) -> None:
     c = _client(server, "acme")
     sid = f"maya-{uuid.uuid4().hex[:6]}"
@@ -147,11 +160,14 @@ def test_every_route(server: dict[str, Any]) -> None:
     body = t1.json()
     assert body["turn_id"] == f"{sid}/1" and body["seq"] == 1 and body["writes"] and not body["writes_pending"]
     assert "acme" not in t1.text
+    spec = c.get("/openapi.json").json()
+    _answers_as_documented(spec, v + "/turns", body)
     obs = c.post(v + "/observe", json={"messages": [
         {"speaker": "Maya", "text": "Correct, Tendril runs Postgres 15 in production.", "id": "c2"},
         {"speaker": "Maya", "text": "We rolled back the cache deploy after the latency spike.", "id": "c3"}],
         "at": "2026-03-02T09:05:00Z"})
     assert obs.status_code == 200 and obs.json()["seq"] == 2, obs.text
+    _answers_as_documented(spec, v + "/observe", obs.json())
     items = c.get(v + "/recall", params={"q": "Tendril production database", "k": 5}).json()["items"]
     assert items and any("Postgres 15" in i["text"] for i in items)
     sem = c.get(v + "/recall", params=[("q", "Tendril database"), ("store", "semantic")]).json()["items"]
@@ -198,6 +214,7 @@ def test_every_route(server: dict[str, Any]) -> None:
     ep = c.get(v + "/episodes").json()["episodes"][0]
     gone = c.post(v + "/forget", json={"query": "latency spike"})
     assert gone.status_code == 200 and gone.json()["deleted"], gone.text
+    _answers_as_documented(spec, v + "/forget", gone.json())
     assert all("latency spike" not in e["summary"] for e in c.get(v + "/episodes").json()["episodes"])
     assert ep
     erased = c.delete(f"/v1/souls/{copy}").json()["erased"]
@@ -408,7 +425,7 @@ def test_tenant_removed_with_its_souls(server: dict[str, Any]) -> None:
 def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: dict[str, Any], kind: str) -> None:
     from contextlib import AsyncExitStack
 
-    from soul_runtime.bench.serve import _caller, _level
+    from soul_runtime.bench.serve import _caller, _levels
 
     async def go() -> dict[str, Any]:
         async with AsyncExitStack() as stack:
@@ -419,7 +436,7 @@ def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: di
 
             async def turn(i: int, k: int) -> None:
                 await good[i]("POST", f"/v1/souls/bench-{kind}-{i}/turns", {"text": f"Note {k}: the build is green."})
-            return await _level(2, 2, turn)
+            return (await _levels(2, 2, {"http": turn}))["http"]
 
     res = asyncio.run(go())
     assert res["turns"] == 4 and res["turns_per_s"] > 0

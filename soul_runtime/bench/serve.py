@@ -14,7 +14,7 @@ instant model, more at low levels: at least ``min_turns`` a level), through
   client leaves more of them to it).
 
 With one client the paths' turns alternate one by one (latency under the same conditions); with more, each path
-runs the level alone, one after the other (throughput). Reported: turns/s, client latency p50/p99, and the ratios
+runs the level alone, one after the other, in two halves in mirrored order (throughput). Reported: turns/s, client latency p50/p99, and the ratios
 HTTP / Python. Beside them, at the first delay, the same clients' ``GET /healthz`` (a route that does no work:
 what Serve's ingress and a replica cost a request on this machine). A turn waits for its writes (with the
 stand-in, two model calls: the reply and the memory decision) unless ``wait_writes`` is False.
@@ -53,22 +53,43 @@ def per_client(clients: int, turns: int, min_turns: int) -> int:
     return max(turns, -(-min_turns // clients))
 
 
-async def _level(clients: int, turns: int, turn: Callable[[int, int], Awaitable[None]]) -> dict[str, Any]:
-    """Every client's warm-up turn (the soul's activation, not counted), then ``turns`` turns per client, timed."""
-    await asyncio.gather(*(turn(i, 0) for i in range(clients)))
+async def _run(clients: int, ks: range, turn: Callable[[int, int], Awaitable[None]]) -> tuple[float, list[float]]:
+    """Turns ``ks`` of every client (each client's one after the other, the clients at once): wall time and each
+    turn's latency."""
     lat: list[float] = []
 
     async def one(i: int) -> None:
-        for k in range(1, turns + 1):
+        for k in ks:
             t0 = time.perf_counter()
             await turn(i, k)
             lat.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(clients)))
-    wall = time.perf_counter() - t0
+    return time.perf_counter() - t0, lat
+
+
+async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]
+                  ) -> dict[str, dict[str, Any]]:
+    """Throughput at ``clients``: every path's warm-up turn per client (the soul's activation, not counted), then
+    ``turns`` turns per client of each path, the paths one at a time, in two halves run in mirrored order (A, B,
+    B, A): a machine that speeds up or slows down during the level weighs on every path alike. A path's turns/s
+    is its counted turns over the sum of its halves' wall times."""
+    for fn in paths.values():
+        await asyncio.gather(*(fn(i, 0) for i in range(clients)))
+    half = max(1, turns // 2)
+    rounds = [range(1, half + 1), range(half + 1, turns + 1)]
+    order = [(name, rounds[0]) for name in paths] + [(name, rounds[1]) for name in reversed(list(paths))]
+    walls: dict[str, float] = {name: 0.0 for name in paths}
+    lat: dict[str, list[float]] = {name: [] for name in paths}
+    for name, ks in order:
+        if ks:
+            wall, got = await _run(clients, ks, paths[name])
+            walls[name] += wall
+            lat[name] += got
     n = clients * turns
-    return {"clients": clients, "turns": n, "wall_s": round(wall, 3), "turns_per_s": round(n / wall, 2),
-            "p50_ms": round(1000 * percentile(lat, 50), 2), "p99_ms": round(1000 * percentile(lat, 99), 2)}
+    return {name: {"clients": clients, "turns": n, "wall_s": round(walls[name], 3),
+                   "turns_per_s": round(n / walls[name], 2), "p50_ms": round(1000 * percentile(v, 50), 2),
+                   "p99_ms": round(1000 * percentile(v, 99), 2)} for name, v in lat.items()}
 
 
 async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]) -> dict[str, Any]:
@@ -90,7 +111,7 @@ async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitabl
 
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
         embedder: str = "fast", replicas: int = 1, model: str = "stand-in", wait_writes: bool = True,
-        ingress: str = "auto", min_turns: int = 200, http_client: str = "httpx",
+        ingress: str = "auto", min_turns: int = 600, http_client: str = "httpx",
         progress: Progress | None = None) -> dict[str, Any]:
     if model not in ("stand-in", "offline"):
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
@@ -221,10 +242,10 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                 if m == 1:  # latency: the paths' turns alternate
                     say(f"{d:g} s stand-in, 1 client, {' / '.join(name for name, _ in calls)} alternately")
                     row.update(await _one_client(n, dict(calls)))
-                else:  # throughput: each path runs the level alone
-                    for name, fn in calls:
-                        say(f"{d:g} s stand-in, {m} clients, {name}")
-                        row[name] = await _level(m, n, fn)
+                else:  # throughput: each path runs the level alone, in mirrored halves
+                    say(f"{d:g} s stand-in, {m} clients, {' / '.join(name for name, _ in calls)} "
+                        f"(then in reverse order)")
+                    row.update(await _levels(m, n, dict(calls)))
                 p, h = row["python"], row["http"]
                 row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
                     if p["turns_per_s"] and h["turns_per_s"] else None

@@ -566,9 +566,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sv = bsub.add_parser("serve", help="HTTP service turns/s and p50/p99 beside the Python async API (same run)")
     sv.add_argument("--levels", type=_levels, default=[1, 64, 300], help="concurrent clients (default 1,64,300)")
     sv.add_argument("--turns", type=int, default=3, help="counted turns per client (default 3)")
-    sv.add_argument("--min-turns", type=int, default=200,
+    sv.add_argument("--min-turns", type=int, default=600,
                     help="with an instant model (offline, or the stand-in at 0 s), at least this many counted turns "
-                         "per level: more per client at low levels (default 200)")
+                         "per level: more per client at low levels (default 600)")
     sv.add_argument("--ingress", choices=INGRESSES, default="auto",
                     help="as soul serve's --ingress (default auto)")
     sv.add_argument("--http-client", choices=HTTP_CLIENTS, default="httpx",
