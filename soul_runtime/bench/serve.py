@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from soul_runtime.bench import HTTP_CLIENTS
-from soul_runtime.bench.scale import percentile
+from soul_runtime.bench.scale import percentile, process_info
 
 Progress = Callable[[str], None]
 TEXTS = ("I moved the billing service to the new vendor last week, ticket {n}.",
@@ -68,12 +68,48 @@ async def _run(clients: int, ks: range, turn: Callable[[int, int], Awaitable[Non
     return time.perf_counter() - t0, lat
 
 
+def machine_cpu_s() -> tuple[float, float] | None:
+    """CPU seconds the whole machine spent busy, and seconds of all its cores, so far (``/proc/stat``); None where
+    there is no such file. The benchmark's runtime, service and callers share one machine: its busy time per turn
+    is what a turn costs, whichever process spends it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already in user
+    return (total - idle) / tick, total / tick
+
+
+def cpu_by_process_kind() -> dict[str, float]:
+    """CPU seconds so far of every process on the machine, summed by kind: this process (``callers``: the
+    benchmark's Python API and HTTP clients), a Ray actor's class (``SoulHost``, ``LayerShard``, ``ServeReplica``,
+    ...), ``haproxy``, and ``other``."""
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not d.isdigit():
+            continue
+        info = process_info(int(d))
+        if info is None:
+            continue
+        name = info["name"]
+        kind = ("callers" if info["pid"] == me else name.removeprefix("ray::").split(":")[0]
+                if name.startswith("ray::") else "haproxy" if "haproxy" in name else "other")
+        out[kind] = out.get(kind, 0.0) + info["cpu_s"]
+    return out
+
+
 async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]
                   ) -> dict[str, dict[str, Any]]:
     """Throughput at ``clients``: every path's warm-up turn per client (the soul's activation, not counted), then
     ``turns`` turns per client of each path, the paths one at a time, in two halves run in mirrored order (A, B,
     B, A): a machine that speeds up or slows down during the level weighs on every path alike. A path's turns/s
-    is its counted turns over the sum of its halves' wall times."""
+    is its counted turns over the sum of its halves' wall times; ``machine_cpu_ms_per_turn`` the whole machine's
+    busy CPU over its halves per counted turn, ``machine_busy`` that CPU over all cores' time (1.0: saturated),
+    ``cpu_ms_per_turn`` the same per kind of process (:func:`cpu_by_process_kind`)."""
     for fn in paths.values():
         await asyncio.gather(*(fn(i, 0) for i in range(clients)))
     half = max(1, turns // 2)
@@ -81,15 +117,35 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     order = [(name, rounds[0]) for name in paths] + [(name, rounds[1]) for name in reversed(list(paths))]
     walls: dict[str, float] = {name: 0.0 for name in paths}
     lat: dict[str, list[float]] = {name: [] for name in paths}
+    cpu: dict[str, list[float] | None] = {name: [0.0, 0.0] for name in paths}
+    kinds: dict[str, dict[str, float]] = {name: {} for name in paths}
     for name, ks in order:
         if ks:
+            k0, c0 = cpu_by_process_kind(), machine_cpu_s()
             wall, got = await _run(clients, ks, paths[name])
+            c1, k1, acc = machine_cpu_s(), cpu_by_process_kind(), cpu[name]
+            if c0 is None or c1 is None or acc is None:
+                cpu[name] = None
+            else:
+                acc[0] += c1[0] - c0[0]
+                acc[1] += c1[1] - c0[1]
+            for kind, t in k1.items():
+                kinds[name][kind] = kinds[name].get(kind, 0.0) + t - k0.get(kind, t)
             walls[name] += wall
             lat[name] += got
     n = clients * turns
-    return {name: {"clients": clients, "turns": n, "wall_s": round(walls[name], 3),
-                   "turns_per_s": round(n / walls[name], 2), "p50_ms": round(1000 * percentile(v, 50), 2),
-                   "p99_ms": round(1000 * percentile(v, 99), 2)} for name, v in lat.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, v in lat.items():
+        out[name] = {"clients": clients, "turns": n, "wall_s": round(walls[name], 3),
+                     "turns_per_s": round(n / walls[name], 2), "p50_ms": round(1000 * percentile(v, 50), 2),
+                     "p99_ms": round(1000 * percentile(v, 99), 2)}
+        busy = cpu[name]
+        if busy is not None and busy[1] > 0:
+            out[name].update(machine_cpu_ms_per_turn=round(1000 * busy[0] / n, 2),
+                             machine_busy=round(busy[0] / busy[1], 3),
+                             cpu_ms_per_turn={k: round(1000 * t / n, 2) for k, t in
+                                              sorted(kinds[name].items(), key=lambda kv: -kv[1]) if t > 0})
+    return out
 
 
 async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]) -> dict[str, Any]:
@@ -250,6 +306,9 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                 row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
                     if p["turns_per_s"] and h["turns_per_s"] else None
                 row["http_minus_python_p50_ms"] = round(h["p50_ms"] - p["p50_ms"], 2)
+                if "machine_cpu_ms_per_turn" in p and "machine_cpu_ms_per_turn" in h:
+                    row["http_minus_python_cpu_ms_per_turn"] = round(h["machine_cpu_ms_per_turn"]
+                                                                     - p["machine_cpu_ms_per_turn"], 2)
                 out["rows"].append(row)
         out["models"] = sorted(models)
     instant = {r["clients"]: r["http"]["turns_per_s"] for r in out["rows"] if r["delay_s"] == 0}
@@ -266,12 +325,19 @@ def table(res: dict[str, Any]) -> Any:
                     f"{res['hosts']} hosts, {res.get('ingress', 'proxy')} ingress, "
                     f"{res.get('http_client', 'httpx')} callers)")
     for c in ("stand-in", "clients", "turns", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
-              "http p50/p99 ms", "http - python p50 ms", "/healthz req/s, p50 ms"):
+              "http p50/p99 ms", "http - python p50 ms", "machine CPU ms/turn (busy) python / http",
+              "/healthz req/s, p50 ms"):
         t.add_column(c, justify="right")
     for r in res["rows"]:
         p, h, z = r["python"], r["http"], r.get("healthz")
         t.add_row(f"{r['delay_s']:g} s", str(r["clients"]), str(p["turns"]), str(p["turns_per_s"]), str(h["turns_per_s"]),
                   f"{r['http_vs_python_turns_per_s']}x", f"{p['p50_ms']} / {p['p99_ms']}",
-                  f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]),
+                  f"{h['p50_ms']} / {h['p99_ms']}", str(r["http_minus_python_p50_ms"]), _cpu(p, h),
                   f"{z['turns_per_s']}, {z['p50_ms']}" if z else "—")
     return t
+
+
+def _cpu(*paths: dict[str, Any]) -> str:
+    if not all("machine_cpu_ms_per_turn" in p for p in paths):
+        return "—"
+    return " / ".join(f"{p['machine_cpu_ms_per_turn']} ({p['machine_busy']:.0%})" for p in paths)
