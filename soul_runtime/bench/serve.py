@@ -14,10 +14,12 @@ instant model, more at low levels: at least ``min_turns`` a level), through
   client leaves more of them to it).
 
 With one client the paths' turns alternate one by one (latency under the same conditions); with more, each path
-runs the level alone, one after the other, in two halves in mirrored order (throughput). Reported: turns/s, client latency p50/p99, and the ratios
-HTTP / Python. Beside them, at the first delay, the same clients' ``GET /healthz`` (a route that does no work:
-what Serve's ingress and a replica cost a request on this machine). A turn waits for its writes (with the
-stand-in, two model calls: the reply and the memory decision) unless ``wait_writes`` is False.
+runs the level alone, one after the other, in two halves in mirrored order (throughput; each client's count of
+turns rounded up to an even number). Reported: turns/s, client latency p50/p99, and the ratios HTTP / Python;
+at a level of many clients, each path's machine CPU per turn and its split by kind of process. Beside them, at
+the first delay, the same clients' ``GET /healthz`` (a route that does no work: what Serve's ingress and a
+replica cost a request on this machine). A turn waits for its writes (with the stand-in, two model calls: the
+reply and the memory decision) unless ``wait_writes`` is False.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -33,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from soul_runtime.bench import HTTP_CLIENTS
-from soul_runtime.bench.scale import percentile, process_info
+from soul_runtime.bench.scale import percentile
 
 Progress = Callable[[str], None]
 TEXTS = ("I moved the billing service to the new vendor last week, ticket {n}.",
@@ -69,36 +72,66 @@ async def _run(clients: int, ks: range, turn: Callable[[int, int], Awaitable[Non
 
 
 def machine_cpu_s() -> tuple[float, float] | None:
-    """CPU seconds the whole machine spent busy, and seconds of all its cores, so far (``/proc/stat``); None where
-    there is no such file. The benchmark's runtime, service and callers share one machine: its busy time per turn
-    is what a turn costs, whichever process spends it."""
+    """CPU seconds the whole machine spent busy, and seconds of all its cores, so far (``/proc/stat``: user, nice,
+    system, irq and softirq are busy; idle and iowait are not; time stolen by a hypervisor is left out of both);
+    None where there is no such file. Every process on the machine counts (the runtime, the service, the callers,
+    the model stand-in, and anything else running)."""
     try:
         with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
+            fields = [int(x) for x in f.readline().split()[1:8]]
     except (OSError, ValueError):
         return None
+    if len(fields) < 7:
+        return None
+    user, nice, system, idle, iowait, irq, softirq = fields
+    busy = user + nice + system + irq + softirq
     tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already in user
-    return (total - idle) / tick, total / tick
+    return busy / tick, (busy + idle + iowait) / tick
 
 
-def cpu_by_process_kind() -> dict[str, float]:
-    """CPU seconds so far of every process on the machine, summed by kind: this process (``callers``: the
-    benchmark's Python API and HTTP clients), a Ray actor's class (``SoulHost``, ``LayerShard``, ``ServeReplica``,
-    ...), ``haproxy``, and ``other``."""
-    me = os.getpid()
-    out: dict[str, float] = {}
+Snapshot = dict[int, tuple[int, str, float]]
+"""pid -> (start time in clock ticks since boot, kind of process, CPU seconds so far)."""
+
+
+def process_kind(cmdline: str, pid: int, me: int) -> str:
+    """``callers`` (this process: the benchmark's Python API and HTTP clients), ``model stand-in``, a Ray worker's
+    actor class (``SoulHost``, ``LayerShard``, ``ServeReplica``, ``ServeController``, ``IDLE``: the title without
+    the method it runs or the deployment it serves), ``haproxy``, or ``other``."""
+    if pid == me:
+        return "callers"
+    if "soul_runtime.bench.model_standin" in cmdline:
+        return "model stand-in"
+    if cmdline.startswith("ray::"):
+        return re.split(r"[.:\s]", cmdline[5:], maxsplit=1)[0] or "other"
+    return "haproxy" if "haproxy" in cmdline.split(" ", 1)[0] else "other"
+
+
+def process_snapshot() -> Snapshot:
+    """Every process on the machine now (Linux; empty elsewhere): its start time, kind and CPU seconds."""
+    me, tick, out = os.getpid(), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100, {}
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not d.isdigit():
             continue
-        info = process_info(int(d))
-        if info is None:
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{d}/cmdline", "rb") as fb:
+                cmd = fb.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
             continue
-        name = info["name"]
-        kind = ("callers" if info["pid"] == me else name.removeprefix("ray::").split(":")[0]
-                if name.startswith("ray::") else "haproxy" if "haproxy" in name else "other")
-        out[kind] = out.get(kind, 0.0) + info["cpu_s"]
+        out[int(d)] = (int(stat[19]), process_kind(cmd, int(d), me), (int(stat[11]) + int(stat[12])) / tick)
+    return out
+
+
+def cpu_delta_by_kind(before: Snapshot, after: Snapshot) -> dict[str, float]:
+    """CPU seconds each kind of process spent between two snapshots, counting the processes alive in both (the
+    same pid and start time), each under its kind in ``before``. A process that started or ended in between is
+    not counted here; its CPU is in the machine's total (see ``unattributed`` in :func:`_levels`)."""
+    out: dict[str, float] = {}
+    for pid, (start, _, cpu) in after.items():
+        was = before.get(pid)
+        if was is not None and was[0] == start:
+            out[was[1]] = out.get(was[1], 0.0) + max(0.0, cpu - was[2])
     return out
 
 
@@ -108,8 +141,11 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     ``turns`` turns per client of each path, the paths one at a time, in two halves run in mirrored order (A, B,
     B, A): a machine that speeds up or slows down during the level weighs on every path alike. A path's turns/s
     is its counted turns over the sum of its halves' wall times; ``machine_cpu_ms_per_turn`` the whole machine's
-    busy CPU over its halves per counted turn, ``machine_busy`` that CPU over all cores' time (1.0: saturated),
-    ``cpu_ms_per_turn`` the same per kind of process (:func:`cpu_by_process_kind`)."""
+    busy CPU over its halves per counted turn (:func:`machine_cpu_s`), ``machine_busy`` that CPU over all cores'
+    time (1.0: saturated), ``cpu_ms_per_turn`` the same per kind of process (:func:`cpu_delta_by_kind`) with
+    ``unattributed``: the machine's busy CPU that no process alive through a half accounts for (processes that
+    started or ended, the kernel's own work, the moments between the readings). An odd ``turns`` makes halves
+    of unequal sizes: :func:`_all` asks for an even count."""
     for fn in paths.values():
         await asyncio.gather(*(fn(i, 0) for i in range(clients)))
     half = max(1, turns // 2)
@@ -121,16 +157,18 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     kinds: dict[str, dict[str, float]] = {name: {} for name in paths}
     for name, ks in order:
         if ks:
-            k0, c0 = cpu_by_process_kind(), machine_cpu_s()
+            p0 = process_snapshot()
+            c0 = machine_cpu_s()
             wall, got = await _run(clients, ks, paths[name])
-            c1, k1, acc = machine_cpu_s(), cpu_by_process_kind(), cpu[name]
+            c1 = machine_cpu_s()
+            p1, acc = process_snapshot(), cpu[name]
             if c0 is None or c1 is None or acc is None:
                 cpu[name] = None
             else:
                 acc[0] += c1[0] - c0[0]
                 acc[1] += c1[1] - c0[1]
-            for kind, t in k1.items():
-                kinds[name][kind] = kinds[name].get(kind, 0.0) + t - k0.get(kind, t)
+            for kind, t in cpu_delta_by_kind(p0, p1).items():
+                kinds[name][kind] = kinds[name].get(kind, 0.0) + t
             walls[name] += wall
             lat[name] += got
     n = clients * turns
@@ -141,10 +179,11 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
                      "p99_ms": round(1000 * percentile(v, 99), 2)}
         busy = cpu[name]
         if busy is not None and busy[1] > 0:
+            per_kind = {k: round(1000 * t / n, 2) for k, t in sorted(kinds[name].items(), key=lambda kv: -kv[1])
+                        if t > 0}
+            per_kind["unattributed"] = round(1000 * (busy[0] - sum(kinds[name].values())) / n, 2)
             out[name].update(machine_cpu_ms_per_turn=round(1000 * busy[0] / n, 2),
-                             machine_busy=round(busy[0] / busy[1], 3),
-                             cpu_ms_per_turn={k: round(1000 * t / n, 2) for k, t in
-                                              sorted(kinds[name].items(), key=lambda kv: -kv[1]) if t > 0})
+                             machine_busy=round(busy[0] / busy[1], 3), cpu_ms_per_turn=per_kind)
     return out
 
 
@@ -173,6 +212,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
     if http_client not in HTTP_CLIENTS:
         raise ValueError(f"http_client must be one of {', '.join(HTTP_CLIENTS)}, got {http_client!r}")
+    if turns < 1 or min_turns < 0:
+        raise ValueError(f"turns must be >= 1 and min_turns >= 0, got {turns} and {min_turns}")
     say = progress or (lambda s: None)
     data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
@@ -295,6 +336,7 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                 row: dict[str, Any] = {"delay_s": d, "clients": m}
                 calls = (("python", py), ("http", web)) + ((("healthz", health),) if d == delays[0] else ())
                 n = per_client(m, turns, min_turns if d == 0 else 0)
+                n += n % 2 if m > 1 else 0  # two halves of the same size
                 if m == 1:  # latency: the paths' turns alternate
                     say(f"{d:g} s stand-in, 1 client, {' / '.join(name for name, _ in calls)} alternately")
                     row.update(await _one_client(n, dict(calls)))
