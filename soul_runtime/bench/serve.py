@@ -108,8 +108,10 @@ def process_kind(cmdline: str, pid: int, me: int) -> str:
 
 def process_snapshot() -> Snapshot:
     """Every process on the machine now (Linux; empty elsewhere): its start time, kind and CPU seconds."""
-    me, tick, out = os.getpid(), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100, {}
-    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if not os.path.isdir("/proc"):
+        return {}
+    me, tick, out = os.getpid(), os.sysconf("SC_CLK_TCK"), {}
+    for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
@@ -153,7 +155,8 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     order = [(name, rounds[0]) for name in paths] + [(name, rounds[1]) for name in reversed(list(paths))]
     walls: dict[str, float] = {name: 0.0 for name in paths}
     lat: dict[str, list[float]] = {name: [] for name in paths}
-    cpu: dict[str, list[float] | None] = {name: [0.0, 0.0] for name in paths}
+    busy = {name: 0.0 for name in paths}  # the machine's busy CPU seconds, and all its cores' seconds
+    cores = {name: 0.0 for name in paths}
     kinds: dict[str, dict[str, float]] = {name: {} for name in paths}
     for name, ks in order:
         if ks:
@@ -161,12 +164,10 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
             c0 = machine_cpu_s()
             wall, got = await _run(clients, ks, paths[name])
             c1 = machine_cpu_s()
-            p1, acc = process_snapshot(), cpu[name]
-            if c0 is None or c1 is None or acc is None:
-                cpu[name] = None
-            else:
-                acc[0] += c1[0] - c0[0]
-                acc[1] += c1[1] - c0[1]
+            p1 = process_snapshot()
+            if c0 is not None and c1 is not None:
+                busy[name] += c1[0] - c0[0]
+                cores[name] += c1[1] - c0[1]
             for kind, t in cpu_delta_by_kind(p0, p1).items():
                 kinds[name][kind] = kinds[name].get(kind, 0.0) + t
             walls[name] += wall
@@ -177,13 +178,12 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
         out[name] = {"clients": clients, "turns": n, "wall_s": round(walls[name], 3),
                      "turns_per_s": round(n / walls[name], 2), "p50_ms": round(1000 * percentile(v, 50), 2),
                      "p99_ms": round(1000 * percentile(v, 99), 2)}
-        busy = cpu[name]
-        if busy is not None and busy[1] > 0:
+        if cores[name] > 0:  # /proc/stat read, and at least a clock tick passed
             per_kind = {k: round(1000 * t / n, 2) for k, t in sorted(kinds[name].items(), key=lambda kv: -kv[1])
                         if t > 0}
-            per_kind["unattributed"] = round(1000 * (busy[0] - sum(kinds[name].values())) / n, 2)
-            out[name].update(machine_cpu_ms_per_turn=round(1000 * busy[0] / n, 2),
-                             machine_busy=round(busy[0] / busy[1], 3), cpu_ms_per_turn=per_kind)
+            per_kind["unattributed"] = round(1000 * (busy[name] - sum(kinds[name].values())) / n, 2)
+            out[name].update(machine_cpu_ms_per_turn=round(1000 * busy[name] / n, 2),
+                             machine_busy=round(busy[name] / cores[name], 3), cpu_ms_per_turn=per_kind)
     return out
 
 
