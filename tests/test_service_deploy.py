@@ -61,7 +61,8 @@ def test_ingress_choice(monkeypatch) -> None:
     """auto: HAProxy when a binary is found and the replicas are reachable (one node, or a host that is not a
     loopback address), else Serve's proxy, with the caller's RAY_SERVE_ENABLE_HA_PROXY deciding when set; the
     value is always explicit (a node's own environment never decides); haproxy and proxy win over the caller's
-    variable; haproxy without a binary or with replicas out of reach is refused; other RAY_SERVE_* settings pass."""
+    variable; haproxy without a binary or with replicas out of reach is refused; Serve's throughput mode is on with
+    either ingress; the caller's RAY_SERVE_* settings pass and win (the throughput mode's among them)."""
     import os
 
     import pytest
@@ -73,8 +74,10 @@ def test_ingress_choice(monkeypatch) -> None:
 
     def ha(ingress: str, **kw: object) -> str:
         return serve_app.ingress_env(ingress, **kw)["RAY_SERVE_ENABLE_HA_PROXY"]  # type: ignore[arg-type]
-    assert serve_app.ingress_env("auto", binary=True) == serve_app.HAPROXY_ENV
-    assert serve_app.ingress_env("proxy", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    assert serve_app.ingress_env("auto", binary=True) == {**serve_app.HAPROXY_ENV,
+                                                          "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+    assert serve_app.ingress_env("proxy", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "0",
+                                                           "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
     assert ha("auto", binary=False) == "0" and ha("haproxy", binary=True) == "1"
     assert ha("auto", binary=True, nodes=3) == "0" and ha("auto", binary=True, nodes=3, host="0.0.0.0") == "1"
     with pytest.raises(InvalidInput, match="--host 0.0.0.0"):
@@ -85,7 +88,9 @@ def test_ingress_choice(monkeypatch) -> None:
         serve_app.ingress_env("nginx", binary=True)
     monkeypatch.setenv("RAY_SERVE_HAPROXY_MAXCONN", "4096")
     monkeypatch.setenv("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "10")
+    monkeypatch.setenv("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")
     assert serve_app.ingress_env("auto", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "1",
+                                                          "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0",
                                                           "RAY_SERVE_HAPROXY_MAXCONN": "4096",
                                                           "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "10"}
     monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "0")
@@ -115,10 +120,14 @@ def test_the_haproxy_binary_is_found_as_serve_finds_it(monkeypatch, tmp_path) ->
     assert found is not None and os.access(found, os.X_OK)
 
 
-def test_rayservice_nodes_run_the_haproxy_ingress() -> None:
+def test_rayservice_nodes_run_serve_as_soul_serve_does() -> None:
+    """Every node of the manifest runs Serve's HAProxy ingress and throughput mode, the settings `soul serve`
+    gives Serve's controller by default."""
+    from actors.service import serve_app
     (svc,) = _docs("rayservice.yaml")
     spec = svc["spec"]["rayClusterConfig"]
     pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
     for pod in pods:
         env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-        assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+        for k, v in {**serve_app.THROUGHPUT_ENV, "RAY_SERVE_ENABLE_HA_PROXY": "1"}.items():
+            assert env[k] == v, k

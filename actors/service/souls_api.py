@@ -183,6 +183,9 @@ class TenantSouls:
         blob = bytes(await self._h(soul_id).export())
         if not self.scope.prefix:
             return blob
+        return await asyncio.to_thread(self._unscoped, blob)  # a large export: off the event loop
+
+    def _unscoped(self, blob: bytes) -> bytes:
         return bytes(msgpack.packb(self._unscope_packed(msgpack.unpackb(blob, raw=False, strict_map_key=False)),
                                    use_bin_type=True))
 
