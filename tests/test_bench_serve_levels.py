@@ -62,6 +62,31 @@ def test_paths_run_in_mirrored_halves_after_every_warm_up(monkeypatch: pytest.Mo
     assert res["a"]["turns_per_s"] == pytest.approx(12 / (12 * 0.001), rel=1e-3)
 
 
+def test_batch_sizes_per_path_from_the_hosts_counters_over_its_own_halves() -> None:
+    """Each path's items per call come from the counters' deltas over its own halves only (the warm-ups, here
+    calls of one item, are left out), and a kind of call a path never made is None."""
+    counts = {"turn_items": 0, "turn_calls": 0, "shard_items:recall_batch": 0, "shard_calls:recall_batch": 0}
+
+    def path(batch: int) -> Callable[[int, int], Awaitable[None]]:
+        async def turn(i: int, k: int) -> None:
+            if k == 0:  # the warm-up: a call of its own
+                counts["turn_items"] += 1
+                counts["turn_calls"] += 1
+            else:  # a counted turn: `batch` items per host call, twice that per shard call
+                counts["turn_items"] += batch
+                counts["turn_calls"] += 1
+                counts["shard_items:recall_batch"] += 2 * batch
+                counts["shard_calls:recall_batch"] += 1
+            await asyncio.sleep(0)
+        return turn
+    res = asyncio.run(_levels(3, 4, {"a": path(4), "b": path(1)}, counters=lambda: dict(counts)))
+    assert res["a"]["batches"] == {"turns_per_host_call": 4.0, "recall_items_per_shard_call": 8.0,
+                                   "apply_items_per_shard_call": None}
+    assert res["b"]["batches"]["turns_per_host_call"] == 1.0
+    assert res["b"]["batches"]["recall_items_per_shard_call"] == 2.0
+    assert "batches" not in asyncio.run(_levels(2, 2, {"a": _path("a", [], Clock(), 0)}))["a"]
+
+
 def test_an_odd_count_and_a_single_turn_are_all_counted() -> None:
     for turns in (1, 3):
         log: list[tuple[str, int, int]] = []

@@ -325,7 +325,8 @@ def _per_turn(before: dict[str, int], after: dict[str, int], turns: int,
     return {m: round((after.get(c, 0) - before.get(c, 0)) / max(1, turns), 3) for m, c in names}
 
 
-def _host_counters(rt: Any) -> dict[str, int]:
+def host_counters(rt: Any) -> dict[str, int]:
+    """Every soul host's counters (:meth:`SoulHost.metrics_snapshot`), summed."""
     from actors import raycalls
     from actors.controller import host_name
     total: dict[str, int] = {}
@@ -462,7 +463,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         lat, res, errors, examples = [], [], {}, {}
                         label = f"{level} in flight" + ("" if delay is None else f", {delay:g} s stand-in") + \
                             ("" if len(waits) == 1 else f", wait_writes={wait}")
-                        procs0, host0, cpu0 = process_table(exclude=sampler.exclude), _host_counters(rt), \
+                        procs0, host0, cpu0 = process_table(exclude=sampler.exclude), host_counters(rt), \
                             time.process_time()
                         calls0 = standin.stats() if standin else None
                         with sampler:
@@ -473,7 +474,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                                            time.process_time() - cpu0 - sampler.cpu_s)
                         calls1 = standin.settle() if standin else None  # the turns' memory work is done
                         clock += max(1e5, n_jobs + 1)
-                        host1 = _host_counters(rt)
+                        host1 = host_counters(rt)
                         stages: dict[str, list[float]] = {}
                         over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms,
                                                       wait, stages))
@@ -499,17 +500,17 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             if reactivate:  # phase 3: the next turn of souls picked at random, one at a time (most are passivated)
                 if standin is not None:
                     standin.set_delay(0.0)
-                before = _host_counters(rt)
+                before = host_counters(rt)
                 picked = rng.sample(ids, min(reactivate, souls))
                 lat, res, errors = [], [], {}
                 wall = asyncio.run(_drive(rt, [(sid, utterance(rng)) for sid in picked], 1, lat, res, progress,
                                           "reactivations", clock, errors=errors))
-                after = _host_counters(rt)
+                after = host_counters(rt)
                 react = _phase("next turn of a random soul", 1, wall, lat, [])
                 react["activations"] = after.get("activations", 0) - before.get("activations", 0)
                 react["errors"] = errors
                 phases.append(react)
-            counters = _host_counters(rt)
+            counters = host_counters(rt)
             procs = process_table(exclude=sampler.exclude)
             disk = dir_bytes(path)
             closed = closed_soul_bytes(path)

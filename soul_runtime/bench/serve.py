@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from soul_runtime.bench import HTTP_CLIENTS
-from soul_runtime.bench.scale import percentile
+from soul_runtime.bench.scale import host_counters, percentile
 
 Progress = Callable[[str], None]
 TEXTS = ("I moved the billing service to the new vendor last week, ticket {n}.",
@@ -137,8 +137,14 @@ def cpu_delta_by_kind(before: Snapshot, after: Snapshot) -> dict[str, float]:
     return out
 
 
-async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]]
-                  ) -> dict[str, dict[str, Any]]:
+BATCHES = (("turns_per_host_call", "turn_items", "turn_calls"),
+           ("recall_items_per_shard_call", "shard_items:recall_batch", "shard_calls:recall_batch"),
+           ("apply_items_per_shard_call", "shard_items:apply_batch", "shard_calls:apply_batch"))
+"""How full the runtime's batches were: (figure, items counter, calls counter) of the soul hosts' counters."""
+
+
+async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int], Awaitable[None]]],
+                  counters: Callable[[], dict[str, int]] | None = None) -> dict[str, dict[str, Any]]:
     """Throughput at ``clients``: every path's warm-up turn per client (the soul's activation, not counted), then
     ``turns`` turns per client of each path, the paths one at a time, in two halves run in mirrored order (A, B,
     B, A): a machine that speeds up or slows down during the level weighs on every path alike. A path's turns/s
@@ -147,7 +153,10 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     time (1.0: saturated), ``cpu_ms_per_turn`` the same per kind of process (:func:`cpu_delta_by_kind`) with
     ``unattributed``: the machine's busy CPU that no process alive through a half accounts for (processes that
     started or ended, the kernel's own work, the moments between the readings). An odd ``turns`` makes halves
-    of unequal sizes: :func:`_all` asks for an even count."""
+    of unequal sizes: :func:`_all` asks for an even count. With ``counters`` (the soul hosts' summed counters,
+    read before and after each half, off the event loop), ``batches``: items per call of the hosts' turn calls
+    and of their calls to the store shards (:data:`BATCHES`); fuller batches cost the hosts and shards less CPU
+    a turn."""
     for fn in paths.values():
         await asyncio.gather(*(fn(i, 0) for i in range(clients)))
     half = max(1, turns // 2)
@@ -158,8 +167,10 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
     busy = {name: 0.0 for name in paths}  # the machine's busy CPU seconds, and all its cores' seconds
     cores = {name: 0.0 for name in paths}
     kinds: dict[str, dict[str, float]] = {name: {} for name in paths}
+    counted: dict[str, dict[str, int]] = {name: {} for name in paths}
     for name, ks in order:
         if ks:
+            n0 = await asyncio.to_thread(counters) if counters else {}
             p0 = process_snapshot()
             c0 = machine_cpu_s()
             wall, got = await _run(clients, ks, paths[name])
@@ -170,6 +181,10 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
                 cores[name] += c1[1] - c0[1]
             for kind, t in cpu_delta_by_kind(p0, p1).items():
                 kinds[name][kind] = kinds[name].get(kind, 0.0) + t
+            if counters:
+                n1 = await asyncio.to_thread(counters)
+                for key in {k for _, *pair in BATCHES for k in pair}:
+                    counted[name][key] = counted[name].get(key, 0) + n1.get(key, 0) - n0.get(key, 0)
             walls[name] += wall
             lat[name] += got
     n = clients * turns
@@ -184,6 +199,10 @@ async def _levels(clients: int, turns: int, paths: dict[str, Callable[[int, int]
             per_kind["unattributed"] = round(1000 * (busy[name] - sum(kinds[name].values())) / n, 2)
             out[name].update(machine_cpu_ms_per_turn=round(1000 * busy[name] / n, 2),
                              machine_busy=round(busy[name] / cores[name], 3), cpu_ms_per_turn=per_kind)
+        if counters:
+            got_n = counted[name]
+            out[name]["batches"] = {fig: round(got_n[items] / got_n[calls], 2) if got_n.get(calls) else None
+                                    for fig, items, calls in BATCHES}
     return out
 
 
@@ -343,7 +362,7 @@ async def _all(rt: Any, base: str, key: str, levels: Sequence[int], turns: int, 
                 else:  # throughput: each path runs the level alone, in mirrored halves
                     say(f"{d:g} s stand-in, {m} clients, {' / '.join(name for name, _ in calls)} "
                         f"(then in reverse order)")
-                    row.update(await _levels(m, n, dict(calls)))
+                    row.update(await _levels(m, n, dict(calls), counters=lambda: host_counters(rt)))
                 p, h = row["python"], row["http"]
                 row["http_vs_python_turns_per_s"] = round(h["turns_per_s"] / p["turns_per_s"], 3) \
                     if p["turns_per_s"] and h["turns_per_s"] else None
