@@ -151,6 +151,9 @@ class ScriptedApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: with Nagle on, the body would wait for the client's
+            # delayed ACK of the headers (about 40 ms on Linux) on every answer of a busy keep-alive connection
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
