@@ -29,7 +29,8 @@ server's own event loop instead of handing each request to a second loop in anot
 lines (one access line per request among them) to its log file in batches instead of also to stderr (which Ray's
 log monitor tails). On offline-model turns at 64 callers it saves the replica about 0.15 ms of CPU a turn,
 a tenth of its share. The routes keep the loop free: what blocks or takes long (the idempotency ledger's SQLite,
-the runtime connection, an export's rewrite) runs in a thread. Set ``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` in ``soul serve``'s environment to turn it off."""
+the runtime connection, an export's rewrite) runs in a thread. Set ``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` in
+``soul serve``'s environment to turn it off."""
 HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 """Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server
 (on a port of 30000-31000 of its node, at the service's host). Serve's other ingress (``proxy``) is a Python proxy
