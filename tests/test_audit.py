@@ -1,4 +1,5 @@
-"""The write-policy audit (pure, no Ray): fixture replay, tally and the imbalance flag."""
+"""The write-policy audit (pure, no Ray): hand-labelled expectations, fixture replay, tally and the imbalance
+flag."""
 
 from __future__ import annotations
 
@@ -18,26 +19,39 @@ from soul_runtime.loop.audit import (
     save_fixture,
     tally,
 )
+from tests.audit_labels import CONTEXT, LABELLED, labelled_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRANSCRIPT = FIXTURES / "audit_transcript.jsonl"
-FIXTURE = FIXTURES / "audit_fixture.json"
 
 
-def test_fixture_is_realistic() -> None:
-    entries = json.loads(FIXTURE.read_text())
-    exchanges = [e for e in entries if e["expected"] != "context"]
-    assert len(exchanges) >= 14
-    assert {e["expected"] for e in exchanges} == {"episodic", "semantic", "procedural", "nothing"}
-    assert [e["text"] for e in entries] == [m["text"] for m in load_transcript(TRANSCRIPT)]
+def _fixture(tmp_path: Path) -> Path:
+    path = tmp_path / "labelled.json"
+    path.write_text(json.dumps(labelled_fixture(load_transcript(TRANSCRIPT))))
+    return path
 
 
-def test_replay_fixture_matches_policy() -> None:
-    assert replay_fixture(FIXTURE) == []
+def test_the_labels_cover_a_realistic_transcript() -> None:
+    ids = [m["id"] for m in load_transcript(TRANSCRIPT)]
+    assert set(ids) == set(LABELLED) | CONTEXT and len(ids) == len(LABELLED) + len(CONTEXT)
+    assert len(LABELLED) >= 14
+    assert {primary for primary, _, _ in LABELLED.values()} == {"episodic", "semantic", "procedural", "nothing"}
+
+
+def test_the_policy_agrees_with_the_hand_labels() -> None:
+    rows = {r.id: r for r in classify(load_transcript(TRANSCRIPT))}
+    assert set(rows) == set(LABELLED)  # the assistant's message is context, not an exchange
+    got = {i: (r.primary, tuple(sorted(r.labels))) for i, r in rows.items()}
+    want = {i: (primary, tuple(sorted(labels))) for i, (primary, labels, _) in LABELLED.items()}
+    assert got == want
+
+
+def test_replay_of_the_labelled_fixture_finds_no_difference(tmp_path: Path) -> None:
+    assert replay_fixture(_fixture(tmp_path)) == []
 
 
 def test_replay_reports_mismatch(tmp_path: Path) -> None:
-    entries = json.loads(FIXTURE.read_text())
+    entries = json.loads(_fixture(tmp_path).read_text())
     chit = next(e for e in entries if e["id"] == "a1")
     chit["expected"] = "semantic"
     bad = tmp_path / "bad.json"
@@ -123,17 +137,14 @@ def test_event_heavy_transcript_is_unbalanced() -> None:
 
 def test_save_fixture_writes_every_message_as_classified(tmp_path: Path) -> None:
     """A saved fixture holds the transcript's messages in order, each exchange with the class and labels it was
-    given (the assistant's messages as context), and replays without a difference."""
+    given (the assistant's messages as context): here, the hand labels."""
     transcript = load_transcript(TRANSCRIPT)
-    rows = classify(transcript)
-    path = save_fixture(tmp_path / "f.json", rows, transcript)
+    path = save_fixture(tmp_path / "f.json", classify(transcript), transcript)
     saved = json.loads(path.read_text())
     assert [(e["speaker"], e["text"]) for e in saved] == [(m["speaker"], m["text"]) for m in transcript]
-    by_id = {e["id"]: e for e in saved}
-    for r in rows:
-        assert (by_id[r.id]["expected"], sorted(by_id[r.id]["labels"])) == (r.primary, sorted(r.labels))
-    classified = {r.id for r in rows}
-    assert {e["expected"] for e in saved if e["id"] not in classified} <= {"context"}
+    assert {e["id"]: (e["expected"], sorted(e.get("labels", ()))) for e in saved} == {
+        **{i: (primary, sorted(labels)) for i, (primary, labels, _) in LABELLED.items()},
+        **{i: ("context", []) for i in CONTEXT}}
     assert replay_fixture(path) == []
 
 

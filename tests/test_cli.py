@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from soul_runtime.loop.ingest import load, parse_locomo_date
+from tests.audit_labels import CONTEXT, LABELLED
 from tests.fakes import disk_hits
 
 pytestmark = pytest.mark.ray
@@ -107,7 +108,9 @@ def test_audit_writes_cli(tmp_path: Path) -> None:
     report = json.loads(p.stdout)
     assert report["tally"] == {"procedural": 3, "semantic": 4, "episodic": 6, "nothing": 6}
     assert report["unbalanced"] is False
-    assert json.loads(out.read_text()) == json.loads((FIXTURES / "audit_fixture.json").read_text())
+    saved = {e["id"]: (e["expected"], sorted(e.get("labels", ()))) for e in json.loads(out.read_text())}
+    assert saved == {**{i: (primary, sorted(labels)) for i, (primary, labels, _) in LABELLED.items()},
+                     **{i: ("context", []) for i in CONTEXT}}  # the hand labels
     strict = soul("audit-writes", str(FIXTURES / "audit_transcript.jsonl"), "--threshold", "0.3", "--strict",
                   check=False)
     assert strict.returncode == 1 and "UNBALANCED" in strict.stdout
