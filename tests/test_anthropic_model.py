@@ -101,18 +101,23 @@ def test_reply_sends_context_and_records_usage(api: MessagesApiServer) -> None:
     assert "tools" not in body and "tool_choice" not in body
 
 
-def test_an_instant_stand_in_answers_at_once_on_a_kept_alive_connection() -> None:
+def test_an_instant_stand_in_answers_with_nagle_off_on_a_kept_alive_connection() -> None:
     # an instant stand-in is the baseline of the model benchmarks: its answers must not wait for the
-    # client's delayed ACK (about 40 ms a call on Linux when headers and body leave in two writes under Nagle)
+    # client's delayed ACK (about 40 ms a call on Linux when headers and body leave in two writes under Nagle),
+    # so every connection it accepts has TCP_NODELAY set (the latency itself is measured by the benchmarks)
     with MessagesApiServer(responder=lambda body: text_message("ok")) as server:
+        handler = server._httpd.RequestHandlerClass
+        nodelay: list[int] = []
+        setup = handler.setup
+
+        def recording_setup(self: Any) -> None:
+            setup(self)
+            nodelay.append(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        handler.setup = recording_setup  # type: ignore[method-assign]
         model = make(server)
-        model.reply(request())  # the connection is open and kept
-        took = []
-        for _ in range(15):
-            t0 = time.perf_counter()
+        for _ in range(3):
             assert model.reply(request()).text == "ok"
-            took.append(time.perf_counter() - t0)
-        assert sorted(took)[len(took) // 2] < 0.025
+        assert len(nodelay) == 1 and nodelay[0] != 0  # one kept-alive connection, Nagle off
 
 
 def test_reply_without_memories_and_running_total(api: MessagesApiServer) -> None:
@@ -376,12 +381,11 @@ def test_rejected_key(api: MessagesApiServer) -> None:
 
 
 def test_timeout_is_model_timeout(api: MessagesApiServer) -> None:
-    api.push(delayed(text_message("too late"), 3.0))
+    api.push(delayed(text_message("too late"), 60.0))
     model = make(api, timeout_s=0.5, max_retries=0)
-    start = time.monotonic()
     with pytest.raises(ModelTimeout, match="within 0.5s"):
         model.reply(request())
-    assert time.monotonic() - start < 2.5
+    assert api.in_flight == 1  # given up while the server still holds its answer
     assert len(api.requests) == 1 and model.usage_total == Usage()
 
 

@@ -43,10 +43,11 @@ def test_the_standin_process_answers_counts_changes_its_delay_and_stops() -> Non
             tool_choice={"type": "tool", "name": "record_memory"})
         assert tool.content[0].type == "tool_use"
         assert api.connections() >= 1 and connections_by_pid(api.port, [os.getpid()]).get(os.getpid(), 0) >= 1
-        assert api.set_delay(0)["delay_s"] == 0
+        assert api.set_delay(0.6)["delay_s"] == 0.6  # a longer delay from now on: the next call waits it out
         t0 = time.perf_counter()
         client.messages.create(model="claude-bench-reply", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
-        assert time.perf_counter() - t0 < 0.3
+        assert time.perf_counter() - t0 >= 0.6
+        assert api.set_delay(0)["delay_s"] == 0 and api.stats()["delay_s"] == 0
         stats = api.settle()
         assert stats["calls"] == 3 and stats["by_kind"] == {"reply": 2, "record_memory": 1}
         assert stats["in_flight"] == 0 and stats["pid"] == pid

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -148,19 +149,23 @@ def kinds(api: ScriptedApiServer) -> list[str]:
 
 
 def test_reply_returns_after_one_call_and_the_memory_call_follows(tmp_path: Path, flavour: Flavour) -> None:
-    def slow_memory(body: dict[str, Any]) -> Scripted:  # the memory call answers only after 3 s
-        answer = keep_everything(body)
-        return replace(answer, delay_s=3.0) if body.get("tools") else answer
+    memory_may_answer, memory_answered = threading.Event(), threading.Event()
 
-    with flavour.server(slow_memory, count_tokens=True) as api:
+    def held_memory(body: dict[str, Any]) -> Scripted:  # the memory call answers only once the test lets it
+        answer = keep_everything(body)
+        if body.get("tools"):
+            memory_may_answer.wait(60)
+            memory_answered.set()
+        return answer
+
+    with flavour.server(held_memory, count_tokens=True) as api:
         s = soul(tmp_path, model(api))
-        t0 = time.perf_counter()
         r = s.turn("We moved the Tendril production database to Postgres 16 last night.", user="maya", at=T0,
                    wait_writes=False)
-        took = time.perf_counter() - t0
         assert r.reply == "Noted." and r.writes_pending and r.writes == ()
-        assert took < 2.5 and s.busy  # back before the memory call could answer
+        assert not memory_answered.is_set() and s.busy  # back before the memory call could answer
         assert s.trace(r.turn_id).pending  # the provisional trace while the memory work runs
+        memory_may_answer.set()
         s.wait_memory_work()
         assert kinds(api) == ["reply", "record_memory"]
         tr = s.trace(r.turn_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -246,12 +245,11 @@ def test_server_retry_verdict_wins(api: ChatCompletionsServer) -> None:
 
 
 def test_timeout_is_model_timeout_and_then_retried(api: ChatCompletionsServer) -> None:
-    api.push(delayed(chat_text("too late"), 3.0))
+    api.push(delayed(chat_text("too late"), 60.0))
     model = make(api, timeout_s=0.5, max_retries=0)
-    start = time.monotonic()
     with pytest.raises(ModelTimeout, match="within 0.5s"):
         model.reply(request())
-    assert time.monotonic() - start < 2.5 and model.usage_total == Usage()
+    assert api.in_flight == 1 and model.usage_total == Usage()  # given up while the server still holds its answer
     api.push(delayed(chat_text("too late"), 3.0), chat_text("in time"))
     assert make(api, timeout_s=0.5, max_retries=1).reply(request()).text == "in time"
 
