@@ -1,11 +1,16 @@
-"""A fast run of the latency benchmark with the hash test embedder: shape of the result, sanity, plot, table."""
+"""The latency benchmark: a fast run with the hash test embedder (shape of the result, sanity, plot, table), and
+its figures on a fake clock with known costs (each figure the number worked out by hand)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
+import pytest
 from rich.console import Console
 
 from soul_runtime.bench import latency as bench_latency
@@ -89,3 +94,123 @@ def test_a_bulk_loaded_store_is_reused_by_the_next_run(tmp_path: Path) -> None:
     assert second["bulk_load_per_s"] == first["bulk_load_per_s"]
     other = bench_latency.run(workdir=tmp_path / "w3", **{**kw, "writes": 6})
     assert "stores_reused" not in other
+
+
+class FakeClock:
+    """The benchmark's ``time``: wall and CPU time move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 100.0
+
+    def advance(self, ms: float, cpu_ms: float | None = None) -> None:
+        self.wall += ms / 1000
+        self.cpu += (ms if cpu_ms is None else cpu_ms) / 1000
+
+    def perf_counter(self) -> float:
+        return self.wall
+
+    def process_time(self) -> float:
+        return self.cpu
+
+
+def test_index_figures_are_the_times_the_operations_took(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Known costs in, exact figures out: a search of query i takes i+1 ms, an exact scan 10 ms, the build 750 ms."""
+    from soul_runtime.memory.vector_index import IndexParams, VectorIndex
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench_latency, "time", clock)
+    rng = np.random.default_rng(7)
+    vecs = rng.normal(size=(50, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    qv = vecs[[3, 11, 25, 40]]
+    cost = {q.tobytes(): i + 1.0 for i, q in enumerate(qv)}
+
+    class ScanCosts10ms(np.ndarray):
+        def __matmul__(self, other: Any) -> Any:
+            clock.advance(10)
+            return np.asarray(self) @ other
+
+    search, rebuild = VectorIndex.search, VectorIndex.rebuild
+
+    def timed_search(self: VectorIndex, vector: np.ndarray, count: int) -> list[tuple[int, float]]:
+        clock.advance(cost[np.asarray(vector).tobytes()])
+        return search(self, vector, count)
+
+    def timed_rebuild(self: VectorIndex, rows: Any, applied_seq: int) -> None:
+        clock.advance(750)
+        rebuild(self, rows, applied_seq)
+    monkeypatch.setattr(VectorIndex, "search", timed_search)
+    monkeypatch.setattr(VectorIndex, "rebuild", timed_rebuild)
+    res: dict[str, Any] = {k: {} for k in ("build_s", "search_p50_ms", "search_p99_ms", "index_recall_at_10",
+                                           "exact_p50_ms", "exact_p99_ms", "ratios", "expansion_sweep",
+                                           "expansion_search_needed")}
+    bench_latency._index_part(50, vecs.view(ScanCosts10ms), qv, "test", tmp_path, res)
+    # p50 of 1, 2, 3, 4 ms is 2.5; p99 by linear interpolation is 3 + 0.97 * (4 - 3)
+    assert (res["search_p50_ms"]["50"], res["search_p99_ms"]["50"]) == (2.5, 3.97)
+    assert (res["exact_p50_ms"]["50"], res["exact_p99_ms"]["50"]) == (10.0, 10.0)
+    assert res["ratios"]["50"] == 0.25 and res["build_s"]["50"] == 0.75
+    assert res["index_recall_at_10"]["50"] == 1.0  # 50 points: the index finds the exact top 10
+    efs = sorted({IndexParams().expansion_search, *bench_latency.EF_TRIES})
+    assert res["expansion_sweep"]["50"] == {str(ef): {"recall_at_10": 1.0, "p50_ms": 2.5, "p99_ms": 3.97}
+                                            for ef in efs}
+    assert res["expansion_search_needed"]["50"] == efs[0]
+
+
+def test_recall_and_turn_figures_are_the_times_they_took(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recall i takes (i+1) * 2 ms wall and half that in CPU; timed turns take 10..50 ms, 4 ms of it embedding, with
+    stages of 2 + 1 + 3 ms in their traces: every recall and turn figure is the number worked out by hand."""
+    from soul_runtime.memory.soul_memory import SoulMemory
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench_latency, "time", clock)
+
+    class CountingEmbedder(HashEmbedder):
+        ms = 0.0
+
+    class TimedMemory(SoulMemory):
+        def recall(self, query: str, k: int, **kw: Any) -> Any:
+            ms = 2.0 * (int(query.split()[-1]) + 1)
+            clock.advance(ms, cpu_ms=ms / 2)
+            kw["timings"].update(embed=1.0, dense=ms - 1.0)
+            return []
+
+    emb = CountingEmbedder()
+    turns: list[str] = []
+
+    class TimedSoul:
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            pass
+
+        def turn(self, text: str, **kw: Any) -> Any:
+            j = len(turns)
+            turns.append(text)
+            ms = 999.0 if j < 3 else 10.0 * (j - 2)  # the first three are not timed
+            clock.advance(ms, cpu_ms=ms / 2)
+            emb.ms += 4.0
+            return SimpleNamespace(turn_id=f"t{j}")
+
+        def trace(self, turn_id: str) -> Any:
+            return SimpleNamespace(timings_ms={"recall": 2.0, "inference": 1.0, "write": 3.0})
+
+        def close(self) -> None:
+            pass
+    monkeypatch.setattr(bench_latency, "SoulMemory", TimedMemory)
+    monkeypatch.setattr(bench_latency, "Soul", TimedSoul)
+    keys = ("recall_p50_ms recall_p99_ms recall_cpu_p50_ms recall_cpu_p99_ms recall_stage_p50_ms "
+            "recall_stage_p99_ms turn_p50_ms turn_p99_ms turn_embed_p50_ms turn_overhead_p50_ms "
+            "turn_overhead_p99_ms turn_overhead_cpu_p50_ms turn_overhead_cpu_p99_ms turn_stages_ms").split()
+    res: dict[str, Any] = {k: {} for k in keys}
+    added = bench_latency._soul_part(100, tmp_path / "soul", emb,  # type: ignore[arg-type]
+                                     [f"query {i}" for i in range(5)], [f"turn {j}" for j in range(8)], bench_latency.T0, 5, res,
+                                     lambda what, done, total: None)
+    assert added == 0 and len(turns) == 8
+    r = {k: res[k]["100"] for k in keys}
+    assert (r["recall_p50_ms"], r["recall_p99_ms"]) == (6.0, 9.92)  # of 2, 4, 6, 8, 10 ms
+    assert (r["recall_cpu_p50_ms"], r["recall_cpu_p99_ms"]) == (3.0, 4.96)
+    assert r["recall_stage_p50_ms"] == {"embed": 1.0, "dense": 5.0}
+    assert r["recall_stage_p99_ms"] == {"embed": 1.0, "dense": 8.92}
+    assert (r["turn_p50_ms"], r["turn_p99_ms"]) == (30.0, 49.6)  # of 10, 20, 30, 40, 50 ms
+    assert r["turn_embed_p50_ms"] == 4.0
+    assert (r["turn_overhead_p50_ms"], r["turn_overhead_p99_ms"]) == (26.0, 45.6)
+    assert (r["turn_overhead_cpu_p50_ms"], r["turn_overhead_cpu_p99_ms"]) == (11.0, 20.8)  # half the wall, less 4
+    assert r["turn_stages_ms"] == {"recall": 2.0, "inference": 1.0, "write": 3.0, "checkpoint_and_other": 24.0}
