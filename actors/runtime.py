@@ -8,20 +8,18 @@ the module the public API (``soul_runtime.connect``) lands in.
 from __future__ import annotations
 
 import os
-import uuid
-import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from soul_runtime.clock import to_timestamp
+from soul_runtime import soul_args
 from soul_runtime.config import SoulConfig
-from soul_runtime.errors import ConfigError, InvalidInput
+from soul_runtime.errors import ConfigError
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
-from soul_runtime.text import check_id, check_text
+from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
+from soul_runtime.text import check_id
 
 from . import client_session, raycalls
 from .controller import host_name
@@ -36,11 +34,6 @@ if TYPE_CHECKING:  # the actor classes and the memory engine load only where the
 
 CONTROLLER = "soul-controller"
 T = TypeVar("T")
-
-
-def _now() -> float:
-    import time
-    return time.time()
 
 
 class Runtime:
@@ -193,75 +186,52 @@ class Runtime:
         self.close()
 
 
-@dataclass(frozen=True)
-class _Plan(Generic[T]):
-    """A remote call and what to do with its answer, shared by the sync and async handles."""
-
-    ref: Any
-    then: Callable[[Any], T]
-
-
-def _turn_payload(text: str, user: str | None, at: Any, wait_writes: bool) -> dict[str, Any]:
-    check_text(text, what="turn text")
-    if not isinstance(wait_writes, bool):
-        raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
-    return {"text": text, "user": user, "at": None if at is None else to_timestamp(at), "wait_writes": wait_writes}
-
-
 class _Plans:
+    """The soul's calls over Ray: to the actor that holds the soul (ordered with its other calls, see
+    actors/routing.py) or straight to the store shards (reads)."""
+
     def __init__(self, rt: Runtime, soul_id: str) -> None:
         self.rt = rt
         self.soul_id = soul_id
 
     def _owner(self, method: str, *args: Any) -> Routed:
-        """A call to the actor that holds the soul, ordered with its other calls (see actors/routing.py)."""
         return Routed(self.soul_id, method, args)
 
-    def turn(self, text: str, user: str | None, at: Any, request_id: str | None, wait_writes: bool = True
-             ) -> _Plan[TurnResult]:
-        payload = _turn_payload(text, user, at, wait_writes)
-        rid = request_id or uuid.uuid4().hex
-        return _Plan(self._owner("run", "turn", None, rid, payload), lambda r: r)
+    def turn(self, text: str, user: str | None, at: Any, request_id: str | None, wait_writes: bool
+             ) -> Plan[TurnResult]:
+        payload = soul_args.turn(text, user, at, wait_writes)
+        return Plan(self._owner("run", "turn", None, soul_args.request_id(request_id), payload), _same)
 
     def observe(self, messages: Sequence[dict[str, Any]], at: Any, session: str | None,
-                request_id: str | None) -> _Plan[TurnResult]:
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise InvalidInput("messages must be a list of {speaker, text, id} dicts")
-        payload = {"messages": list(messages), "at": None if at is None else to_timestamp(at), "session": session}
-        rid = request_id or uuid.uuid4().hex
-        return _Plan(self._owner("run", "observe", None, rid, payload), lambda r: r)
+                request_id: str | None) -> Plan[TurnResult]:
+        payload = soul_args.observe(messages, at, session)
+        return Plan(self._owner("run", "observe", None, soul_args.request_id(request_id), payload), _same)
 
-    def recall(self, query: str, k: int, at: Any, stores: Iterable[str] | None) -> _Plan[list[RecalledItem]]:
-        check_text(query, what="query")
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
-            raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
-        now = to_timestamp(at) if at is not None else _now()
-        from soul_runtime.memory.soul_memory import merge_recalls, parse_stores
-        layers = parse_stores(stores)
+    def recall(self, query: str, k: int, at: Any, stores: Iterable[str] | None) -> Plan[list[RecalledItem]]:
+        query, k, when, layers = soul_args.recall(query, k, at, stores)
+        now = soul_args.now(when)
+        from soul_runtime.memory.soul_memory import merge_recalls
         refs = [raycalls.call(self.rt.store(s.value, self.soul_id), "recall", self.soul_id, query, k, now)
-                for s in layers]
-        return _Plan(refs, lambda lists: merge_recalls(lists, k))
+                for s in (LAYERS if layers is None else layers)]
+        return Plan(refs, lambda lists: merge_recalls(lists, k))
 
     def _read(self, layer: str, method: str, *args: Any, **kw: Any) -> Any:
         return raycalls.call(self.rt.store(layer, self.soul_id), "read", self.soul_id, method, *args, **kw)
 
-    def facts(self, entity: str | None) -> _Plan[list[Fact]]:
-        return _Plan(self._read("semantic", "facts", entity), list)
+    def facts(self, entity: str | None) -> Plan[list[Fact]]:
+        return Plan(self._read("semantic", "facts", entity), list)
 
-    def fact_history(self, entity: str, attribute: str) -> _Plan[list[FactVersion]]:
-        check_text(entity, what="entity", max_chars=200)
-        check_text(attribute, what="attribute", max_chars=200)
-        return _Plan(self._read("semantic", "history", entity, attribute), list)
+    def fact_history(self, entity: str, attribute: str) -> Plan[list[FactVersion]]:
+        return Plan(self._read("semantic", "history", *soul_args.fact_history(entity, attribute)), list)
 
-    def procedures(self, task_class: str | None) -> _Plan[list[Procedure]]:
-        return _Plan(self._read("procedural", "procedures", task_class), list)
+    def procedures(self, task_class: str | None) -> Plan[list[Procedure]]:
+        return Plan(self._read("procedural", "procedures", task_class), list)
 
-    def episodes(self, since: Any, until: Any, session: str | None, sessions_ago: int | None) -> _Plan[list[Episode]]:
-        return _Plan(self._read("episodic", "episodes", since=None if since is None else to_timestamp(since),
-                                until=None if until is None else to_timestamp(until), session=session,
-                                sessions_ago=sessions_ago), list)
+    def episodes(self, since: Any, until: Any, session: str | None, sessions_ago: int | None) -> Plan[list[Episode]]:
+        return Plan(self._read("episodic", "episodes", **soul_args.episodes(since, until, session, sessions_ago)),
+                    list)
 
-    def stats(self) -> _Plan[dict[str, Any]]:
+    def stats(self) -> Plan[dict[str, Any]]:
         refs = [self._read(s.value, "stats") for s in LAYERS] + [self._owner("usage")]
 
         def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,49 +240,44 @@ class _Plans:
                 out.update(p)
             out["model_usage"] = parts[-1]
             return out
-        return _Plan(refs, merge)
+        return Plan(refs, merge)
 
-    def export(self) -> _Plan[bytes]:
+    def export(self) -> Plan[bytes]:
         refs = [self._read(s.value, "export") for s in LAYERS]
 
         from soul_runtime.memory.export import pack_export
 
         def pack(parts: list[dict[str, Any]]) -> bytes:
             return pack_export(dict(zip(LAYERS, parts, strict=True)))
-        return _Plan(refs, pack)
+        return Plan(refs, pack)
 
-    def import_(self, blob: bytes) -> _Plan[None]:
-        if not isinstance(blob, (bytes, bytearray)):
-            raise InvalidInput("import takes the bytes of an export")
-        return _Plan(self._owner("import_", bytes(blob)), lambda r: None)
+    def import_(self, blob: bytes) -> Plan[None]:
+        return Plan(self._owner("import_", soul_args.import_blob(blob)), lambda r: None)
 
-    def forget(self, stores: Iterable[str] | None) -> _Plan[dict[str, int]]:
-        from soul_runtime.memory.soul_memory import parse_stores
-        layers = None if stores is None else [s.value for s in parse_stores(stores)]
-        return _Plan(self._owner("forget", layers), dict)
+    def forget(self, stores: Iterable[str] | None) -> Plan[dict[str, int]]:
+        layers = soul_args.stores(stores)
+        return Plan(self._owner("forget", None if layers is None else [s.value for s in layers]), dict)
 
     def forget_where(self, ids: Iterable[str] | None, query: str | None, request_id: str | None
-                     ) -> _Plan[TurnResult]:
-        from soul_runtime.memory.erasure import ForgetQuery
-        q = ForgetQuery.make(ids, query)  # bad arguments fail here, before anything is sent
-        payload = {"ids": list(q.ids), "query": q.phrase or None, "at": _now()}
-        return _Plan(self._owner("run", "forget_where", None, request_id or uuid.uuid4().hex, payload), lambda r: r)
+                     ) -> Plan[TurnResult]:
+        ids_, phrase = soul_args.forget_where(ids, query)
+        payload = {"ids": ids_, "query": phrase, "at": soul_args.now(None)}
+        return Plan(self._owner("run", "forget_where", None, soul_args.request_id(request_id), payload), _same)
 
-    def trace(self, turn_id: str | None, last: int) -> _Plan[Any]:
-        if turn_id is not None:
-            return _Plan(self._owner("trace", turn_id), lambda t: t)
-        warnings.warn("trace() without a turn id is deprecated: use traces(last=)", DeprecationWarning,
-                      stacklevel=4)
-        return self.traces(last)
+    def trace(self, turn_id: str) -> Plan[TurnTrace]:
+        return Plan(self._owner("trace", turn_id), _same)
 
-    def traces(self, last: int) -> _Plan[list[TurnTrace]]:
-        if not isinstance(last, int) or isinstance(last, bool) or last < 1:
-            raise InvalidInput("last must be an int >= 1")
-        return _Plan(self._owner("traces", last), list)
+    def traces(self, last: int) -> Plan[list[TurnTrace]]:
+        return Plan(self._owner("traces", soul_args.traces(last)), list)
 
 
-class SoulHandle:
-    """A soul on the runtime. Every method blocks until its answer is there.
+def _same(answer: Any) -> Any:
+    return answer
+
+
+class SoulHandle(SoulApi):
+    """A soul on the runtime over Ray. Every method blocks until its answer is there (at most ``timeout``
+    seconds).
 
     ``turn`` and ``observe`` are strictly ordered per soul; reads see every
     acknowledged turn's writes.
@@ -324,8 +289,8 @@ class SoulHandle:
         self._router = rt.router
         self.timeout = timeout
 
-    def _run(self, plan: _Plan[T]) -> T:
-        ref = plan.ref
+    def _run(self, plan: Plan[T]) -> T:
+        ref = plan.call
         if isinstance(ref, Routed):
             return plan.then(self._router.run(ref, self.timeout))
         if isinstance(ref, list):  # store reads in flight while the owner's call runs
@@ -334,84 +299,8 @@ class SoulHandle:
             return plan.then([owner[i] if i in owner else next(got) for i in range(len(ref))])
         return plan.then(raycalls.get(ref, timeout=self.timeout))
 
-    def turn(self, text: str, user: str | None = None, at: Any = None, *, request_id: str | None = None,
-             wait_writes: bool = True) -> TurnResult:
-        """One turn. ``wait_writes=False``: the reply comes back after one model call, before the memory
-        work (``result.writes_pending``); ``trace(result.turn_id)`` shows the writes when done, and the
-        soul's next turn reads them."""
-        return self._run(self._p.turn(text, user, at, request_id, wait_writes))
 
-    def observe(self, messages: Sequence[dict[str, Any]], at: Any = None, session: str | None = None, *,
-                request_id: str | None = None) -> TurnResult:
-        return self._run(self._p.observe(messages, at, session, request_id))
-
-    def recall(self, query: str, k: int = 10, at: Any = None, stores: Iterable[str] | None = None
-               ) -> list[RecalledItem]:
-        return self._run(self._p.recall(query, k, at, stores))
-
-    def facts(self, entity: str | None = None) -> list[Fact]:
-        return self._run(self._p.facts(entity))
-
-    def fact_history(self, entity: str, attribute: str) -> list[FactVersion]:
-        return self._run(self._p.fact_history(entity, attribute))
-
-    def procedures(self, task_class: str | None = None) -> list[Procedure]:
-        return self._run(self._p.procedures(task_class))
-
-    def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
-                 sessions_ago: int | None = None) -> list[Episode]:
-        return self._run(self._p.episodes(since, until, session, sessions_ago))
-
-    def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
-        """One turn's trace by its id. (Without an id: the last ``last`` traces, the deprecated form of
-        :meth:`traces`.)"""
-        return self._run(self._p.trace(turn_id, last))
-
-    def traces(self, last: int = 10) -> list[TurnTrace]:
-        """The last ``last`` traces, oldest first."""
-        return self._run(self._p.traces(last))
-
-    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
-        """Erase the soul's memory for good (these layers, all by default), with its traces and buffer: the
-        files are unlinked, so nothing of it stays on disk. The soul is new afterwards (import works)."""
-        return self._run(self._p.forget(stores))
-
-    def forget_where(self, ids: Iterable[str] | None = None, query: str | None = None, *,
-                     request_id: str | None = None) -> TurnResult:
-        """Delete single memories: these ids (``ep-3``, ``tendril:database``, ``deploy@v2``) and every memory
-        whose text contains the phrase ``query``; traces and buffer turns that held them are redacted and
-        nothing of them stays on disk. Recorded as a turn of kind ``forget``; its writes are the DELETEs."""
-        return self._run(self._p.forget_where(ids, query, request_id))
-
-    def stats(self) -> dict[str, Any]:
-        return self._run(self._p.stats())
-
-    def export(self) -> bytes:
-        return self._run(self._p.export())
-
-    def import_(self, blob: bytes) -> None:
-        self._run(self._p.import_(blob))
-
-
-def _async_method(name: str) -> Callable[..., Awaitable[Any]]:
-    """An async twin of ``SoulHandle.<name>``: same arguments, same plan, awaited."""
-    import inspect
-    sig = inspect.signature(getattr(SoulHandle, name))
-
-    async def method(self: AsyncSoulHandle, *args: Any, **kwargs: Any) -> Any:
-        bound = sig.bind(None, *args, **kwargs)
-        bound.apply_defaults()
-        values = list(bound.arguments.values())[1:]
-        try:
-            return await self._run(getattr(self._p, name)(*values))
-        except Exception as e:
-            raise raycalls.translate(e) from None
-    method.__name__ = name
-    method.__doc__ = getattr(SoulHandle, name).__doc__
-    return method
-
-
-class AsyncSoulHandle:
+class AsyncSoulHandle(AsyncSoulApi):
     """The same API as :class:`SoulHandle`, as coroutines (for asyncio servers)."""
 
     def __init__(self, rt: Runtime, soul_id: str) -> None:
@@ -422,27 +311,15 @@ class AsyncSoulHandle:
     def _await(self, ref: Any) -> Any:
         return self._router.run_async(ref) if isinstance(ref, Routed) else ref
 
-    async def _run(self, plan: _Plan[T]) -> T:
+    async def _run(self, plan: Plan[T]) -> T:
         import asyncio
-        ref = plan.ref
-        if isinstance(ref, list):
-            return plan.then(list(await asyncio.gather(*(self._await(r) for r in ref))))
-        return plan.then(await self._await(ref))
-
-    turn = _async_method("turn")
-    observe = _async_method("observe")
-    recall = _async_method("recall")
-    facts = _async_method("facts")
-    fact_history = _async_method("fact_history")
-    procedures = _async_method("procedures")
-    episodes = _async_method("episodes")
-    trace = _async_method("trace")
-    traces = _async_method("traces")
-    forget = _async_method("forget")
-    forget_where = _async_method("forget_where")
-    stats = _async_method("stats")
-    export = _async_method("export")
-    import_ = _async_method("import_")
+        ref = plan.call
+        try:
+            if isinstance(ref, list):
+                return plan.then(list(await asyncio.gather(*(self._await(r) for r in ref))))
+            return plan.then(await self._await(ref))
+        except Exception as e:
+            raise raycalls.translate(e) from None
 
 
 PROCESS_ENV = {"MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
