@@ -62,13 +62,17 @@ def _window(segment: str, marks: list[tuple[int, int, str]], weights: dict[str, 
     if len(segment) <= limit:
         held = {t for *_, t in marks}
         return segment, held, sum(weights[t] for t in held)
-    best: tuple[float, int, int, set[str]] = (-1.0, 0, 0, set())
+    best: tuple[float, int, int, set[str]] | None = None
     for i, (start, _, _) in enumerate(marks):
-        held = {t for s, e, t in marks[i:] if e - start <= limit}
+        fits = [(e, t) for s, e, t in marks[i:] if e - start <= limit]
+        if not fits:  # one word longer than the window: it cannot be shown whole
+            continue
+        held = {t for _, t in fits}
         w = sum(weights[t] for t in held)
-        if w > best[0]:
-            last = max(e for s, e, t in marks[i:] if e - start <= limit)
-            best = (w, start, last, held)
+        if best is None or w > best[0]:
+            best = (w, start, max(e for e, _ in fits), held)
+    if best is None:  # no question word fits: the segment's opening, cut
+        return segment[:max(0, limit - 1)].rstrip() + "\u2026", set(), 0.0
     w, start, end, held = best
     # centre what was found in the room left, then snap to word boundaries
     room = limit - (end - start)
