@@ -4,8 +4,10 @@
 
     SoulError                      every error this project raises on purpose
     ├── InvalidInput               bad text, vector, id, file or message (ValueError too)
-    │   └── ConfigError            an invalid configuration value
+    │   ├── ConfigError            an invalid configuration value
+    │   └── IdempotencyConflict    an Idempotency-Key sent again with another body (HTTP service)
     ├── NotFound                   an unknown soul, turn, fact or procedure (KeyError too)
+    ├── Unauthorized               a missing, unknown or revoked API key (HTTP service)
     ├── StorageError               the record of truth could not be read or written
     ├── ModelError                 the language model failed (after retries)
     │   └── ModelTimeout           ... by taking too long
@@ -13,8 +15,16 @@
     ├── TurnFailed                 a turn was not applied; nothing of it is stored
     │   └── OutOfOrder             a turn arrived with a sequence number that is not next
     ├── StaleOwner                 a newer activation took the soul over (fencing); retry with the same request id
+    │   └── Moved                  ... another actor serves the soul now (the router follows it)
     └── RuntimeUnavailable         the Ray runtime cannot be reached or refused us
+        ├── RuntimeBusy            ... the soul's host stayed full for busy_wait_s; try again later
         └── AuthError              ... because the cluster's auth token is missing or wrong
+
+Every class here is defined in this module except three that belong to the layer raising them:
+``Moved`` (:mod:`actors.routing`), ``Unauthorized`` and ``IdempotencyConflict``
+(:mod:`actors.service.souls_api`). A test compares this drawing with the subclasses of ``SoulError``
+found in ``soul_runtime`` and ``actors``; private helpers (a leading underscore) that never leave their
+module are not drawn.
 
 Nothing already stored is changed when one of these is raised by a write.
 """
