@@ -192,8 +192,10 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     auth: token auth with the token from _resolve_token; False starts with RAY_AUTH_MODE=disabled.
     session_start_timeout: see SESSION_START_TIMEOUT_S. grpc_fork_handlers=True leaves out HEAD_ENV
     (Ray's default behaviour: the benchmark's baseline, never for real use).
-    Raises RuntimeError (with the tail of `ray start` output) if the client port is not
-    accepting connections within `timeout` s; whatever had started is stopped again."""
+    Returns once the Ray Client server answers a session's ping with the head's token (:func:`wait_client_ready`):
+    a client may connect at once. Raises RuntimeError (with the tail of `ray start` output) if `ray start` fails
+    or the Ray Client server does not answer within `timeout` s of the start; whatever had started is stopped
+    again."""
     sdir = make_dir(Path(state_dir).resolve())
     if _read_state(sdir) is not None:
         status = head_status(sdir)
@@ -239,19 +241,24 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         proc.kill()
         out, _ = proc.communicate()
         ok = False
-    while ok and not port_open("127.0.0.1", client_port):
-        if time.monotonic() - t0 > timeout:
-            ok = False
-            out += f"\nRay Client server port {client_port} did not accept connections within {timeout:.0f} s"
-        time.sleep(0.2)
+    not_ready = ""
+    if ok:  # `ray start` returns before its Ray Client server listens: wait until that answers a session's ping
+        try:
+            probes = wait_client_ready(f"ray://127.0.0.1:{client_port}", max(0.0, timeout - (time.monotonic() - t0)),
+                                       token_path=token_path)
+        except Exception as e:  # RuntimeUnavailable, AuthError (the head refused its own token)
+            ok, not_ready = False, str(e)
     if not ok:
         _kill_head(sid, tdir, grace=2.0)
         if own_temp and not os.path.exists(os.path.join(tdir, "session_latest")):
             shutil.rmtree(tdir, ignore_errors=True)  # nothing logged: do not leave an empty dir
         tail = "\n".join(out.strip().splitlines()[-15:])
+        logs = f"logs in {tdir}/session_latest/logs"
+        if not_ready:
+            raise RuntimeError(f"the head started but its Ray Client server did not accept a session within "
+                               f"{timeout:.0f} s: {not_ready}; {logs} (ray_client_server.err):\n{tail}")
         cause = _raylet_cause(os.path.join(tdir, "session_latest", "logs", "raylet.err"))
-        raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}){cause}; logs in "
-                           f"{tdir}/session_latest/logs:\n{tail}")
+        raise RuntimeError(f"`ray start --head` failed (exit {proc.returncode}){cause}; {logs}:\n{tail}")
 
     found = re.search(r"Local node IP: (\S+)", out)
     node_address = found.group(1) if found else (node_ip or "127.0.0.1")
@@ -259,9 +266,24 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
                     temp_dir=tdir, token_path=token_path, pid_file=str(sdir / STATE_FILE))
     state = asdict(info) | {"session_id": sid, "pids": sorted(_scan(sid, tdir)), "own_temp_dir": own_temp,
                             "client_port": client_port, "node_ip": node_address, "started_at": time.time(),
-                            "start_seconds": round(time.monotonic() - t0, 2), "fingerprint": fingerprint}
+                            "start_seconds": round(time.monotonic() - t0, 2), "client_probes": probes,
+                            "fingerprint": fingerprint}
     write_file(sdir / STATE_FILE, json.dumps(state, indent=2), durable=False)
     return info
+
+
+CLIENT_READY_TIMEOUT_S = 60.0
+"""How long ``cluster/start-head.sh`` waits for its head's Ray Client server (``SOUL_HEAD_READY_TIMEOUT_S``)."""
+
+
+def wait_client_ready(client_address: str, timeout: float, *, token_path: str | None | bool = True) -> int:
+    """Wait until the Ray Client server at ``client_address`` answers a ping as it answers a session's first
+    call (token checked), for up to ``timeout`` s; returns the number of tries. ``token_path``: the head's token
+    file (None: a head without token auth; True: this process's Ray auth settings). Raises AuthError at once
+    when the head refuses that token, RuntimeUnavailable when nothing answers in time. Imports ray lazily."""
+    from .client_session import bearer_of, wait_for_client_server
+    bearer = True if token_path is True else bearer_of(token_path or None)
+    return wait_for_client_server(client_address, timeout, bearer=bearer, warn=False)
 
 
 def _raylet_cause(path: str) -> str:
@@ -277,6 +299,13 @@ def _raylet_cause(path: str) -> str:
         return ""
     line = found[-1].strip()
     return ": the raylet died: " + line[max(0, line.find("Check failed")):][:300]
+
+
+def stop_session(session_id: int, temp_dir: str, grace: float = 10.0) -> None:
+    """Stop a head started in a session of its own (``setsid``; say ``cluster/start-head.sh`` run with
+    ``start_new_session``): every live process of that session or naming ``temp_dir`` (SIGTERM in `ray stop`'s
+    order, SIGKILL after ``grace`` s). Nothing else is signalled: never ``ray stop``."""
+    _kill_head(session_id, temp_dir, grace)
 
 
 def stop_head(state_dir: str | os.PathLike[str], grace: float = 10.0) -> bool:
@@ -395,3 +424,34 @@ def stop_head_locked(state_dir: str | os.PathLike[str], grace: float = 10.0) -> 
         return False
     with _locked(sdir):
         return stop_head(sdir, grace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m actors.local_cluster wait-ready ray://HOST:PORT [--timeout S]``: what ``cluster/start-head.sh``
+    runs after ``ray start`` (with the head's auth environment) so that it returns only once a client can
+    connect. Exit 0: ready; 2: the token was refused; 3: nothing answered in time."""
+    import argparse
+
+    from soul_runtime.errors import AuthError, RuntimeUnavailable
+
+    parser = argparse.ArgumentParser(prog="python -m actors.local_cluster")
+    sub = parser.add_subparsers(dest="action", required=True)
+    ready = sub.add_parser("wait-ready", help="wait until a Ray Client server answers (with this environment's token)")
+    ready.add_argument("address", help="ray://HOST:PORT")
+    ready.add_argument("--timeout", type=float, default=CLIENT_READY_TIMEOUT_S)
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        tries = wait_client_ready(args.address, args.timeout)
+    except AuthError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeUnavailable as e:
+        print(f"error: the Ray Client server did not answer within {args.timeout:g} s: {e}", file=sys.stderr)
+        return 3
+    print(f"Ray Client server at {args.address} ready ({time.monotonic() - t0:.1f} s, {tries} tries)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,10 @@
 #   RAY_AUTH_TOKEN_PATH  token file (default ~/.ray/auth_token; generated if missing)
 #   RAY_AUTH_TOKEN       the token itself; takes precedence over RAY_AUTH_TOKEN_PATH
 #   RAY_BLOCK=1          run in the foreground (systemd, containers)
+#   SOUL_HEAD_READY_TIMEOUT_S  how long to wait, once `ray start` returned, for the Ray Client server to
+#                        answer a client's first call (default 60); the script returns (or, with
+#                        RAY_BLOCK=1, prints "ready") only then, so a client may connect at once
+#   SOUL_PYTHON          the Python with this project installed, for that check (default python3)
 #   GRPC_ENABLE_FORK_SUPPORT  0 (default here; see below why Ray Client needs it)
 # Extra arguments are passed to `ray start` (e.g. --autoscaling-config=...).
 set -euo pipefail
@@ -26,6 +30,9 @@ SOUL_SLOTS="${SOUL_SLOTS:-0}"
 RAY_TEMP_DIR="${RAY_TEMP_DIR:-/tmp/ray}"
 NODE_IP="${NODE_IP:-$(hostname -I 2>/dev/null | awk '{print $1}')}"
 NODE_IP="${NODE_IP:-127.0.0.1}"
+if [[ "$NODE_IP" == "127.0.0.1" ]]; then
+    export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0  # else Ray 2.60 swaps a loopback node address for the routable one
+fi
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 # The Ray Client proxy forks one session server per client while its gRPC threads run; with gRPC's fork
 # handlers on, the child can abort before it starts (ray-project/ray#63202) and the client fails with
@@ -62,7 +69,6 @@ args=(--head --port="$RAY_PORT" --ray-client-server-port="$RAY_CLIENT_PORT"
       --include-dashboard=false --disable-usage-stats)
 if [[ -n "$NUM_CPUS" ]]; then args+=(--num-cpus="$NUM_CPUS"); fi
 if [[ "$SOUL_SLOTS" != "0" ]]; then args+=(--resources="{\"soul_slot\": $SOUL_SLOTS}"); fi
-if [[ "${RAY_BLOCK:-0}" == "1" ]]; then args+=(--block); fi
 
 cat <<EOF
 soul-runtime head
@@ -74,4 +80,41 @@ Workers:  RAY_HEAD_ADDRESS=$NODE_IP:$RAY_PORT SOUL_DATA_DIR=$SOUL_DATA_DIR clust
 Clients:  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<copy of the token> soul ... --address ray://$NODE_IP:$RAY_CLIENT_PORT
 EOF
 
-exec ray start "${args[@]}" "$@"
+# `ray start` returns once the GCS and the raylet run; the Ray Client server it spawned binds its port and
+# answers a few seconds later (longer on a busy machine). Wait for it: a client that connects right after
+# this script returned must find it.
+wait_ready() {
+    local rc=0
+    "${SOUL_PYTHON:-python3}" -m actors.local_cluster wait-ready "ray://$NODE_IP:$RAY_CLIENT_PORT" \
+        --timeout "${SOUL_HEAD_READY_TIMEOUT_S:-60}" || rc=$?
+    case "$rc" in
+        0) return 0 ;;
+        2|3) echo "error: the head runs but its Ray Client server is not usable (see ray_client_server.err in" \
+                  "$RAY_TEMP_DIR/session_latest/logs)" >&2 ;;
+        *) echo "error: could not check the Ray Client server: '${SOUL_PYTHON:-python3} -m actors.local_cluster'" \
+                "failed (exit $rc); install this project on the head (pip install .) or set SOUL_PYTHON" >&2 ;;
+    esac
+    return 1
+}
+
+if [[ "${RAY_BLOCK:-0}" != "1" ]]; then
+    ray start "${args[@]}" "$@"
+    wait_ready
+    exit $?
+fi
+
+ray start "${args[@]}" --block "$@" &
+ray_pid=$!
+trap 'kill -TERM "$ray_pid" 2>/dev/null' TERM INT
+ready=1
+if ! wait_ready; then
+    ready=0
+    kill -TERM "$ray_pid" 2>/dev/null || true
+fi
+rc=0
+while kill -0 "$ray_pid" 2>/dev/null; do  # `wait` returns early when a trapped signal arrives
+    rc=0
+    wait "$ray_pid" || rc=$?
+done
+if [[ "$ready" == "0" ]]; then exit 1; fi
+exit "$rc"

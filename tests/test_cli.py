@@ -124,8 +124,9 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     bad.write_text('{"speaker": "Maya", "text": "hi", "id": "1"}\nthis is not json\n')
     assert ":2:" in one_line_error(soul("observe", "x", str(bad), "--data-dir", data, check=False))
     assert "export" in one_line_error(soul("import", str(bad), "--soul", "x", "--data-dir", data, check=False))
-    p = soul("stats", "--address", "ray://127.0.0.1:1", "--data-dir", data, check=False, label="unreachable")
-    assert "127.0.0.1:1" in one_line_error(p)
+    p = soul("stats", "--address", "ray://127.0.0.1:1", "--data-dir", data, check=False, label="unreachable",
+             env=_env(SOUL_CONNECT_WAIT_S="1"))  # how long a refused port is tried again (default 30 s)
+    assert "127.0.0.1:1" in one_line_error(p) and "SOUL_CONNECT_WAIT_S" in one_line_error(p)
     assert p.returncode == 3
 
 
