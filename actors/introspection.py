@@ -1,18 +1,19 @@
-"""What every soul-runtime actor answers about itself (for tests, operators and fault injection), and its
-lifecycle.
+"""Every soul-runtime actor's base class, :class:`ActorBase`: its lifecycle, with pykka-style hooks, and what it
+answers about itself (for tests, operators and fault injection).
 
 The lifecycle of every actor (soul hosts, dedicated soul actors, store shards; the controller keeps the same
 contract with nothing to stop):
 
-- **start**: ``__init__`` takes the runtime's configuration and starts what runs beside its calls — its local
-  channel (:meth:`ActorInfo.serve_channel`), a ticker (idle passivation, retention sweeps), a closing thread.
-  No soul is opened until a call asks for it.
+- **start**: ``__init__`` takes the runtime's configuration and sets the actor's state, then calls
+  :meth:`ActorBase.start`: its local channel is served (:meth:`ActorBase.serve_channel`), then the subclass's
+  :meth:`ActorBase.on_start` starts what runs beside its calls (a ticker for idle passivation or retention
+  sweeps). No soul is opened until a call asks for it.
 - **calls**: every call on the turn path is idempotent (keyed by its request id or turn), so a caller may send
   it again after a failure, through Ray or a channel.
-- **stop**: :meth:`ActorInfo.stop`, called once at shutdown (``Runtime.shutdown_actors``, ``soul down``),
-  stops the ticker, closes the channel (callers go through Ray meanwhile), closes every open soul or store
-  (its last memory work lands, its vector index is saved) and waits for the closing thread. The actor is then
-  killed; nothing acknowledged depends on a stop having run.
+- **stop**: :meth:`ActorBase.stop`, called once at shutdown (``Runtime.shutdown_actors``, ``soul down``),
+  closes the channel (callers go through Ray meanwhile), then the subclass's :meth:`ActorBase.on_stop` stops
+  its ticker, closes every open soul or store (its last memory work lands, its vector index is saved) and
+  waits for its closing thread. The actor is then killed; nothing acknowledged depends on a stop having run.
 - **failure**: a crashed actor is restarted by Ray with nothing in memory. What was acknowledged is on disk
   (buffer checkpoints, write intents, the layers' files); the restarted actor reads it on a soul's next call,
   fencing the old activation out, and callers retry with the same request ids.
@@ -34,10 +35,34 @@ ASK_TIMEOUT_S = 2.0
 time, calls go through Ray, which waits for a restarting actor properly)."""
 
 
-class ActorInfo:
+class ActorBase:
+    """Every actor's base: :meth:`start` and :meth:`stop` run the lifecycle (see the module's doc), a subclass
+    fills in :meth:`on_start` and :meth:`on_stop`; the other methods are what every actor answers about itself."""
+
     metrics: Metrics
     channel: ChannelServer | None = None
     """The actor's local channel (:mod:`actors.channel`), if it serves one."""
+
+    def start(self, channel_methods: tuple[str, ...] = (), channel_concurrency: int = 0) -> None:
+        """The end of a subclass's ``__init__``: serve ``channel_methods`` on a local channel (see
+        :meth:`serve_channel`), then :meth:`on_start`."""
+        self.serve_channel(channel_methods, channel_concurrency)
+        self.on_start()
+
+    def on_start(self) -> None:
+        """Start what runs beside the calls (a ticker); the actor's state is set and its channel served."""
+
+    def stop(self) -> Any:
+        """Close the local channel, then :meth:`on_stop`; returns what it returns (how many souls or stores were
+        closed; a coroutine when ``on_stop`` is one: an async actor awaits it in its own ``async def stop``)."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        return self.on_stop()
+
+    def on_stop(self) -> Any:
+        """Stop what :meth:`on_start` started and close every open soul or store; returns how many."""
+        return 0
 
     def serve_channel(self, methods: tuple[str, ...], concurrency: int) -> None:
         """Serve ``methods`` on a local channel too (0: no channel), when running as an actor (not as the plain
@@ -52,14 +77,6 @@ class ActorInfo:
                 self.channel = ChannelServer(self, methods, concurrency=concurrency, loop=loop)
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
-
-    def stop(self) -> Any:
-        """Stop what runs beside the calls (see the module's doc); a subclass closes its souls or stores too and
-        returns how many (an async actor's stop is a coroutine)."""
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
-        return 0
 
     def channel_counts(self) -> dict[str, int]:
         """Calls served on the local channel (``channel_calls``), if it has one."""

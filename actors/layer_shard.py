@@ -33,7 +33,7 @@ from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
 from . import raycalls
-from .introspection import ActorInfo
+from .introspection import ActorBase
 from .keyed_locks import Entry, KeyedLocks
 from .metrics import Metrics
 from .placement import store_name, store_of
@@ -54,7 +54,7 @@ def soul_dir(data_dir: str, soul_id: str) -> Path:
     return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
 
 
-class LayerShard(ActorInfo):
+class LayerShard(ActorBase):
     """The stores of one layer for the souls hashed to this shard.
 
     A threaded actor: calls for different souls run concurrently, calls for one soul one at a time (a lock
@@ -90,9 +90,12 @@ class LayerShard(ActorInfo):
         self.retention_every_s = retention_every_s if self._has_retention() else 0.0
         self.swept: dict[str, float] = {}
         self._sweeping = threading.Lock()
-        self.ticker = None
+        self.ticker: Ticker | None = None
         # for the hosts on this machine, ``channel`` calls at once (the shard's threads; 0: no channel)
-        self.serve_channel(SHARD_CHANNEL_METHODS, channel)
+        self.start(SHARD_CHANNEL_METHODS, channel)
+
+    def on_start(self) -> None:
+        """The retention ticker, when running as an actor with a retention to sweep."""
         me = raycalls.current_actor() if self.retention_every_s > 0 else None
         if me is not None:  # in an actor: the sweep runs in the actor's own queue
             self.ticker = Ticker(min(60.0, self.retention_every_s), lambda: raycalls.call(me, "sweep_due"),
@@ -360,13 +363,13 @@ class LayerShard(ActorInfo):
     def close_soul(self, soul_id: str) -> None:
         self._close(soul_id)
 
-    def stop(self) -> int:
-        """Stop (see :mod:`actors.introspection`): the retention ticker, the channel, then every open store is
-        closed (vector indices saved) and the closing thread ends. Returns how many stores were closed."""
+    def on_stop(self) -> int:
+        """Stop (see :mod:`actors.introspection`; the channel is closed first): the retention ticker, then every
+        open store is closed (vector indices saved) and the closing thread ends. Returns how many stores were
+        closed."""
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None
-        super().stop()
         self.flush()  # vector indices saved whole: the next start reads them instead of replaying changes
         with self.guard:
             souls = list(self.open)

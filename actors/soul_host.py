@@ -42,7 +42,7 @@ from soul_runtime.models.choice import make_model
 from soul_runtime.steps import Steps, drive_async
 
 from .channel import travels
-from .introspection import ActorInfo
+from .introspection import ActorBase
 from .layer_shard import soul_dir
 from .metrics import Metrics
 from .remote_memory import RemoteMemory
@@ -73,7 +73,7 @@ def loop_model(model: LanguageModel | AsyncLanguageModel) -> LanguageModel | Asy
     return view() if callable(view) else model
 
 
-class SoulHost(ActorInfo):
+class SoulHost(ActorBase):
     def __init__(self, name: str, config: dict[str, Any], model: LanguageModel | AsyncLanguageModel | None = None,
                  *, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
@@ -95,13 +95,16 @@ class SoulHost(ActorInfo):
         self.metrics = Metrics.create()
         self.clock = clock
         self._ticker: asyncio.Task[None] | None = None
+        self.start(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
+
+    def on_start(self) -> None:
+        """The idle ticker (passivation), when running on an event loop (as a Ray actor, made on its loop)."""
         try:
-            loop = asyncio.get_running_loop()  # as a Ray actor, made on its loop
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         if loop is not None and self.cfg.idle_check_s > 0:
             self._ticker = loop.create_task(self._tick())
-        self.serve_channel(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
 
     async def _tick(self) -> None:
         while True:
@@ -252,13 +255,17 @@ class SoulHost(ActorInfo):
             await asyncio.wait(list(self._closing))
 
     async def stop(self) -> int:
-        """Stop (see :mod:`actors.introspection`): the idle ticker, the channel, then every active soul is
-        passivated (its last memory work lands first) and the closing thread ends. Returns how many souls were
-        passivated."""
+        """Stop (see :mod:`actors.introspection`): the channel, then :meth:`on_stop`. Returns how many souls were
+        passivated. (Written out as a coroutine: Ray runs an async actor's coroutine methods on its loop.)"""
+        n: int = await super().stop()
+        return n
+
+    async def on_stop(self) -> int:
+        """The idle ticker, then every active soul is passivated (its last memory work lands first) and the
+        closing thread ends."""
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
-        ActorInfo.stop(self)
         n = 0
         for sid in self.active_souls():
             n += await self.passivate(sid)

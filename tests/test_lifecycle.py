@@ -52,3 +52,36 @@ def test_a_shard_stops_closing_every_open_store(tmp_path: Path) -> None:
     again = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "default", 0, 1, 0.0)
     assert {sid: again.read(sid, "stats") for sid in ("a", "b")} == before
     again.stop()
+
+
+def test_the_actor_base_runs_the_lifecycle_hooks_in_order() -> None:
+    """start: the channel is served, then on_start; stop: the channel is closed, then on_stop, whose answer
+    stop returns (an async actor's on_stop is awaited by its own async stop)."""
+    from typing import Any
+
+    from actors.introspection import ActorBase
+
+    events: list[Any] = []
+
+    class Channel:
+        def close(self) -> None:
+            events.append("channel closed")
+
+    class Probe(ActorBase):
+        def serve_channel(self, methods: tuple[str, ...], concurrency: int) -> None:
+            events.append(("channel", methods, concurrency))
+            self.channel = Channel()  # type: ignore[assignment]
+
+        def on_start(self) -> None:
+            events.append("on_start")
+
+        def on_stop(self) -> int:
+            events.append("on_stop")
+            return 3
+
+    a = Probe()
+    a.start(("run",), 2)
+    assert events == [("channel", ("run",), 2), "on_start"]
+    assert a.stop() == 3 and a.channel is None
+    assert events[2:] == ["channel closed", "on_stop"]
+    assert ActorBase().stop() == 0  # nothing to stop
