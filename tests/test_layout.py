@@ -1,5 +1,12 @@
-"""The folders draw the architecture: imports go one way, the core never imports Ray or the Ray layer,
-and only the modules of ``RAY_USERS`` talk to Ray."""
+"""The layering rule of docs/architecture.md ("The layering rule"), checked on every import of every module:
+
+- the core — foundation (errors, config, records, clock, text, ...), ``embedding``, ``models``, ``memory``,
+  ``loop`` — never imports ``ray`` or ``actors``;
+- ``actors`` (the Ray layer) sits on the core; only the modules of ``RAY_USERS`` talk to Ray;
+- the applications sit above ``actors``: the HTTP service (``actors/service``), the command line
+  (``soul_runtime/cli``) and the benchmarks (``soul_runtime/bench``); nothing below them imports them;
+- the front door (``soul_runtime/__init__.py``) names the core's types and loads ``actors`` lazily.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 # layer -> the layers it may import (besides itself)
 FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
 API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily; it names the result types
+SERVICE = "actors.service"
+CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
+APPLICATIONS = {SERVICE, "soul_runtime.cli", "soul_runtime.bench"}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
     "soul_runtime.embedding": {FOUNDATION},
     "soul_runtime.models": {FOUNDATION},
     "soul_runtime.memory": {FOUNDATION, "soul_runtime.embedding"},
     "soul_runtime.loop": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory"},
-    "actors": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"},
-    "soul_runtime.bench": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
-                           "soul_runtime.loop", "actors", API},
-    "soul_runtime.cli": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory",
-                         "soul_runtime.loop", "actors", "soul_runtime.bench", API},
+    "actors": set(CORE),
+    SERVICE: {*CORE, "actors"},
+    "soul_runtime.bench": {*CORE, "actors", SERVICE, API},
+    "soul_runtime.cli": {*CORE, "actors", SERVICE, "soul_runtime.bench", API},
     API: {FOUNDATION, "soul_runtime.loop", "actors"},
 }
-CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
 
 
 def _module_name(path: Path) -> str:
@@ -40,7 +48,7 @@ def _layer(module: str) -> str | None:
         return API
     parts = module.split(".")
     if parts[0] == "actors":
-        return "actors"
+        return SERVICE if parts[:2] == ["actors", "service"] else "actors"
     if parts[0] != "soul_runtime":
         return None
     candidate = ".".join(parts[:2])
@@ -137,3 +145,12 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
         assert "actors" not in ALLOWED["soul_runtime.memory"]
     finally:
         fake.unlink()
+
+
+def test_nothing_below_the_applications_imports_them() -> None:
+    assert set(ALLOWED) == CORE | APPLICATIONS | {"actors", API}
+    for layer, allowed in ALLOWED.items():
+        if layer not in APPLICATIONS:
+            assert not allowed & APPLICATIONS, layer
+    assert _layer("actors.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
+    assert _layer("soul_runtime.cli.main") == "soul_runtime.cli" and _layer("soul_runtime.tenants") == FOUNDATION
