@@ -38,10 +38,6 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def day_label(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%d %b %Y")
-
-
 def time_arg(value: str | None) -> Any:
     """A time as a command line or a query string gives it: seconds since the epoch, or ISO-8601 text (checked
     where it is used, with :func:`to_timestamp`); None stays None."""

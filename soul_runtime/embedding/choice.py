@@ -12,7 +12,6 @@ from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import ConfigError, SoulError
 
 BUILTIN_EMBEDDERS = ("default", "fast")
-EMBEDDERS = BUILTIN_EMBEDDERS
 
 
 def check_embedder_name(name: object) -> str:

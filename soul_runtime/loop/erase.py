@@ -11,7 +11,6 @@ kind ``forget`` (memory ids only, never the forgotten text).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
 from soul_runtime.loop.soul import Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
@@ -20,14 +19,6 @@ from soul_runtime.records import MemoryWrite, Op, Store
 from soul_runtime.steps import Call, Steps, drive
 
 ROUNDS = 3
-
-
-class ErasableMemory(Protocol):
-    """What forgetting needs from long-term memory (in process: SoulMemory; on Ray: the store actors)."""
-
-    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]: ...
-
-    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]: ...
 
 
 def forget_soul(soul: Soul, stores: Iterable[str] | None = None) -> dict[str, int]:

@@ -24,7 +24,6 @@ the reply: the trace says nothing was written and why.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -193,11 +192,6 @@ class Soul:
         """The memory work of the last turn is still running."""
         p = self._pending
         return p is not None and p.work.running
-
-    def settle(self) -> None:
-        """Deprecated name of :meth:`wait_memory_work` (removed in 0.3)."""
-        warnings.warn("Soul.settle() is deprecated: use Soul.wait_memory_work()", DeprecationWarning, stacklevel=2)
-        self.wait_memory_work()
 
     def wait_memory_work(self) -> None:
         """Wait for the memory work of the last turn; complete it from its intent if it failed."""

@@ -28,9 +28,7 @@ from soul_runtime.models.base import (
     TaskClassification,
     WindowDecision,
 )
-from soul_runtime.steps import run, step_loop
-
-model_loop = step_loop
+from soul_runtime.steps import run
 
 METHODS = ("reply", "decide", "decide_window", "classify_task")
 
