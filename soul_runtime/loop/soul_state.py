@@ -10,18 +10,10 @@ import msgpack
 
 from soul_runtime.errors import NotFound, StaleOwner
 from soul_runtime.loop.buffer import ShortTermBuffer
+from soul_runtime.loop.soul_state_schema import MIGRATIONS
 from soul_runtime.loop.trace import TurnTrace, add_usage
 from soul_runtime.memory.erasure import ForgetQuery, compact, unlink_files
 from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
-
-MIGRATIONS = [
-    ("0001_state", """
-        CREATE TABLE state (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-        CREATE TABLE traces (seq INTEGER PRIMARY KEY, turn_id TEXT UNIQUE NOT NULL, request_id TEXT NOT NULL,
-                             at REAL NOT NULL, trace BLOB NOT NULL);
-        CREATE INDEX traces_request ON traces(request_id)
-    """),
-]
 
 
 class SoulState:

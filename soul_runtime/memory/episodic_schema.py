@@ -1,4 +1,11 @@
-"""The episodic store's schema: ``episodic.sqlite``'s migrations, in order."""
+"""The episodic store's schema: ``episodic.sqlite``'s migrations, in order.
+
+Every database has one such module (``episodic_schema``, ``semantic_schema``, ``procedural_schema``,
+:mod:`soul_runtime.loop.soul_state_schema`) holding ``MIGRATIONS``: numbered ``(name, SQL script)`` steps,
+``NNNN_what``. :func:`soul_runtime.memory.sqlite_db.open_db` applies the ones a database has not seen, in order
+and in one transaction, and records each name in the database's ``schema_migrations`` table; a step, once
+released, is never edited: a change is a new step at the end.
+"""
 
 from __future__ import annotations
 

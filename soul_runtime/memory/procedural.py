@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from soul_runtime.errors import InvalidInput
-from soul_runtime.memory import fence
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.layer_db import (
     apply_idempotent,
@@ -15,25 +14,10 @@ from soul_runtime.memory.layer_db import (
 )
 from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
+from soul_runtime.memory.procedural_schema import MIGRATIONS
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import MemoryWrite, Op, Procedure, RecalledItem, Store, WriteRequest
 from soul_runtime.text import terms
-
-MIGRATIONS = [
-    ("0001_procedures", """
-        CREATE TABLE procedures (
-            task_class TEXT NOT NULL, version INTEGER NOT NULL, steps BLOB NOT NULL, status TEXT NOT NULL,
-            sources BLOB NOT NULL, created_at REAL NOT NULL, clean_runs INTEGER NOT NULL, failures INTEGER NOT NULL,
-            PRIMARY KEY (task_class, version));
-        CREATE TABLE runs (
-            id INTEGER PRIMARY KEY, task_class TEXT NOT NULL, signature TEXT NOT NULL, steps BLOB NOT NULL,
-            outcome TEXT NOT NULL, at REAL NOT NULL, sources BLOB NOT NULL, turn_key TEXT NOT NULL);
-        CREATE INDEX runs_class ON runs(task_class);
-        CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
-    """),
-    ("0002_fence", fence.MIGRATION[1]),
-]
-
 
 
 def classify_lexically(query: str, classes: list[str]) -> list[tuple[str, float]]:

@@ -13,7 +13,6 @@ from typing import Any
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import InvalidInput, NotFound
-from soul_runtime.memory import fence
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact
 from soul_runtime.memory.fact_match import match_stored
 from soul_runtime.memory.layer_db import (
@@ -24,6 +23,7 @@ from soul_runtime.memory.layer_db import (
 )
 from soul_runtime.memory.layer_store import LayerStore
 from soul_runtime.memory.policy_semantic import merge_sources, reconcile_fact, same_thing
+from soul_runtime.memory.semantic_schema import MIGRATIONS
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import (
     Fact,
@@ -37,23 +37,6 @@ from soul_runtime.records import (
     fact_key,
 )
 from soul_runtime.text import normalise, terms
-
-MIGRATIONS = [
-    ("0001_facts", """
-        CREATE TABLE facts (
-            entity TEXT NOT NULL, attribute TEXT NOT NULL, value TEXT NOT NULL, display_entity TEXT NOT NULL,
-            display_attribute TEXT NOT NULL, confidence REAL NOT NULL, sources BLOB NOT NULL,
-            valid_from REAL NOT NULL, status TEXT NOT NULL, history BLOB NOT NULL,
-            PRIMARY KEY (entity, attribute));
-        CREATE TABLE observations (
-            entity TEXT NOT NULL, attribute TEXT NOT NULL, value_norm TEXT NOT NULL, value TEXT NOT NULL,
-            turn_key TEXT NOT NULL, sources BLOB NOT NULL, at REAL NOT NULL,
-            PRIMARY KEY (entity, attribute, value_norm, turn_key));
-        CREATE TABLE applied (turn_key TEXT PRIMARY KEY, writes BLOB NOT NULL)
-    """),
-    ("0002_fence", fence.MIGRATION[1]),
-]
-
 
 
 def _history(raw: bytes) -> tuple[FactVersion, ...]:
