@@ -4,7 +4,7 @@
  *
  * Where the document leaves an item open (`{[key: string]: unknown}`: recalled items, writes, facts, episodes,
  * procedures, traces), the client names the fields the service sends (the runtime's records) and checks at
- * compile time that its refined type still fits the document's; `test/records.test.js` checks them against the
+ * compile time that its refined type still fits the document's; `test/routes.test.js` checks them against the
  * answers of a real server.
  */
 
@@ -119,7 +119,8 @@ type ForgetOut = Schemas["ForgetOut"];
 export type TurnResult = Fits<Omit<TurnOut, "recalled" | "writes"> & { recalled: RecallItem[]; writes: MemoryWrite[] },
   TurnOut>;
 /** A `forgetWhere`'s answer: the ids deleted and the writes that deleted them. */
-export type ForgetResult = Fits<Omit<ForgetOut, "writes"> & { writes: MemoryWrite[] }, ForgetOut>;
+export type ForgetResult = Fits<Omit<ForgetOut, "recalled" | "writes"> & { writes: MemoryWrite[] }
+  & Pick<{ recalled: RecallItem[] }, Extract<"recalled", keyof ForgetOut>>, ForgetOut>;
 
 type V = "/v1/souls/{soul_id}";
 export type RecallAnswer = Fits<{ items: RecallItem[] }, AnswerOf<`${V}/recall`, "get">>;
