@@ -22,6 +22,7 @@ import ray
 
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable, SoulError
 
+from .local_cluster import wait_for_client_server
 from .raycalls import _joins_loopback, loopback_node
 
 T = TypeVar("T")
@@ -41,9 +42,6 @@ CONNECT_WAIT_S = 30.0
 client server binds its port a few seconds after ``ray start`` returned, longer on a busy machine) before
 ``RuntimeUnavailable``; ``SOUL_CONNECT_WAIT_S`` sets it (0: one try). A missing or wrong token is never
 waited on (``AuthError`` at the first answer)."""
-PROBE_PAUSE_S = (0.1, 1.0)
-"""Pause between two tries of a port that is not ready: starts at the first value, doubles up to the second."""
-
 CLIENT_PROGRESS_S = 10.0
 """While a Ray Client session opens: a warning every this many seconds, so a slow head shows within 15 s."""
 
@@ -71,7 +69,9 @@ def open_session(address: str, attach: Callable[[bool], T], kwargs: dict[str, An
     waiting in Ray's in-place reconnect (up to 30 s on a dead session server), and a session that is
     slow to open is reported at warning every CLIENT_PROGRESS_S. Once ``attach`` returned, Ray's reconnect
     is the session's as before."""
-    wait_for_client_server(address, connect_wait_s())  # a head still starting is waited for; a token refused at once
+    # a head still starting is waited for (its port refuses the connection); a refused token fails at once
+    wait_for_client_server(address, connect_wait_s(), lambda a, timeout: check_client_access(a, timeout),
+                           setting=CONNECT_WAIT_ENV)
     t0 = time.monotonic()
     for attempt in range(1, client_attempts + 1):
         try:
@@ -366,57 +366,11 @@ def connect_wait_s(env: dict[str, str] | None = None) -> float:
     return value
 
 
-def wait_for_client_server(client_address: str, wait_s: float, *, bearer: str | None | bool = True,
-                           probe_timeout: float = 5.0, warn: bool = True, sleep: Callable[[float], None] = time.sleep,
-                           clock: Callable[[], float] = time.monotonic) -> int:
-    """Ping the Ray Client server at ``client_address`` (:func:`check_client_access`) until it answers, for up
-    to ``wait_s`` s; returns the number of tries. A port that refuses the connection or a server that does not
-    answer yet (a head still starting) is tried again after a pause (:data:`PROBE_PAUSE_S`), and the first
-    such retry is logged at warning (``warn``; else at debug); an AuthError (a missing or wrong token) is raised at the first answer;
-    past ``wait_s``: RuntimeUnavailable naming the last cause and the wait. ``bearer`` as in
-    :func:`check_client_access`."""
-    deadline = clock() + wait_s
-    pause, tries = PROBE_PAUSE_S[0], 0
-    while True:
-        tries += 1
-        try:
-            check_client_access(client_address, probe_timeout, **({} if bearer is True else {"bearer": bearer}))
-            if tries > 1:
-                log.info("Ray Client server at %s answered after %d tries", client_address, tries,
-                         extra={"probe_tries": tries})
-            return tries
-        except AuthError:
-            raise
-        except RuntimeUnavailable as e:
-            left = deadline - clock()
-            if left <= 0:
-                if tries == 1:
-                    raise
-                raise RuntimeUnavailable(f"{e} (tried {tries} times for {wait_s:g} s; {CONNECT_WAIT_ENV} sets how "
-                                         "long a connect waits for a head that is starting)") from None
-            if tries == 1:
-                log.log(logging.WARNING if warn else logging.DEBUG, "%s; trying again for up to %.0f s (a head "
-                        "that is starting opens its Ray Client port a few seconds after `ray start` returns)", e, left,
-                        extra={"probe_wait_s": left})
-            sleep(min(pause, left))
-            pause = min(PROBE_PAUSE_S[1], pause * 2)
-
-
-def bearer_of(token_path: str | None) -> str | None:
-    """The token a head started with ``token_path`` expects (None: a head without token auth)."""
-    if token_path is None:
-        return None
-    with open(token_path) as f:
-        return f.read().strip()
-
-
-def check_client_access(client_address: str, timeout: float = 5.0, *, bearer: str | None | bool = True) -> None:
-    """Ping the Ray Client server the way ray.init("ray://...") would. Raises AuthError (token missing/wrong,
-    ~10 ms) or RuntimeUnavailable (nothing accepts connections, or nothing answers within `timeout`) instead
-    of Ray's ~30 s "ray client connection timeout". ``bearer``: True (the default) sends what this process's
-    Ray auth settings send; a str sends that token; None sends none (a head without token auth): the last
-    two let a process check a head whatever its own Ray settings were when Ray was imported. Imports ray (and
-    grpc) lazily."""
+def check_client_access(client_address: str, timeout: float = 5.0) -> None:
+    """Ping the Ray Client server the way ray.init("ray://...") would, with this process's Ray auth settings.
+    Raises AuthError (token missing/wrong, ~10 ms) or RuntimeUnavailable (nothing accepts connections, or
+    nothing answers within `timeout`) instead of Ray's ~30 s "ray client connection timeout".
+    (:func:`actors.local_cluster.ping_client_server` is the same ping with a token given, without Ray.)"""
     import grpc
     from ray._private.grpc_utils import init_grpc_channel
     from ray.core.generated import ray_client_pb2_grpc
@@ -428,19 +382,15 @@ def check_client_access(client_address: str, timeout: float = 5.0, *, bearer: st
     host, _, port = target.rpartition(":")
     if not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
         raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
-    metadata = (("authorization", f"Bearer {bearer}"),) if isinstance(bearer, str) else None
-    channel = init_grpc_channel(target, asynchronous=False) if bearer is True else grpc.insecure_channel(target)
+    channel = init_grpc_channel(target, asynchronous=False)
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout)
         stub = ray_client_pb2_grpc.RayletDriverStub(channel)
-        stub.ClusterInfo(ClusterInfoRequest(type=ClusterInfoType.PING), timeout=timeout, metadata=metadata)
+        stub.ClusterInfo(ClusterInfoRequest(type=ClusterInfoType.PING), timeout=timeout)
     except grpc.FutureTimeoutError as e:
         raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.UNAUTHENTICATED:
-            if bearer is not True:
-                raise AuthError(f"{client_address} refused the connection: {e.details()} (with the token given "
-                                "to the check: the head runs with another one)") from e
             mode = os.environ.get("RAY_AUTH_MODE", "unset")
             raise AuthError(f"{client_address} refused the connection: {e.details()} (RAY_AUTH_MODE={mode}; set "
                             "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the cluster's token file)") from e

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,14 +39,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from soul_runtime.owner_only import make_dir, write_file
 
 from . import listening_ports
-from .auth_token import new_token_file
+from .auth_token import new_token_file, token_file
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 RAY_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
@@ -53,6 +54,8 @@ STATE_FILE = "head.json"
 TOKEN_FILE = "auth_token"
 START_TIMEOUT_S = 60.0
 MAX_TEMP_DIR_LEN = 45  # session dir + socket name must stay < 108 chars (AF_UNIX)
+
+log = logging.getLogger("soul_runtime.connect")
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
     if ok:  # `ray start` returns before its Ray Client server listens: wait until that answers a session's ping
         try:
             probes = wait_client_ready(f"ray://127.0.0.1:{client_port}", max(0.0, timeout - (time.monotonic() - t0)),
-                                       token_path=token_path)
+                                       bearer=bearer_of(token_path))
         except Exception as e:  # RuntimeUnavailable, AuthError (the head refused its own token)
             ok, not_ready = False, str(e)
     if not ok:
@@ -274,16 +277,111 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
 
 CLIENT_READY_TIMEOUT_S = 60.0
 """How long ``cluster/start-head.sh`` waits for its head's Ray Client server (``SOUL_HEAD_READY_TIMEOUT_S``)."""
+PROBE_PAUSE_S = (0.1, 1.0)
+"""Pause between two tries of a port that is not ready: starts at the first value, doubles up to the second."""
+PING_METHOD = "/ray.rpc.RayletDriver/ClusterInfo"
+PING_REQUEST = b"\x08\x06"
+"""A Ray Client's first call, ``ClusterInfo(ClusterInfoRequest(type=PING))`` as Ray 2.60's protobuf encodes it
+(checked against Ray's own classes in the tests): the head's client proxy answers it itself, behind its token
+check, before any session server is started. Sent here with grpc alone, so no ray is imported: a process
+that starts a head must not import ray before it has set the Ray auth variables of the head's token."""
+
+Probe = Callable[[str, float], None]
 
 
-def wait_client_ready(client_address: str, timeout: float, *, token_path: str | None | bool = True) -> int:
-    """Wait until the Ray Client server at ``client_address`` answers a ping as it answers a session's first
-    call (token checked), for up to ``timeout`` s; returns the number of tries. ``token_path``: the head's token
-    file (None: a head without token auth; True: this process's Ray auth settings). Raises AuthError at once
-    when the head refuses that token, RuntimeUnavailable when nothing answers in time. Imports ray lazily."""
-    from .client_session import bearer_of, wait_for_client_server
-    bearer = True if token_path is True else bearer_of(token_path or None)
-    return wait_for_client_server(client_address, timeout, bearer=bearer, warn=False)
+def ping_client_server(client_address: str, timeout: float = 5.0, *, bearer: str | None) -> None:
+    """Ping the Ray Client server at ``ray://HOST:PORT`` as a client's first call does, with the token ``bearer``
+    (None: none, for a head without token auth). Raises AuthError when the head refuses the token and
+    RuntimeUnavailable when nothing accepts connections or nothing answers within ``timeout``. Imports grpc,
+    not ray."""
+    import grpc
+
+    from soul_runtime.errors import AuthError, RuntimeUnavailable
+
+    target = client_address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
+        raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
+    with grpc.insecure_channel(target) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+            channel.unary_unary(PING_METHOD)(PING_REQUEST, timeout=timeout,
+                                             metadata=(("authorization", f"Bearer {bearer}"),) if bearer else None)
+        except grpc.FutureTimeoutError as e:
+            raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
+        except grpc.RpcError as e:
+            code = e.code()
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                raise AuthError(f"{client_address} refused the connection: {e.details()} "
+                                f"({'with the token given' if bearer else 'without a token'})") from e
+            raise RuntimeUnavailable(f"Ray Client server at {client_address}: {code.name}: "
+                                     f"{e.details()}") from e
+
+
+def wait_for_client_server(client_address: str, wait_s: float, probe: Probe, *, setting: str = "",
+                           warn: bool = True, probe_timeout: float = 5.0, sleep: Callable[[float], None] | None = None,
+                           clock: Callable[[], float] | None = None) -> int:
+    """Ping the Ray Client server at ``client_address`` with ``probe(address, timeout)`` until it answers, for up
+    to ``wait_s`` s; returns the number of tries. A port that refuses the connection or a server that does not
+    answer yet (a head still starting) is tried again after a pause (:data:`PROBE_PAUSE_S`), the first retry
+    logged at warning (``warn``; else at debug); an AuthError (a missing or wrong token) is raised at the first
+    answer; past ``wait_s``: RuntimeUnavailable naming the last cause, the wait and ``setting`` (what sets it)."""
+    from soul_runtime.errors import AuthError, RuntimeUnavailable
+
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    deadline = clock() + wait_s
+    pause, tries = PROBE_PAUSE_S[0], 0
+    while True:
+        tries += 1
+        try:
+            probe(client_address, probe_timeout)
+            if tries > 1:
+                log.debug("Ray Client server at %s answered after %d tries", client_address, tries,
+                          extra={"probe_tries": tries})
+            return tries
+        except AuthError:
+            raise
+        except RuntimeUnavailable as e:
+            left = deadline - clock()
+            if left <= 0:
+                if tries == 1:
+                    raise
+                raise RuntimeUnavailable(f"{e} (tried {tries} times in {wait_s:g} s"
+                                         f"{'; ' + setting + ' sets how long' if setting else ''})") from None
+            if tries == 1:
+                log.log(logging.WARNING if warn else logging.DEBUG, "%s; trying again for up to %.0f s (a head "
+                        "that is starting opens its Ray Client port a few seconds after `ray start` returns)", e,
+                        left, extra={"probe_wait_s": left})
+            sleep(min(pause, left))
+            pause = min(PROBE_PAUSE_S[1], pause * 2)
+
+
+def bearer_of(token_path: str | None) -> str | None:
+    """The token in ``token_path`` (None: no token file, a head without token auth)."""
+    if token_path is None:
+        return None
+    return Path(token_path).read_text().strip()
+
+
+def process_bearer(env: Mapping[str, str] | None = None) -> str | None:
+    """The token a Ray Client in this environment sends: none with ``RAY_AUTH_MODE=disabled``, else
+    ``RAY_AUTH_TOKEN``, else the file :func:`actors.auth_token.token_file` names (Ray 2.60's precedence)."""
+    e = os.environ if env is None else env
+    if e.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        return None
+    if e.get("RAY_AUTH_TOKEN", "").strip():
+        return e["RAY_AUTH_TOKEN"].strip()
+    path = token_file(e)
+    return bearer_of(str(path)) if path is not None and path.is_file() else None
+
+
+def wait_client_ready(client_address: str, timeout: float, *, bearer: str | None) -> int:
+    """Wait until the Ray Client server at ``client_address`` answers a client's first call with the token
+    ``bearer`` (:func:`ping_client_server`), for up to ``timeout`` s; returns the number of tries. AuthError at
+    once when the head refuses that token, RuntimeUnavailable when nothing answers in time. Imports no ray."""
+    return wait_for_client_server(client_address, timeout,
+                                  lambda a, t: ping_client_server(a, t, bearer=bearer), warn=False)
 
 
 def _raylet_cause(path: str) -> str:
@@ -442,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     try:
-        tries = wait_client_ready(args.address, args.timeout)
+        tries = wait_client_ready(args.address, args.timeout, bearer=process_bearer())
     except AuthError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,6 +23,7 @@ from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 
 from . import client_session, raycalls
+from . import retry as retry_policy
 from .controller import host_name
 from .placement import store_name
 from .routing import Routed, Router
@@ -47,7 +49,8 @@ class Runtime:
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)
         self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated,
-                             channels=self.cfg.local_channels, busy_wait_s=self.cfg.busy_wait_s)
+                             channels=self.cfg.local_channels, busy_wait_s=self.cfg.busy_wait_s,
+                             retry=replace(retry_policy.DEFAULT, lease_wait_s=self.cfg.lease_wait_s))
 
     # ---- actors ----------------------------------------------------------------------
     def _opts(self, **kw: Any) -> dict[str, Any]:
@@ -336,9 +339,9 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the
     embedded default; ``"auto"`` joins a running cluster from one of its nodes;
     ``"ray://host:port"`` connects over Ray Client. ``options`` are
-    :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …); ``model`` and ``embedder`` default to
-    ``SOUL_MODEL`` / ``SOUL_EMBEDDER`` when set, and may name the user's own (``package.module:attr``, see
-    docs/models.md). The model and embedder settings in the environment (:func:`soul_runtime.plugins.settings_env`)
+    :class:`RuntimeConfig` fields (``hosts``, ``episodic_shards`` …); ``model``, ``embedder`` and ``storage``
+    default to ``SOUL_MODEL`` / ``SOUL_EMBEDDER`` / ``SOUL_STORAGE`` when set; the first two may name the user's
+    own (``package.module:attr``, see docs/models.md). The model and embedder settings in the environment (:func:`soul_runtime.plugins.settings_env`)
     reach every actor.
     ``connect_attempts``: Ray Client sessions tried when the session is lost before the connect
     finished - the head's session server died at start (a known Ray 2.60 failure) or the session's
@@ -351,7 +354,7 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
         raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
     if config is None:
         kw: dict[str, Any] = dict(options)
-        for key, var in (("model", "SOUL_MODEL"), ("embedder", "SOUL_EMBEDDER")):
+        for key, var in (("model", "SOUL_MODEL"), ("embedder", "SOUL_EMBEDDER"), ("storage", "SOUL_STORAGE")):
             if key not in kw and os.environ.get(var, "").strip():
                 kw[key] = os.environ[var].strip()
         if soul_config is not None:

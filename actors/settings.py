@@ -52,6 +52,11 @@ class RuntimeConfig:
     the model's answer (tens of KiB), so the default keeps a host within a few hundred MiB of them."""
     busy_wait_s: float = 30.0
     """How long a caller's router keeps trying a host that is at ``host_admission`` before RuntimeBusy."""
+    lease_wait_s: float = 120.0
+    """How long a caller's router keeps trying a call that failed because another process holds a lock on one of
+    the soul's databases (a previous owner that was paused or cut off; on a network file system its lock lasts
+    until its lease expires, 90 s on Linux's nfsd) before the StorageError is the caller's
+    (:class:`actors.retry.RetryPolicy`)."""
     max_dedicated: int = 16
     """Dedicated actors for hot souls (custom resource ``soul_slot``)."""
     shard_threads: int = 8
@@ -97,7 +102,7 @@ class RuntimeConfig:
         v = self.idle_passivate_s
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"idle_passivate_s must be a finite number > 0, got {v!r}")
-        for name in ("idle_check_s", "retention_every_s", "busy_wait_s"):
+        for name in ("idle_check_s", "retention_every_s", "busy_wait_s", "lease_wait_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0 (0: off), got {v!r}")

@@ -6,6 +6,11 @@ sent with another body is refused instead of silently answered with the first re
 SHA-256 digests of the key and of the body, never the key or the body (``DATA_DIR/service/idempotency.sqlite``,
 owner-only). A key is recorded once its request succeeded, so a refused request can be corrected and sent again
 with the same key.
+
+The ledger follows the data dir's ``storage``, as the souls' databases do (:mod:`soul_runtime.storage_modes`):
+WAL on ``local``, a rollback journal on ``shared`` (Serve replicas on several nodes open it through the network
+file system, where WAL's shared-memory index would not be shared). It is opened at its first use, by when the
+runtime has recorded the data dir's layout.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from soul_runtime.owner_only import create_file, restrict
+from soul_runtime.errors import StorageError
+from soul_runtime.owner_only import create_file, private_umask, restrict
+from soul_runtime.storage_modes import JOURNAL, check_storage, recorded_storage
 
 LEDGER_FILE = Path("service") / "idempotency.sqlite"
 MAX_KEY = 200
+BUSY_TIMEOUT_S = 30.0
 
 
 def digest(data: bytes | str) -> str:
@@ -27,18 +35,47 @@ def digest(data: bytes | str) -> str:
 
 
 class Ledger:
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(data_dir) / LEDGER_FILE
-        create_file(self.path)
+    """``storage``: ``local`` or ``shared``; None: the data dir's (:func:`recorded_storage`, read at first use)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], storage: str | None = None) -> None:
+        if storage is not None:
+            check_storage(storage)
+        self.data_dir = Path(data_dir)
+        self.path = self.data_dir / LEDGER_FILE
+        self.storage = storage
         self._lock = threading.Lock()
-        self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS keys (soul TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL,"
-                        " PRIMARY KEY (soul, key))")
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open ledger (opened, and created, at first use; callers hold ``_lock``)."""
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        if self.storage is None:
+            self.storage = recorded_storage(self.data_dir)
+        want = JOURNAL[self.storage]
+        create_file(self.path)
+        try:
+            with private_umask():
+                db = sqlite3.connect(self.path, check_same_thread=False, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                got = str(db.execute(f"PRAGMA journal_mode={want}").fetchone()[0]).lower()
+            if got != want:
+                db.close()
+                raise StorageError(f"{self.path}: journal mode {want} refused (got {got}); is another process "
+                                   "holding it?")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("CREATE TABLE IF NOT EXISTS keys (soul TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL,"
+                       " PRIMARY KEY (soul, key))")
+        except sqlite3.DatabaseError as e:
+            raise StorageError(f"{self.path}: {e}") from e
         for extra in ("-wal", "-shm"):
             p = Path(str(self.path) + extra)
             if p.exists():
                 restrict(p)
+        return db
 
     def body_for(self, soul: str, key: str) -> str | None:
         """The body digest the key was first used with on this soul, or None."""
@@ -64,4 +101,6 @@ class Ledger:
 
     def close(self) -> None:
         with self._lock:
-            self.db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None

@@ -1,4 +1,5 @@
-"""A ``ray://`` connect waits for a Ray Client port that is not open yet, and never for a token the head refuses.
+"""A ``ray://`` connect waits for a Ray Client port that is not open yet, and never for a token the head refuses;
+a head's start waits for its Ray Client server the same way.
 
 No Ray here: the "head" is a real gRPC server speaking Ray Client's first call (``ClusterInfo`` PING, token checked
 as Ray 2.60's interceptor does), opened on its port only after the connect has been refused a few times. The
@@ -18,6 +19,7 @@ import pytest
 from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
 
 from actors import client_session, local_cluster, raycalls
+from actors.local_cluster import ping_client_server, wait_for_client_server
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable
 
 TOKEN = "a" * 64
@@ -86,17 +88,26 @@ class _Pauses:
         return self.now
 
 
+def _with(bearer: str | None) -> local_cluster.Probe:
+    return lambda address, timeout: ping_client_server(address, timeout, bearer=bearer)
+
+
+def test_the_ping_is_ray_clients_first_call() -> None:
+    from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
+    assert local_cluster.PING_REQUEST == ClusterInfoRequest(type=ClusterInfoType.PING).SerializeToString()
+    assert local_cluster.PING_METHOD == "/ray.rpc.RayletDriver/ClusterInfo"
+
+
 def test_a_refused_port_is_tried_until_the_server_listens(late_head: _LateHead,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     pauses = _Pauses(late_head, open_after=4)
     with caplog.at_level(logging.DEBUG, logger="soul_runtime.connect"):
-        tries = client_session.wait_for_client_server(late_head.address, 30, bearer=TOKEN, sleep=pauses.sleep,
-                                                      clock=pauses.clock)
+        tries = wait_for_client_server(late_head.address, 30, _with(TOKEN), sleep=pauses.sleep, clock=pauses.clock)
     assert tries == 5 and len(pauses.taken) == 4  # four refusals, then the answer
     assert late_head.driver.pings == 1  # the ping reached the server once: when it had opened
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "nothing accepts connections" in warned[0] and "trying again" in warned[0]
-    assert pauses.taken == sorted(pauses.taken) and pauses.taken[-1] <= client_session.PROBE_PAUSE_S[1]
+    assert pauses.taken == sorted(pauses.taken) and pauses.taken[-1] <= local_cluster.PROBE_PAUSE_S[1]
 
 
 def test_the_connect_path_waits_for_a_head_that_is_starting(late_head: _LateHead, monkeypatch: pytest.MonkeyPatch
@@ -107,9 +118,9 @@ def test_the_connect_path_waits_for_a_head_that_is_starting(late_head: _LateHead
     waits: list[float] = []
     real = client_session.wait_for_client_server
 
-    def wait(address: str, wait_s: float, **kw: Any) -> int:  # the real wait, its pauses counted (not slept)
+    def wait(address: str, wait_s: float, probe: Any, **kw: Any) -> int:  # the real wait, pauses counted not slept
         waits.append(wait_s)
-        return real(address, wait_s, **kw | {"bearer": TOKEN, "sleep": pauses.sleep, "clock": pauses.clock})
+        return real(address, wait_s, _with(TOKEN), **kw | {"sleep": pauses.sleep, "clock": pauses.clock})
     monkeypatch.setattr(client_session, "wait_for_client_server", wait)
     monkeypatch.setattr(client_session, "ray_init", lambda address, kwargs: opened.append(address))
     monkeypatch.setattr(raycalls.ray, "is_initialized", lambda: False)
@@ -124,8 +135,7 @@ def test_a_refused_token_fails_at_the_first_answer(late_head: _LateHead, bearer:
     late_head.open()
     pauses = _Pauses(None, open_after=0)
     with pytest.raises(AuthError, match="Invalid or missing authentication token"):
-        client_session.wait_for_client_server(late_head.address, 30, bearer=bearer, sleep=pauses.sleep,
-                                              clock=pauses.clock)
+        wait_for_client_server(late_head.address, 30, _with(bearer), sleep=pauses.sleep, clock=pauses.clock)
     assert late_head.driver.pings == 1 and pauses.taken == []  # one try, no wait
 
 
@@ -137,7 +147,7 @@ def test_the_process_token_settings_refused_fail_at_once_on_the_connect_path(
     opened: list[str] = []
     real = client_session.wait_for_client_server
     monkeypatch.setattr(client_session, "wait_for_client_server",
-                        lambda address, wait_s, **kw: real(address, wait_s, **kw | {"sleep": pauses.sleep}))
+                        lambda address, wait_s, probe, **kw: real(address, wait_s, probe, **kw | {"sleep": pauses.sleep}))
     monkeypatch.setattr(client_session, "ray_init", lambda address, kwargs: opened.append(address))
     monkeypatch.setattr(raycalls.ray, "is_initialized", lambda: False)
     with pytest.raises(AuthError):
@@ -149,13 +159,14 @@ def test_a_port_that_never_opens_fails_after_the_wait_naming_the_setting() -> No
     head = _LateHead(None)  # never opened
     pauses = _Pauses(None, open_after=0)
     with pytest.raises(RuntimeUnavailable) as e:
-        client_session.wait_for_client_server(head.address, 3, sleep=pauses.sleep, clock=pauses.clock)
+        wait_for_client_server(head.address, 3, _with(None), setting="SOUL_CONNECT_WAIT_S", sleep=pauses.sleep,
+                               clock=pauses.clock)
     assert not isinstance(e.value, AuthError)
     assert "nothing accepts connections" in str(e.value) and "SOUL_CONNECT_WAIT_S" in str(e.value)
     assert f"tried {len(pauses.taken) + 1} times" in str(e.value)
     assert sum(pauses.taken) == pytest.approx(3)  # waited the whole window on the (fake) clock, and no more
     with pytest.raises(RuntimeUnavailable, match="nothing accepts connections"):  # 0: one try
-        client_session.wait_for_client_server(head.address, 0, sleep=pauses.sleep, clock=pauses.clock)
+        wait_for_client_server(head.address, 0, _with(None), sleep=pauses.sleep, clock=pauses.clock)
 
 
 def test_the_wait_is_configured_by_the_environment() -> None:
@@ -166,17 +177,25 @@ def test_the_wait_is_configured_by_the_environment() -> None:
             client_session.connect_wait_s({"SOUL_CONNECT_WAIT_S": bad})
 
 
-def test_wait_ready_for_the_start_script(late_head: _LateHead, tmp_path: Any, capsys: pytest.CaptureFixture[str]
-                                         ) -> None:
-    """What cluster/start-head.sh runs: exit 0 once the server answers with the token, 2 when the token is
-    refused, 3 when nothing answers within --timeout."""
+def test_wait_ready_for_the_start_script(late_head: _LateHead, tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What cluster/start-head.sh runs (with the head's auth variables): exit 0 once the server answers with the
+    token, 2 when the token is refused, 3 when nothing answers within --timeout."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    assert local_cluster.process_bearer() == TOKEN
     assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "0"]) == 3
     assert "did not answer within 0 s" in capsys.readouterr().err
     late_head.open()
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    assert local_cluster.wait_client_ready(late_head.address, 0, token_path=str(token)) == 1
-    token.write_text("c" * 64)
-    with pytest.raises(AuthError):
-        local_cluster.wait_client_ready(late_head.address, 0, token_path=str(token))
-    assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 2  # this process: no token
+    assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 0
+    assert late_head.driver.pings == 1
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "c" * 64)  # the value wins over the file, as in Ray
+    assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 2
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert local_cluster.process_bearer() is None
+    assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 2
+    assert late_head.driver.pings == 3  # each refused at its first answer
+    assert local_cluster.wait_client_ready(late_head.address, 0, bearer=local_cluster.bearer_of(str(token))) == 1
