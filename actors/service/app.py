@@ -1,4 +1,5 @@
-"""The service's ASGI app as one replica builds it: the JSON API, ``/mcp/``, and the runtime it talks to."""
+"""The service's ASGI app as one replica builds it: the JSON API, ``/mcp/``, the inspector's pages at ``/ui/``, and the
+runtime it talks to."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from .context_api import add_context_route
 from .http_api import Backend, build_app
+from .inspector import mount_inspector
 from .mcp_tools import build_mcp, http_endpoint, http_resolver
 from .souls_api import TenantSouls
 
@@ -37,4 +40,6 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
         async with manager.run():
             yield
 
-    return build_app(backend, mcp_app, lifespan)
+    app = build_app(backend, mcp_app, lifespan)
+    add_context_route(app, backend)
+    return mount_inspector(app)

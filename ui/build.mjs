@@ -1,0 +1,20 @@
+// Builds the inspector into ../actors/service/ui_dist (committed; the Python package ships it).
+import { build } from "esbuild";
+import { copyFileSync, mkdirSync, rmSync } from "node:fs";
+
+const out = new URL("../actors/service/ui_dist/", import.meta.url).pathname;
+rmSync(out, { recursive: true, force: true });
+mkdirSync(out, { recursive: true });
+await build({
+  entryPoints: { app: "src/main.tsx" },
+  bundle: true,
+  minify: true,
+  format: "esm",
+  target: ["es2022"],
+  jsx: "automatic",
+  jsxImportSource: "preact",
+  outdir: out,
+  legalComments: "none",
+  logLevel: "info",
+});
+copyFileSync("src/index.html", out + "index.html");
