@@ -177,9 +177,16 @@ def test_a_caller_that_gives_up_mid_model_call_leaves_the_turn_whole(tmp_path: P
     async def main() -> None:
         host = make_host(tmp_path, monkeypatch, model)
         first = turn("The staging database moved to port 6543.", wait_writes=wait_writes)
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(host.run("maya", "turn", None, "req-1", first), timeout=0.1)
-        assert model.calls == ["reply"]  # given up while the model was still answering
+        caller = asyncio.ensure_future(host.run("maya", "turn", None, "req-1", first))
+
+        async def reply_asked() -> None:
+            while "reply" not in model.calls:
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(reply_asked(), timeout=60)  # a guard against a hang, not a measurement
+        assert model.calls == ["reply"] and model.waiting == 1
+        caller.cancel()  # the caller gives up while the model is still answering
+        with pytest.raises(asyncio.CancelledError):
+            await caller
         again = await host.run("maya", "turn", None, "req-1", first)  # the caller's retry: the same turn
         assert again.seq == 1 and again.turn_id == "maya/1"
         nxt = await host.run("maya", "turn", None, "req-2", turn("Which port is the staging database on?", 1))
