@@ -12,8 +12,9 @@ retried request id answered from the record. This module, in every client proces
   superseded activation (:class:`StaleOwner`), and after a move; while the host is at its admission limit
   (:class:`RuntimeBusy`) for up to ``busy_wait_s``, with growing pauses; every other error is the caller's.
 
-The retry policy is written once (:meth:`Router.steps`, a generator of calls and pauses) and driven by a
-blocking loop (:meth:`Router.run`) and by a coroutine (:meth:`Router.run_async`).
+The retry policy is written once (:meth:`Router.steps`, a generator of :class:`~soul_runtime.steps.Call` and
+:class:`~soul_runtime.steps.Pause` steps, a call's target an :class:`Actor`) and run by the one pair of drivers
+of :mod:`soul_runtime.steps`: blocking (:meth:`Router.run`) and from a coroutine (:meth:`Router.run_async`).
 
 Batched turns: the coroutine driver sends the turns its event loop's callers submit in one round to one host
 as one ``run_batch`` call (:class:`AsyncBatcher`: at most ``MAX_BATCH`` turns a call and ``MAX_CALLS`` calls out
@@ -42,7 +43,7 @@ from typing import Any
 
 from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import OutOfOrder, RuntimeBusy, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
-from soul_runtime.steps import Done, resume
+from soul_runtime.steps import Call, Pause, run_steps, run_steps_async
 
 from . import raycalls
 from . import retry as retry_policy
@@ -105,20 +106,13 @@ class Later:
 
 
 @dataclass(frozen=True)
-class _Pause:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call the policy asks a driver to make: ``method(*item)`` on the actor ``name``. A ``batchable`` one
-    (a turn) the coroutine driver may send in a batch with others to the same actor (``run_batch``); the
-    blocking driver sends it alone."""
+class Actor:
+    """The target of a call of the policy (``Call(Actor(...), method, item)``: ``method(*item)`` on the actor
+    ``name``). A ``batchable`` call (a turn) the coroutine driver may send in a batch with others to the same
+    actor (``run_batch``); the blocking driver sends it alone."""
 
     name: str
     handle: Any
-    method: str
-    item: tuple[Any, ...]
     batchable: bool
 
 
@@ -185,8 +179,9 @@ class Router:
             self.transport.forget(old)
 
     def steps(self, call: Routed) -> Generator[Any, Any, Any]:
-        """The retry policy: yields calls (:class:`Call`; send back the value, or throw the raw Ray error or
-        the call's own error) and pauses (send back None); returns the answer."""
+        """The retry policy: yields calls (:class:`~soul_runtime.steps.Call` of an :class:`Actor`; send back the
+        value, or throw the raw Ray error or the call's own error) and pauses (send back None); returns the
+        answer."""
         retry = self.retry
         busy: float | None = None  # when the owner first answered busy
         busy_n = 0
@@ -201,18 +196,18 @@ class Router:
                     self._gone(name, call.soul_id)
                     if retry.last(attempt):
                         raise
-                    yield _Pause(retry.pause(attempt))
+                    yield Pause(retry.pause(attempt))
                     continue
                 item = (call.soul_id, *call.args)
-                answer = yield Call(name, handle, call.method, item, call.method in BATCHED)
+                answer = yield Call(Actor(name, handle, call.method in BATCHED), call.method, item)
                 if isinstance(answer, Later):  # a straggler of its batch: ask for it alone (same request id)
-                    answer = yield Call(name, handle, call.method, item, False)
+                    answer = yield Call(Actor(name, handle, False), call.method, item)
                 return answer
             except raycalls.ACTOR_DIED:  # dead or restarting: the same request again (idempotent)
                 self._gone(name, call.soul_id)  # a dedicated actor that died may be gone for good
                 if retry.last(attempt):
                     raise RuntimeUnavailable(f"{name} stays unavailable") from None
-                yield _Pause(retry.pause(attempt))
+                yield Pause(retry.pause(attempt))
             except (raycalls.TASK_ERROR, SoulError) as e:  # a batch answers an item's own error as itself
                 err = raycalls.translate(e)
                 if isinstance(err, RuntimeBusy):  # at its admission limit: wait, not counted as an attempt
@@ -222,13 +217,13 @@ class Router:
                         raise RuntimeBusy(f"{call.method} of {call.soul_id}: {err} for {now - busy:.1f} s "
                                           "(busy_wait_s)") from None
                     low, high = BUSY_PAUSE_S
-                    yield _Pause(min(high, low * 2 ** min(busy_n, 10)))
+                    yield Pause(min(high, low * 2 ** min(busy_n, 10)))
                     busy_n += 1
                     attempt -= 1
                 elif isinstance(err, Moved):
                     self._moved(call.soul_id, err.to)
                     if attempt >= 2:  # bounced more than once: a move in progress, let it finish
-                        yield _Pause(0.05)
+                        yield Pause(0.05)
                 elif isinstance(err, (StaleOwner, OutOfOrder)):  # superseded activation: it reactivates
                     continue
                 elif isinstance(err, SoulError):
@@ -238,62 +233,50 @@ class Router:
         raise TurnFailed(f"{call.method} of {call.soul_id} could not be served after {retry.attempts} attempts")
 
     def run(self, call: Routed, timeout: float | None = None) -> Any:
-        """Drive :meth:`steps` blocking (the soul's calls from this process one at a time)."""
+        """Run :meth:`steps` blocking (the soul's calls from this process one at a time)."""
+        def perform(step: Call | Pause) -> Any:
+            if isinstance(step, Pause):
+                time.sleep(step.seconds)
+                return None
+            return self._blocking(step, timeout)
+
         with self.locks.held(call.soul_id):
-            gen = self.steps(call)
-            value: Any = None
-            error: BaseException | None = None
             try:
-                while not isinstance(step := resume(gen, value, error), Done):
-                    if isinstance(step, _Pause):
-                        time.sleep(step.seconds)
-                        value, error = None, None
-                    else:
-                        value, error = self._blocking(step, timeout)
-                return step.value
+                return run_steps(self.steps(call), perform)
             except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
                 raise raycalls.translate(e) from None
 
-    def _blocking(self, step: Call, timeout: float | None) -> tuple[Any, BaseException | None]:
+    def _blocking(self, step: Call, timeout: float | None) -> Any:
         """One call of the policy, waited for (a turn alone: the blocking driver's threads arrive one by one).
-        The answer, or the call's own error (for the policy)."""
+        Its error goes into the policy."""
+        actor: Actor = step.target
         try:
-            return self.transport.send(step.name, step.handle, step.method, *step.item).result(timeout), None
+            return self.transport.send(actor.name, actor.handle, step.method, *step.args).result(timeout)
         except ChannelTimeout:
-            return None, TurnFailed("no answer in time")
-        except Exception as e:  # the call's own error goes into the policy
-            return None, e
+            raise TurnFailed("no answer in time") from None
 
     async def run_async(self, call: Routed) -> Any:
-        """Drive :meth:`steps` as a coroutine (the soul's calls from this event loop one at a time)."""
+        """Run :meth:`steps` as a coroutine (the soul's calls from this event loop one at a time)."""
         loop = asyncio.get_running_loop()
         locks = self._async_locks.get(loop)
         if locks is None:
             locks = self._async_locks[loop] = AsyncSoulLocks(self.transport)
+
+        async def perform(step: Call | Pause) -> Any:
+            if isinstance(step, Pause):
+                await asyncio.sleep(step.seconds)
+                return None
+            actor: Actor = step.target
+            if not actor.batchable:
+                return await self.transport.send_async(actor.name, actor.handle, step.method, *step.args)
+            try:
+                return await locks.batcher(actor.name).submit((actor.handle, step.args))
+            finally:
+                if actor.name not in self.hosts:
+                    locks.drop_idle(actor.name)
         with locks.locks.entry(call.soul_id) as lock:
             async with lock:
-                gen = self.steps(call)
-                value: Any = None
-                error: BaseException | None = None
                 try:
-                    while not isinstance(step := resume(gen, value, error), Done):
-                        if isinstance(step, _Pause):
-                            await asyncio.sleep(step.seconds)
-                            value, error = None, None
-                            continue
-                        try:
-                            if step.batchable:
-                                try:
-                                    value = await locks.batcher(step.name).submit((step.handle, step.item))
-                                finally:
-                                    if step.name not in self.hosts:
-                                        locks.drop_idle(step.name)
-                            else:
-                                value = await self.transport.send_async(step.name, step.handle, step.method,
-                                                                        *step.item)
-                            error = None
-                        except Exception as e:
-                            value, error = None, e
-                    return step.value
+                    return await run_steps_async(self.steps(call), perform)
                 except Exception as e:
                     raise raycalls.translate(e) from None

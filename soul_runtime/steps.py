@@ -1,9 +1,17 @@
-"""A soul's calls as steps: the one turn loop, driven blocking in process and on an event loop in a host.
+"""Effects as steps: one vocabulary and one pair of drivers for every piece of code that waits.
 
-Everything a turn waits for — a model call, a long-term memory call, the memory work of an earlier turn — is a
-step the turn's code yields (:class:`Call`, :class:`Spawn`, :class:`Join`); a driver performs it and sends the
-answer back (or throws its error in). Between steps the code does its own CPU work and its blocking I/O (the
-soul's SQLite commits).
+A piece of code that waits — a soul's turn, the router's retry policy, a remote model's retry loop — is written
+once as a generator that yields what it waits for and does its own CPU work in between:
+
+- :class:`Call` — ``target.method(*args, **kwargs)``: the turn loop's targets are ``"model"`` and ``"memory"``
+  (the driver is given the objects), the router's an actor (:class:`actors.routing.Actor`), a remote model's
+  its SDK client (``"client"``);
+- :class:`Pause` — wait a number of seconds (a retry's back-off);
+- :class:`Spawn` — run other steps beside the caller; :class:`Join` — wait for them.
+
+A driver performs each step and sends the answer back (or throws the step's error in). One pair of drivers runs
+every such generator: :func:`run_steps` (blocking, on the caller's thread) and :func:`run_steps_async` (from a
+coroutine); each user gives them its ``perform``, what a step means where it runs. The turn loop's own drivers:
 
 - :func:`drive` performs every step where it stands (the caller's thread): the in-process ``Soul``'s blocking
   API. A coroutine method (an async model) runs on the process's step loop (:func:`run`, one event loop on a
@@ -13,8 +21,6 @@ soul's SQLite commits).
   model, an in-process store), on a bounded thread pool, and awaits on the event loop the steps whose method is
   a coroutine function (a remote model's HTTP call, a store shard's answer): a turn that waits holds no thread.
   :class:`Spawn` starts a task.
-
-A step names its target by role (``"model"`` or ``"memory"``); the driver is given the objects.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Generator, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -31,17 +38,24 @@ from soul_runtime.errors import ModelError
 
 T = TypeVar("T")
 Steps = Generator[Any, Any, T]
-"""A soul's call as steps: yields :class:`Call`, :class:`Spawn` and :class:`Join`; returns the call's result."""
+"""Code as steps: yields :class:`Call`, :class:`Pause`, :class:`Spawn` and :class:`Join`; returns its result."""
 
 
 @dataclass(frozen=True)
 class Call:
-    """``target.method(*args, **kwargs)`` on the driver's ``target`` (``"model"`` or ``"memory"``)."""
+    """``target.method(*args, **kwargs)``, the target as its driver knows it (see the module's doc)."""
 
-    target: str
+    target: Any
     method: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait ``seconds`` (a retry's back-off); the answer is None."""
+
+    seconds: float
 
 
 class Work:
@@ -87,6 +101,9 @@ class Join:
 
 
 def _blocking(step: Any, targets: Mapping[str, Any]) -> Any:
+    if isinstance(step, Pause):
+        time.sleep(step.seconds)
+        return None
     if isinstance(step, Call):
         fn = getattr(targets[step.target], step.method)
         if inspect.iscoroutinefunction(fn):
@@ -124,16 +141,37 @@ def resume(gen: Generator[Any, Any, Any], value: Any, error: BaseException | Non
         return Done(stop.value)
 
 
-def drive(steps: Steps[T], targets: Mapping[str, Any]) -> T:
-    """Run ``steps`` to the end on this thread, every step performed here."""
+def run_steps(steps: Steps[T], perform: Callable[[Any], Any], *,
+              catch: type[BaseException] = Exception) -> T:
+    """The blocking driver: run ``steps`` to the end on this thread, each step performed by ``perform``; its
+    answer is sent back, its error (one of ``catch``) thrown in."""
     value: Any = None
     error: BaseException | None = None
     while not isinstance(step := resume(steps, value, error), Done):
         try:
-            value, error = _blocking(step, targets), None
-        except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
+            value, error = perform(step), None
+        except catch as e:  # the step's error goes into the steps
             value, error = None, e
     return cast(T, step.value)
+
+
+async def run_steps_async(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]], *,
+                          catch: type[BaseException] = Exception) -> T:
+    """The coroutine driver: :func:`run_steps` with each step awaited (the code between steps runs on the
+    loop)."""
+    value: Any = None
+    error: BaseException | None = None
+    while not isinstance(step := resume(steps, value, error), Done):
+        try:
+            value, error = await perform(step), None
+        except catch as e:  # the step's error goes into the steps
+            value, error = None, e
+    return cast(T, step.value)
+
+
+def drive(steps: Steps[T], targets: Mapping[str, Any]) -> T:
+    """Run a soul's ``steps`` to the end on this thread, every step performed here."""
+    return run_steps(steps, lambda step: _blocking(step, targets), catch=BaseException)
 
 
 def _awaited(step: Any, targets: Mapping[str, Any]) -> bool:
@@ -184,6 +222,9 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
                 if spawned is not None:
                     spawned(work.task)
                 value = work
+            elif isinstance(got, Pause):
+                await asyncio.sleep(got.seconds)
+                value = None
             elif isinstance(got, Join):
                 if got.work.task is not None:
                     await asyncio.wait([got.work.task])  # a waiter that gives up leaves the work running

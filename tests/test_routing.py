@@ -17,10 +17,11 @@ import ray.exceptions
 from actors import raycalls, routing, soul_host
 from actors.keyed_locks import KeyedLocks
 from actors.retry import RetryPolicy
-from actors.routing import AsyncSoulLocks, Call, Moved, Routed, Router, _Pause
+from actors.routing import Actor, AsyncSoulLocks, Moved, Routed, Router
 from actors.soul_host import SoulHost
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable, StaleOwner, TurnFailed
 from soul_runtime.models.offline import OfflineModel
+from soul_runtime.steps import Call, Pause
 
 
 def test_soul_locks_serialise_one_soul_and_drop_their_entries() -> None:
@@ -78,8 +79,8 @@ def router(monkeypatch: pytest.MonkeyPatch) -> tuple[Router, list[tuple[str, str
 
 def _to(step: Any) -> str:
     """The actor a step of the policy calls."""
-    assert isinstance(step, Call)
-    return step.name
+    assert isinstance(step, Call) and isinstance(step.target, Actor)
+    return step.target.name
 
 
 def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> None:
@@ -87,12 +88,12 @@ def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> Non
     home = r.owner("maya")
     gen = r.steps(Routed("maya", "run", ("turn", None, "rid-1", {})))
     first = next(gen)
-    assert isinstance(first, Call) and first.batchable and _to(first) == home
-    assert first.item == ("maya", "turn", None, "rid-1", {})
+    assert isinstance(first, Call) and first.target.batchable and _to(first) == home
+    assert first.args == ("maya", "turn", None, "rid-1", {})
     pause = gen.throw(ray.exceptions.RayActorError())  # the host died: wait a moment, same request again
-    assert isinstance(pause, _Pause) and pause.seconds > 0
+    assert isinstance(pause, Pause) and pause.seconds > 0
     retry = gen.send(None)
-    assert _to(retry) == home and retry.item == first.item  # the same request id: idempotent
+    assert _to(retry) == home and retry.args == first.args  # the same request id: idempotent
     again = gen.throw(_task_error(Moved("maya", "soul-dedicated-maya")))  # moved: straight to the new owner
     assert _to(again) == "soul-dedicated-maya" and r.owner("maya") == "soul-dedicated-maya"
     # a batch answers an item's own error as itself (not wrapped by Ray): handled the same way
@@ -107,7 +108,7 @@ def test_the_policy_retries_a_dead_owner_then_follows_a_move(router: Any) -> Non
     assert "maya" not in r.dedicated
     gen = r.steps(Routed("maya", "traces", (3,)))
     step = next(gen)
-    assert _to(step) == home and step.method == "traces" and not step.batchable  # other calls go alone
+    assert _to(step) == home and step.method == "traces" and not step.target.batchable  # other calls go alone
 
 
 def test_the_callers_errors_are_not_retried(router: Any) -> None:
@@ -131,7 +132,7 @@ def test_an_owner_that_stays_dead_is_reported(router: Any, monkeypatch: pytest.M
     step = next(gen)
     with pytest.raises(RuntimeUnavailable):
         while True:
-            step = gen.send(None) if isinstance(step, _Pause) else gen.throw(ray.exceptions.RayActorError())
+            step = gen.send(None) if isinstance(step, Pause) else gen.throw(ray.exceptions.RayActorError())
 
 
 class NoMemory:
@@ -220,10 +221,10 @@ def test_a_straggler_of_a_batch_is_asked_for_alone_with_the_same_request(router:
     r, sent = router
     gen = r.steps(Routed("maya", "run", ("turn", None, "rid-9", {})))
     first = next(gen)
-    assert isinstance(first, Call) and first.batchable
+    assert isinstance(first, Call) and first.target.batchable
     alone = gen.send(routing.Later())  # the host answered the others; this turn was still running
-    assert _to(alone) == r.owner("maya") and alone.item == ("maya", "turn", None, "rid-9", {})
-    assert alone.method == "run" and not alone.batchable  # asked for alone, with the same request
+    assert _to(alone) == r.owner("maya") and alone.args == ("maya", "turn", None, "rid-9", {})
+    assert alone.method == "run" and not alone.target.batchable  # asked for alone, with the same request
     with pytest.raises(StopIteration) as done:
         gen.send("the result")
     assert done.value.value == "the result"

@@ -172,8 +172,7 @@ class AnthropicModel(RemoteModel):
     def _create(self, model: str, **kwargs: Any) -> Ops[tuple[dict[str, Any], Usage]]:
         """One Messages API call with our retries; returns the message as JSON (:func:`~soul_runtime.models.remote.
         json_answer`) and its (recorded) usage."""
-        return (yield from self._send(model, lambda c: self._raw_create(c)(model=model, thinking=_NO_THINKING,
-                                                                           **kwargs), _usage_of))
+        return (yield from self._send(model, {"model": model, "thinking": _NO_THINKING, **kwargs}, _usage_of))
 
     def _raw_create(self, client: Any) -> Any:
         return client.messages.with_raw_response.create

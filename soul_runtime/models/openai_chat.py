@@ -157,8 +157,7 @@ class OpenAIChatModel(RemoteModel):
         """One chat-completions call with our retries; returns the completion as JSON
         (:func:`~soul_runtime.models.remote.json_answer`) and its (recorded) usage."""
         kw[self.token_field] = max_tokens
-        return (yield from self._send(model, lambda c: self._raw_create(c)(model=model, messages=messages, **kw),
-                                      _usage_of))
+        return (yield from self._send(model, {"model": model, "messages": messages, **kw}, _usage_of))
 
     def _raw_create(self, client: Any) -> Any:
         return client.chat.completions.with_raw_response.create

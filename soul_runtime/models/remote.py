@@ -9,8 +9,10 @@ honouring the server's ``retry-after-ms`` / ``retry-after`` and ``x-should-retry
 529) is waited for until ``deadline_s`` has passed since the call began, however many tries that takes. A final
 timeout is :class:`ModelTimeout`; every other failure is a one-line :class:`ModelError`.
 
-Each operation is written once, as steps that yield the API request and the pauses between tries
-(:class:`Request`, :class:`Pause`): the blocking methods send them with the SDK's client; the model's
+Each operation is written once, as steps (:mod:`soul_runtime.steps`) that yield the API request, a
+:class:`~soul_runtime.steps.Call` of the SDK client's ``create`` (target :data:`CLIENT`), and the pauses between
+tries (:class:`~soul_runtime.steps.Pause`), run by the one pair of drivers of :mod:`soul_runtime.steps`: the
+blocking methods send them with the SDK's client; the model's
 :meth:`~RemoteModel.asynchronous` view awaits them with the SDK's async client (a turn waiting for the API holds
 no thread), at most ``max_concurrency`` requests at a time per event loop, spread over async clients of at most
 :data:`POOL_CONNECTIONS` connections each (an HTTP client's CPU per request grows with the size of its pool).
@@ -28,7 +30,7 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from anthropic.types import ToolParam
 
@@ -59,7 +61,7 @@ from soul_runtime.models.claude_tools import (
     window_prompt,
 )
 from soul_runtime.models.text import one_line
-from soul_runtime.steps import Done, resume, run
+from soul_runtime.steps import Call, Pause, run, run_steps, run_steps_async
 
 R = TypeVar("R")
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -134,20 +136,14 @@ class SdkErrors:
     base: type[Exception]
 
 
-@dataclass(frozen=True)
-class Request:
-    """One API request: ``send(client)`` with the SDK's client (an awaitable with its async client)."""
-
-    send: Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class Pause:
-    seconds: float
-
+CLIENT = "client"
+"""The target of a remote model's API request: ``Call(CLIENT, "create", (), kwargs)`` is one request, the SDK
+client's ``with_raw_response`` create (:meth:`RemoteModel._raw_create`) with ``kwargs`` (an awaitable with its
+async client)."""
 
 Ops = Generator[Any, Any, R]
-"""An operation of a remote model as steps: yields :class:`Request` and :class:`Pause`, returns the answer."""
+"""An operation of a remote model as steps: yields API requests (:data:`CLIENT` calls) and pauses, returns the
+answer."""
 
 
 async def _awaited(answer: Any) -> Any:
@@ -221,19 +217,12 @@ class RemoteModel(LanguageModel):
             return self._view
 
     def _run(self, ops: Ops[R]) -> R:
-        value: Any = None
-        error: BaseException | None = None
-        while not isinstance(step := resume(ops, value, error), Done):
-            try:
-                value, error = self._perform(step), None
-            except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
-                value, error = None, e
-        return cast(R, step.value)
+        return run_steps(ops, self._perform)  # a request's error goes into the retry loop
 
-    def _perform(self, step: Request | Pause) -> Any:
+    def _perform(self, step: Call | Pause) -> Any:
         if isinstance(step, Pause):
             return self._sleep(step.seconds)
-        answer = step.send(self._client)
+        answer = self._raw_create(self._client)(**step.kwargs)
         return run(_awaited(answer)) if inspect.isawaitable(answer) else answer
 
     sdk: Any
@@ -329,16 +318,16 @@ class RemoteModel(LanguageModel):
         """Where the API is (for "cannot reach" messages)."""
         return str(getattr(getattr(self, "_client", None), "base_url", "") or "its endpoint")
 
-    def _send(self, model: str, call: Callable[[Any], Any], usage_of: Callable[[dict[str, Any]], Usage]
+    def _send(self, model: str, request: Mapping[str, Any], usage_of: Callable[[dict[str, Any]], Usage]
               ) -> Ops[tuple[dict[str, Any], Usage]]:
-        """``call(client)`` (one API request, sent with the SDK's ``with_raw_response``) with our retries; returns its
+        """One API request (the client's ``with_raw_response`` create with ``request``) with our retries; returns its
         answer as JSON (:func:`json_answer`) and its (recorded) usage."""
         errors = self.errors
         attempt = 0
         began = time.monotonic()
         while True:
             try:
-                answer = yield Request(call)
+                answer = yield Call(CLIENT, "create", (), request)
                 break
             except errors.status as e:
                 response = getattr(e, "response", None)
@@ -495,16 +484,9 @@ class AsyncRemoteModel(AsyncLanguageModel):
         return got
 
     async def _run(self, ops: Ops[R]) -> R:
-        value: Any = None
-        error: BaseException | None = None
-        while not isinstance(step := resume(ops, value, error), Done):
-            try:
-                value, error = await self._perform(step), None
-            except Exception as e:  # noqa: BLE001 — the request's error goes into the retry loop
-                value, error = None, e
-        return cast(R, step.value)
+        return await run_steps_async(ops, self._perform)  # a request's error goes into the retry loop
 
-    async def _perform(self, step: Request | Pause) -> Any:
+    async def _perform(self, step: Call | Pause) -> Any:
         if isinstance(step, Pause):
             if self.inner._sleep is time.sleep:
                 await asyncio.sleep(step.seconds)
@@ -517,9 +499,10 @@ class AsyncRemoteModel(AsyncLanguageModel):
             client = pools.clients[i]
             self.in_flight += 1
             try:
+                create = self.inner._raw_create
                 if client is None:
-                    return await asyncio.to_thread(step.send, self.inner._client)
-                return await step.send(client)
+                    return await asyncio.to_thread(lambda: create(self.inner._client)(**step.kwargs))
+                return await create(client)(**step.kwargs)
             finally:
                 pools.give(i)
                 self.in_flight -= 1
