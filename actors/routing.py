@@ -10,7 +10,9 @@ retried request id answered from the record. This module, in every client proces
   submitters of one soul waits here, not on the host's threads, and other souls on that host are not held up;
 - retries: while the owner is dead or restarting (the call is idempotent by its request id), after a
   superseded activation (:class:`StaleOwner`), and after a move; while the host is at its admission limit
-  (:class:`RuntimeBusy`) for up to ``busy_wait_s``, with growing pauses; every other error is the caller's.
+  (:class:`RuntimeBusy`) for up to ``busy_wait_s``, with growing pauses; while another process holds a lock on
+  the soul's database (a :class:`StorageError` "database is locked": an old owner's lock, which a network file
+  system keeps until its lease expires) for up to ``lease_wait_s``; every other error is the caller's.
 
 The retry policy is written once (:meth:`Router.steps`, a generator of :class:`~soul_runtime.steps.Call` and
 :class:`~soul_runtime.steps.Pause` steps, a call's target an :class:`Actor`) and run by the one pair of drivers
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import weakref
@@ -42,7 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.batching import AsyncBatcher
-from soul_runtime.errors import OutOfOrder, RuntimeBusy, RuntimeUnavailable, SoulError, StaleOwner, TurnFailed
+from soul_runtime.errors import (
+    OutOfOrder,
+    RuntimeBusy,
+    RuntimeUnavailable,
+    SoulError,
+    StaleOwner,
+    StorageError,
+    TurnFailed,
+)
 from soul_runtime.steps import Call, Pause, run_steps, run_steps_async
 
 from . import raycalls
@@ -66,6 +77,7 @@ RELEASE_AFTER_S = 0.5
 submitted meanwhile go in a new call instead of waiting for a slow one to answer."""
 BUSY_PAUSE_S = (0.02, 1.0)
 """The first and the longest pause before a busy host is tried again."""
+log = logging.getLogger("soul_runtime.routing")
 REGISTRY = "dedicated.json"
 """The data dir's record of dedicated souls (soul id -> actor name), written by the controller."""
 
@@ -158,6 +170,7 @@ class Router:
         self.handles = ActorHandles(namespace)
         self.retry = retry
         self.busy_wait_s = busy_wait_s
+        self.clock = time.monotonic  # when a held lock was first met (lease_wait_s)
         self.locks: KeyedLocks[threading.Lock] = KeyedLocks(threading.Lock)
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSoulLocks] = \
             weakref.WeakKeyDictionary()  # per event loop, gone with it
@@ -184,6 +197,7 @@ class Router:
         answer."""
         retry = self.retry
         busy: float | None = None  # when the owner first answered busy
+        locked: float | None = None  # when a try first failed on a lock another process holds
         busy_n = 0
         attempt = -1
         while attempt + 1 < retry.attempts:
@@ -226,6 +240,19 @@ class Router:
                         yield Pause(0.05)
                 elif isinstance(err, (StaleOwner, OutOfOrder)):  # superseded activation: it reactivates
                     continue
+                elif retry_policy.lock_held(err):  # another process holds the soul's database: wait its lock out
+                    now = self.clock()
+                    locked = now if locked is None else locked
+                    pause = retry.lock_pause(locked, now)
+                    if pause is None:
+                        raise StorageError(f"{err} (still locked after {now - locked:.0f} s more of tries: "
+                                           "lease_wait_s)") from None
+                    if locked == now:
+                        log.warning("%s of %s: %s; trying again for up to %.0f s (an old owner's lock, held until "
+                                    "its lease expires on a network file system)", call.method, call.soul_id, err,
+                                    retry.lease_wait_s, extra={"lock_wait": retry.lease_wait_s})
+                    yield Pause(pause)
+                    attempt -= 1
                 elif isinstance(err, SoulError):
                     raise err from None
                 else:
