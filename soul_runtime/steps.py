@@ -3,9 +3,11 @@
 A piece of code that waits — a soul's turn, the router's retry policy, a remote model's retry loop — is written
 once as a generator that yields what it waits for and does its own CPU work in between:
 
-- :class:`Call` — ``target.method(*args, **kwargs)``: the turn loop's targets are ``"model"`` and ``"memory"``
-  (the driver is given the objects), the router's an actor (:class:`actors.routing.Actor`), a remote model's
-  its SDK client (``"client"``);
+- :class:`Call` — ``target.method(*args, **kwargs)``: the turn loop's targets are the model and the memory
+  (``"model"`` and ``"memory"``, the driver is given the objects; the loop writes its calls through typed
+  :class:`Target` stand-ins, ``MODEL.reply(request)`` and ``MEMORY.recall(...)``, so mypy checks them against
+  :class:`~soul_runtime.models.base.LanguageModel` and :class:`~soul_runtime.loop.soul.MemoryPort`), the
+  router's an actor (:class:`actors.routing.Actor`), a remote model's its SDK client (``"client"``);
 - :class:`Pause` — wait a number of seconds (a retry's back-off);
 - :class:`Spawn` — run other steps beside the caller; :class:`Join` — wait for them.
 
@@ -49,6 +51,21 @@ class Call:
     method: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Target:
+    """A driver's target as the code that yields its steps sees it: ``target.method(*args, **kwargs)`` makes the
+    step ``Call(name, method, args, kwargs)``. Typed as the target's protocol (``MODEL: LanguageModel =
+    cast(LanguageModel, Target("model"))``), each call is checked against the protocol's signature and a reader
+    follows it to the method the driver will call."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, method: str) -> Callable[..., Call]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: Call(self._name, method, args, kwargs)
 
 
 @dataclass(frozen=True)

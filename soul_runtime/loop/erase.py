@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from soul_runtime.loop.soul import Soul, TurnResult
+from soul_runtime.loop.soul import MEMORY, Soul, TurnResult
 from soul_runtime.loop.trace import TurnTrace
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.records import MemoryWrite, Op, Store
-from soul_runtime.steps import Call, Steps, drive
+from soul_runtime.steps import Steps, drive
 
 ROUNDS = 3
 
@@ -30,7 +30,7 @@ def forget_soul(soul: Soul, stores: Iterable[str] | None = None) -> dict[str, in
 def forget_soul_steps(soul: Soul, stores: Iterable[str] | None = None) -> Steps[dict[str, int]]:
     """:func:`forget_soul` as steps (:mod:`soul_runtime.steps`)."""
     yield from soul.wait_steps()  # the last turn's memory work lands first, then everything goes
-    gone = yield Call("memory", "forget", (), {"stores": stores})
+    gone = yield MEMORY.forget(stores=stores)
     out = {k: int(v) for k, v in gone.items()}
     out["traces"] = soul.state.erase()
     return out
@@ -56,7 +56,7 @@ def forget_where_steps(soul: Soul, ids: Iterable[str] | None = None, query: str 
     total, step = Erased(), q
     for _ in range(ROUNDS):  # then what states the forgotten words or was recorded from the same messages
         found = Erased()
-        matched: dict[str, Erased] = yield Call("memory", "forget_matching", (step,))
+        matched: dict[str, Erased] = yield MEMORY.forget_matching(step)
         for layer, e in matched.items():
             per_layer[layer] = per_layer.get(layer, Erased()) + e
             found = found + e

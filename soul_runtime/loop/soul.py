@@ -24,10 +24,10 @@ the reply: the trace says nothing was written and why.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import SoulConfig
@@ -46,7 +46,8 @@ from soul_runtime.loop.fit import fit_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import TurnTrace, usage_report
 from soul_runtime.loop.units import message_requests
-from soul_runtime.models.base import AsyncLanguageModel, Exchange, LanguageModel, Usage
+from soul_runtime.memory.erasure import Erased, ForgetQuery
+from soul_runtime.models.base import MODEL, AsyncLanguageModel, Exchange, LanguageModel, Usage
 from soul_runtime.records import (
     MemoryWrite,
     Message,
@@ -55,7 +56,7 @@ from soul_runtime.records import (
     request_from_plain,
     to_plain,
 )
-from soul_runtime.steps import Call, Join, Spawn, Steps, Work, drive
+from soul_runtime.steps import Join, Spawn, Steps, Target, Work, drive
 from soul_runtime.text import check_id, check_text, estimate_tokens
 
 
@@ -70,6 +71,15 @@ class MemoryPort(Protocol):
 
     def embed_ahead(self, reqs: list[WriteRequest]) -> None:
         """A hint that ``reqs`` will be written soon (a memory that embeds elsewhere may ignore it)."""
+
+    def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]: ...
+
+    def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]: ...
+
+
+MEMORY = cast(MemoryPort, Target("memory"))
+"""The memory a soul's steps call (``yield MEMORY.recall(...)``): the step ``Call("memory", "recall", ...)``, which
+its driver performs on the soul's memory (see :mod:`soul_runtime.steps`)."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +240,7 @@ class Soul:
         else:
             reqs = [request_from_plain(r) for r in intent["requests"]]
         reqs = [replace(r, epoch=self.state.epoch) for r in reqs]  # completed under this owner's epoch
-        writes = (yield Call("memory", "write_many", (reqs,))) if reqs else []
+        writes = (yield MEMORY.write_many(reqs)) if reqs else []
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), pending=False)
         for t in intent["buffer"]:
             self._append(BufferTurn(*t), intent["session"])
@@ -317,7 +327,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = yield Call("memory", "recall", (text, tc.recall_k), {"at": now})
+        recalled = yield MEMORY.recall(text, tc.recall_k, at=now)
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()
@@ -326,7 +336,7 @@ class Soul:
         timings["assemble"] = (clock() - t0) * 1000
 
         t0 = clock()
-        answer = yield Call("model", "reply", (ctx.request,))
+        answer = yield MODEL.reply(ctx.request)
         timings["inference"] = (clock() - t0) * 1000
 
         ids = (f"{turn_id}/user",)
@@ -392,7 +402,7 @@ class Soul:
                timings: dict[str, float]) -> Steps[TurnTrace]:
         reqs = [replace(r, epoch=self.state.epoch) for r in reqs]
         t0 = time.perf_counter()
-        writes = (yield Call("memory", "write_many", (reqs,))) if reqs else []
+        writes = (yield MEMORY.write_many(reqs)) if reqs else []
         timings["write"] = (time.perf_counter() - t0) * 1000
         trace = replace(trace, writes=tuple(w for ws in writes for w in ws), timings_ms=dict(timings), pending=False)
         buffer = self.state.buffer.copy()
@@ -462,7 +472,7 @@ class Soul:
                 buffer.append(bt)
                 new_turns.append(bt)
             if len(reqs) > ahead:  # their vectors are computed while the next window is read
-                yield Call("memory", "embed_ahead", (reqs[ahead:],))
+                yield MEMORY.embed_ahead(reqs[ahead:])  # type: ignore[func-returns-value]  # the step, not None
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
                           query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,

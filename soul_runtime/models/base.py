@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from soul_runtime.records import Extraction
-from soul_runtime.steps import Call, Steps, drive
+from soul_runtime.steps import Steps, Target, drive
 
 PERSIST_CATEGORIES = ("preference", "fact", "decision", "plan", "event", "task")
 
@@ -274,6 +274,11 @@ class ModelWrapper(LanguageModel):
         return getattr(self.inner, name)
 
 
+MODEL = cast(LanguageModel, Target("model"))
+"""The model a soul's steps call (``yield MODEL.reply(request)``): the step ``Call("model", "reply", ...)``, which
+its driver performs on the soul's model (see :mod:`soul_runtime.steps`)."""
+
+
 def window_by_message(window: ObserveWindow, model_id: str) -> Steps[WindowDecision]:
     """A window judged message by message through the model's ``decide`` (a model without a window call of its
     own), as steps (:mod:`soul_runtime.steps`)."""
@@ -282,10 +287,9 @@ def window_by_message(window: ObserveWindow, model_id: str) -> Steps[WindowDecis
     usage = Usage()
     for m in window.messages:
         if m.judge:
-            d = yield Call("model", "decide", (Exchange(user_text=m.text, reply_text="", speaker=m.speaker,
-                                                        message_ids=(m.id,), at=m.at, persona=window.persona,
-                                                        history=tuple(earlier[-window.history:])
-                                                        if window.history else ()),))
+            d = yield MODEL.decide(Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,),
+                                            at=m.at, persona=window.persona,
+                                            history=tuple(earlier[-window.history:]) if window.history else ()))
             usage = usage + d.usage
             out.append(MemoryDecision(d.persist, d.categories, d.reason, d.extraction, Usage(), d.model))
         else:
