@@ -137,4 +137,8 @@ export type ErasedAnswer = Fits<{ erased: Record<string, number> }, AnswerOf<V, 
 export type Stats = Fits<Record<string, unknown>, AnswerOf<`${V}/stats`, "get">>;
 export type ImportAnswer = Fits<{ soul_id: string; bytes: number }, AnswerOf<`${V}/import`, "post">>;
 
+/** The memory lines a turn asking a query would be shown: the items recall ranks, each marked shown or not within
+ * the token budget, with its line and what it costs (declared whole by the document). */
+export type ContextAnswer = AnswerOf<`${V}/context`, "get">;
+
 export type EpisodesQuery = QueryOf<`${V}/episodes`, "get">;

@@ -4,7 +4,7 @@
  */
 
 import type {
-  EpisodesAnswer, ErasedAnswer, FactsAnswer, ForgetResult, HistoryAnswer, ImportAnswer, Message, ProceduresAnswer,
+  ContextAnswer, EpisodesAnswer, ErasedAnswer, FactsAnswer, ForgetResult, HistoryAnswer, ImportAnswer, Message, ProceduresAnswer,
   RecallAnswer, SoulsAnswer, Stats, Store, Time, TraceAnswer, TracesAnswer, TurnResult,
 } from "./api.js";
 import { errorFromResponse, RuntimeBusy, RuntimeUnavailable, SoulError } from "./errors.js";
@@ -66,6 +66,19 @@ export interface RecallOptions extends CallOptions {
   k?: number;
   /** Only these layers. */
   stores?: Store[];
+  /** Recall as of this time (default: now). */
+  at?: Time | Date;
+}
+
+export interface ContextOptions extends CallOptions {
+  /** Tokens for memory lines (default: the turn's own budget). */
+  budget?: number;
+  /** How many items recall ranks (default: as a turn). */
+  k?: number;
+  /** Only these layers. */
+  stores?: Store[];
+  /** As of this time (default: now). */
+  at?: Time | Date;
 }
 
 export interface EpisodesOptions extends CallOptions {
@@ -125,6 +138,18 @@ export function parseRetryAfter(value: string | null, now: number = Date.now()):
   if (/^\d+$/.test(v)) return Number(v);
   const when = Date.parse(v);
   return Number.isNaN(when) ? undefined : Math.max(0, (when - now) / 1000);
+}
+
+/** A controller whose signal aborts when either signal does (`AbortSignal.any`, which Node 20.0-20.2 and older
+ * browsers lack); aborting it drops its listeners on both. */
+function either(a: AbortSignal, b: AbortSignal): AbortController {
+  const both = new AbortController();
+  const abort = (s: AbortSignal) => () => both.abort(s.reason);
+  for (const s of [a, b]) {
+    if (s.aborted) both.abort(s.reason);
+    else s.addEventListener("abort", abort(s), { once: true, signal: both.signal });
+  }
+  return both;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -201,10 +226,10 @@ export class SoulClient {
     for (let attempt = 0; ; attempt++) {
       const last = attempt >= this.retries;
       let waitMs: number | undefined;
-      let failure: SoulError;
       req.signal?.throwIfAborted();
       const timeout = AbortSignal.timeout(this.timeoutMs);
-      const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
+      const joined = req.signal ? either(req.signal, timeout) : undefined;
+      const signal = joined?.signal ?? timeout;
       try {
         const res = await this.fetchImpl(url, { method: req.method, headers, body, signal });
         if (res.ok) {
@@ -214,7 +239,7 @@ export class SoulClient {
         let parsed: unknown = text;
         try { parsed = JSON.parse(text); } catch { /* not JSON: a proxy's page; keep the text */ }
         const retryAfter = parseRetryAfter(res.headers.get("retry-after"));
-        failure = errorFromResponse(res.status, parsed, retryAfter);
+        const failure = errorFromResponse(res.status, parsed, retryAfter);
         const retried = req.retry === "always" ? RETRIED.has(res.status) : res.status === 429;
         if (!retried || last) throw failure;
         if (retryAfter !== undefined) {
@@ -225,10 +250,12 @@ export class SoulClient {
         if (e instanceof SoulError) throw e;
         if (req.signal?.aborted) throw req.signal.reason;
         const timedOut = timeout.aborted;
-        failure = new RuntimeUnavailable(
+        const failure = new RuntimeUnavailable(
           timedOut ? `the service did not answer within ${this.timeoutMs} ms` : `the service cannot be reached (${this.baseUrl})`,
           { cause: e });
         if (req.retry !== "always" || last) throw failure;
+      } finally {
+        joined?.abort();  // the attempt is over (its body read): the caller's signal keeps no listener of it
       }
       await sleep(waitMs ?? this.backoff(attempt), req.signal);
     }
@@ -274,11 +301,21 @@ export class Soul {
 
   /** What memory returns for a query, best first. */
   async recall(query: string, options: RecallOptions = {}): Promise<RecallAnswer["items"]> {
-    const { k, stores, signal } = options;
+    const { k, stores, at, signal } = options;
     const out = await this.client.request<RecallAnswer>({
-      method: "GET", path: `${this.path}/recall`, retry: "always", signal, query: { q: query, k, store: stores },
+      method: "GET", path: `${this.path}/recall`, retry: "always", signal,
+      query: { q: query, k, store: stores, at: time(at) },
     });
     return out.items;
+  }
+
+  /** The memory lines a turn asking `query` would be shown, within `budget` tokens: what the model would read. */
+  async context(query: string, options: ContextOptions = {}): Promise<ContextAnswer> {
+    const { budget, k, stores, at, signal } = options;
+    return this.client.request<ContextAnswer>({
+      method: "GET", path: `${this.path}/context`, retry: "always", signal,
+      query: { q: query, budget, k, store: stores, at: time(at) },
+    });
   }
 
   /** The facts memory holds now (about `entity`, or all). */

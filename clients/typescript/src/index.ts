@@ -1,7 +1,7 @@
 export { SoulClient, Soul, newIdempotencyKey, parseRetryAfter } from "./client.js";
 export type {
-  CallOptions, ClientOptions, EpisodesOptions, ForgetWhereOptions, ObserveOptions, RecallOptions, RetryOptions,
-  TurnOptions, WriteOptions,
+  CallOptions, ClientOptions, ContextOptions, EpisodesOptions, ForgetWhereOptions, ObserveOptions, RecallOptions,
+  RetryOptions, TurnOptions, WriteOptions,
 } from "./client.js";
 export * from "./errors.js";
 export type * from "./api.js";

@@ -307,10 +307,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/souls/{soul_id}/context": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Context
+         * @description The memory lines a turn asking ``q`` would be shown within ``budget`` tokens: the ``k`` items recall
+         *     ranks (``store`` repeatable), each marked shown or not, with its line and its token cost.
+         */
+        get: operations["context_v1_souls__soul_id__context_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** ContextOut */
+        ContextOut: {
+            /** Query */
+            query: string;
+            /** Budget */
+            budget: number;
+            /** Used Tokens */
+            used_tokens: number;
+            /** Items */
+            items: components["schemas"]["PackedItem"][];
+        };
         /** ErrorOut */
         ErrorOut: {
             /** Error */
@@ -357,6 +389,41 @@ export interface components {
             at?: number | string | null;
             /** Session */
             session?: string | null;
+        };
+        /** PackedItem */
+        PackedItem: {
+            /**
+             * Rank
+             * @description 1 for the best-scored item recalled
+             */
+            rank: number;
+            /** Store */
+            store: string;
+            /** Id */
+            id: string;
+            /** Text */
+            text: string;
+            /** Score */
+            score: number;
+            /** Sources */
+            sources: string[];
+            /** At */
+            at: number;
+            /**
+             * Shown
+             * @description the item's line fits the budget: the model would read it
+             */
+            shown: boolean;
+            /**
+             * Line
+             * @description the line the model would read (None when it is not shown)
+             */
+            line: string | null;
+            /**
+             * Tokens
+             * @description what that line costs in the context (None when it is not shown)
+             */
+            tokens: number | null;
         };
         /** TurnIn */
         TurnIn: {
@@ -1712,6 +1779,100 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ForgetOut"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    context_v1_souls__soul_id__context_get: {
+        parameters: {
+            query: {
+                q: string;
+                /** @description tokens for memory lines */
+                budget?: number;
+                k?: number;
+                store?: string[] | null;
+                /** @description as of this time: ISO-8601 or epoch seconds (default: now) */
+                at?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                soul_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ContextOut"];
                 };
             };
             /** @description Bad Request */

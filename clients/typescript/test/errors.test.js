@@ -12,11 +12,12 @@ import { freshSoul, service } from "./support.js";
 const { url, key } = service();
 const client = new SoulClient({ baseUrl: url, apiKey: key, retry: { retries: 0 } });
 
+/** The call fails with a `cls` of HTTP status `status` (or one of them). */
 async function refused(promise, cls, status) {
   const e = await promise.then(() => assert.fail("no error"), (err) => err);
   assert.ok(e instanceof cls, `${e?.name}: ${e?.message} is not a ${cls.name}`);
   assert.ok(e instanceof SoulError && e instanceof Error);
-  assert.equal(e.status, status, e.message);
+  assert.ok([status].flat().includes(e.status), `${e.status}: ${e.message}`);
   assert.ok(e.message.length > 0 && !e.message.includes("acme"), e.message);
   return e;
 }
@@ -35,7 +36,7 @@ test("the server's refusals are the tree's classes", async () => {
   await refused(client.soul("x".repeat(96)).facts(), InvalidInput, 400);
   await refused(soul.turn("   "), InvalidInput, 400);
   await refused(soul.turn("hi", { at: "not a time" }), InvalidInput, 400);
-  await refused(soul.recall("x", { k: 0 }), InvalidInput, 422);
+  await refused(soul.recall("x", { k: 0 }), InvalidInput, [400, 422]);  // out of the declared bounds
   await refused(soul.recall("x", { stores: ["nowhere"] }), InvalidInput, 400);
   await refused(soul.observe([]), InvalidInput, 400);
   await refused(soul.forgetWhere({}), InvalidInput, 400);

@@ -58,11 +58,19 @@ function violations(doc, schema, value, where) {
 
 /** A query or path value (text) as its schema's type reads it. */
 function typed(doc, schema, text) {
-  const flat = (s) => (s.$ref ? flat(s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc)) : s);
-  const kinds = [schema, ...(schema.anyOf ?? schema.oneOf ?? [])].map(flat).flatMap((s) => [s.type].flat());
+  const kindsOf = (s) => {
+    if (s.$ref) return kindsOf(s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc));
+    return [s.type ?? [], ...(s.anyOf ?? s.oneOf ?? []).map(kindsOf)].flat(Infinity);
+  };
+  const kinds = kindsOf(schema);
   if (kinds.includes("integer") && /^-?\d+$/.test(text)) return Number(text);
   if (kinds.includes("number") && text !== "" && !Number.isNaN(Number(text))) return Number(text);
   return text;
+}
+
+/** The route declares the query parameter `name`. */
+function declares(doc, path, method, name) {
+  return (doc.paths[path]?.[method]?.parameters ?? []).some((p) => p.in === "query" && p.name === name);
 }
 
 function route(doc, path) {
@@ -154,6 +162,8 @@ test("every request and answer of the client fits the running server's OpenAPI d
   await soul.observe([{ speaker: "Maya", text: "Correct, Tendril runs Postgres 15 in production.", id: "c2", at: 1772442100 },
     { speaker: "Maya", text: "Yes, Postgres 15 it is.", id: "c3" }], { at: new Date(), session: "s2" });
   await soul.recall("database", { k: 3, stores: ["semantic", "episodic"] });
+  if (declares(doc, "/v1/souls/{soul_id}/recall", "get", "at")) await soul.recall("database", { at: new Date() });
+  await soul.context("database", { budget: 300, k: 4, stores: ["episodic"], at: 1900000000 });
   const facts = await soul.facts();
   await soul.facts("tendril");
   const f = facts[0] ?? { entity: "tendril", attribute: "database" };
@@ -190,11 +200,13 @@ test("the checker finds what does not fit", async () => {
   const doc = await (await fetch(`${url}/openapi.json`)).json();
   const base = { method: "POST", headers: { "content-type": "application/json" }, status: 200, contentType: "application/json" };
   const turn = (extra) => ({ ...base, url: new URL(`${url}/v1/souls/maya/turns`), ...extra });
-  const ok = { reply: "r", turn_id: "maya/1", seq: 1, recalled: [], writes: [], writes_pending: false };
+  const ok = await new SoulClient({ baseUrl: url, apiKey: key }).soul(freshSoul("chk")).turn("Our CI runs nightly.");
   assert.deepEqual(check(doc, turn({ body: JSON.stringify({ text: "hi" }), answer: ok })), []);
   assert.match(check(doc, turn({ body: JSON.stringify({ text: "hi", wait: true }), answer: ok })).join(), /undeclared wait/);
   assert.match(check(doc, turn({ body: JSON.stringify({ user: "a" }), answer: ok })).join(), /no text/);
   assert.match(check(doc, turn({ body: JSON.stringify({ text: "hi" }), answer: { ...ok, seq: "1" } })).join(), /seq/);
+  const { reply, ...noReply } = ok;
+  assert.match(check(doc, turn({ body: JSON.stringify({ text: "hi" }), answer: noReply })).join(), /no reply/);
   assert.match(check(doc, { ...base, method: "GET", url: new URL(`${url}/v1/souls/maya/recall?q=x&top=3`), answer: { items: [] } }).join(),
     /query top undeclared/);
   assert.match(check(doc, { ...base, method: "GET", url: new URL(`${url}/v1/souls/maya/recall`), answer: { items: [] } }).join(),

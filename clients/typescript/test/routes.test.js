@@ -39,6 +39,11 @@ test("a soul's whole life: turn, observe, recall, facts, history, episodes, trac
   const semantic = await soul.recall("Tendril database", { stores: ["semantic"] });
   assert.ok(semantic.length > 0 && semantic.every((i) => i.store === "semantic"), JSON.stringify(semantic));
 
+  const context = await soul.context("Tendril production database", { budget: 400, k: 5 });
+  assert.equal(context.query, "Tendril production database");
+  assert.ok(context.items.length > 0 && context.items.length <= 5, JSON.stringify(context));
+  assert.ok(context.used_tokens <= 400 && context.items.some((i) => i.shown && i.line.includes("Postgres 15")));
+
   const facts = await soul.facts();
   fits(facts, "Fact[]");
   const fact = facts.find((f) => f.value === "Postgres 15");

@@ -31,7 +31,10 @@ async function withServer() {
   const keys = [key("acme"), key("beta")];
   const url = await deadUrl();  // a free port
   const log = join(base, "serve.log");
-  const server = spawn(soul, ["serve", "--port", new URL(url).port], { env, stdio: ["ignore", openSync(log, "w"), openSync(log, "w")] });
+  // Serve's Python proxy as ingress: HAProxy binds fixed ports of its own that another `soul serve` may hold
+  const args = ["serve", "--port", new URL(url).port, "--ingress", "proxy"];
+  const out = openSync(log, "w");
+  const server = spawn(soul, args, { env, stdio: ["ignore", out, out] });
   let exited = false;
   server.on("exit", () => { exited = true; });
   try {
