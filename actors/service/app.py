@@ -9,6 +9,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from soul_runtime.config import SoulConfig
+
+from .body_limit import BodyLimit
 from .context_api import add_context_route
 from .http_api import Backend, build_app
 from .inspector import mount_inspector
@@ -42,4 +45,7 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
 
     app = build_app(backend, mcp_app, lifespan)
     add_context_route(app, backend)
+    # a body larger than the runtime's longest message could need: 413 naming the limit (body_limit)
+    chars = SoulConfig().turn.max_text_chars  # the runtime's message limit, as this replica connects with it
+    app.add_middleware(BodyLimit, max_text_chars=lambda: chars)
     return mount_inspector(app)
