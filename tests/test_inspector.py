@@ -1,0 +1,200 @@
+"""The memory inspector at ``/ui/`` in a real browser (Debian's headless Chromium through Playwright) against a real
+``soul serve`` with two tenants: a key per browser session, a soul's layers, a fact's history after a correction, the
+turn that made it, forgetting an episode, erasing a soul, and another tenant's key seeing none of it."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.inspector_browser import Served, chromium, observe, served, sign_in, turn
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[Served]:
+    with served(("acme", "beta")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def souls(srv: Served) -> dict[str, Any]:
+    """acme's soul with a stated, confirmed then corrected fact and an observed message; a scratch soul to erase;
+    beta's own soul."""
+    a, b = srv.client("acme"), srv.client("beta")
+    maya, scratch, other = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("maya", "scratch", "beta-soul"))
+    turn(a, maya, "The production database for Tendril is Postgres 15.", "2026-03-02T09:00:00Z")
+    turn(a, maya, "Yes, that's right.", "2026-03-02T09:01:00Z")
+    fix = turn(a, maya, "Actually, it's Postgres 16.", "2026-03-03T09:00:00Z")
+    obs = observe(a, maya, [{"speaker": "Maya", "text": "We rolled back the cache deploy after the latency spike.",
+                             "id": "standup-7"}], "2026-03-03T10:00:00Z", "standup")
+    turn(a, scratch, "Our staging cluster is in Frankfurt.", "2026-03-04T09:00:00Z")
+    turn(b, other, "The refund window for annual plans is 30 days.", "2026-03-05T09:00:00Z")
+    [update] = [w for w in fix["writes"] if w["op"] == "UPDATE"]
+    [episode] = [w["key"] for w in obs["writes"] if w["store"] == "episodic"]
+    return {"maya": maya, "scratch": scratch, "other": other, "fix_seq": fix["seq"], "update": update,
+            "episode": episode}
+
+
+def test_pages_are_static_and_the_context_route_is_the_tenants(srv: Served, souls: dict[str, Any]) -> None:
+    """/ui/ serves files (no data, no key needed to load them); the one read route the pages add answers a key
+    only about its own tenant's souls, like every /v1 route."""
+    anon = httpx.Client(base_url=srv.url, timeout=60)
+    page = anon.get("/ui/")
+    assert page.status_code == 200 and 'id="app"' in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert anon.get("/ui", follow_redirects=False).status_code in (301, 307, 308)
+    assert anon.get("/ui/app.js").status_code == 200 and anon.get("/ui/nothing.js").status_code == 404
+    assert anon.get("/ui/../v1/souls").status_code == 401  # a path out of /ui/ is a /v1 route: it needs a key
+    maya = souls["maya"]
+    ctx = f"/v1/souls/{maya}/context"
+    assert anon.get(ctx, params={"q": "postgres"}).status_code == 401
+    full = srv.client("acme").get(ctx, params={"q": "Which Postgres does Tendril run?", "budget": 2000}).json()
+    assert full["items"] and all(i["shown"] for i in full["items"])
+    assert full["used_tokens"] == sum(i["tokens"] for i in full["items"]) <= 2000
+    assert [i["rank"] for i in full["items"]] == list(range(1, len(full["items"]) + 1))
+    assert any("Postgres 16" in (i["line"] or "") for i in full["items"])
+    tight = srv.client("acme").get(ctx, params={"q": "Which Postgres does Tendril run?", "budget": 30}).json()
+    shown = [i for i in tight["items"] if i["shown"]]
+    assert len(shown) < len(tight["items"]) and tight["used_tokens"] <= 30
+    assert all(i["line"] is None and i["tokens"] is None for i in tight["items"] if not i["shown"])
+    bad = srv.client("acme").get(ctx, params={"q": "x", "budget": 0})
+    assert bad.status_code in (400, 422) and bad.json()["error"]["type"] == "InvalidInput", bad.text
+    theirs = srv.client("beta").get(ctx, params={"q": "Which Postgres does Tendril run?"})
+    assert theirs.status_code == 200 and theirs.json()["items"] == [], theirs.text
+    assert maya not in srv.client("beta").get("/v1/souls").text
+
+
+def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
+    maya, scratch, other, seq = souls["maya"], souls["scratch"], souls["other"], souls["fix_seq"]
+    with chromium() as browser:
+        ctx = browser.new_context(viewport={"width": 1100, "height": 800})
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        requests: list[Any] = []
+        page.on("request", lambda r: requests.append(r))
+
+        # a wrong key is refused; the right one, typed and sent with Enter, is kept for the tab's session only
+        page.goto(srv.url + "/ui/")
+        key_box = page.get_by_label("API key")
+        key_box.fill("soul_not-a-key")
+        key_box.press("Enter")
+        page.get_by_role("alert").filter(has_text="not valid").wait_for()
+        sign_in(page, srv.url, srv.keys["acme"])
+        assert page.evaluate("sessionStorage.getItem('soul-inspector.key')") == srv.keys["acme"]
+        assert page.evaluate("localStorage.length") == 0 and not ctx.cookies()
+
+        # souls of the tenant, searchable, with counts per layer and last activity
+        row = page.get_by_role("row").filter(has=page.get_by_role("link", name=maya))
+        row.get_by_text("ago").wait_for()  # last activity: the stats and the newest trace have come
+        cells = row.locator("td").all_inner_texts()
+        assert cells[1] == "1" and cells[3] == "4", cells  # one fact; four turns
+        assert page.get_by_role("link", name=scratch).count() == 1 and page.get_by_role("link", name=other).count() == 0
+        page.get_by_label("Search souls").fill("scratch-")
+        page.get_by_role("link", name=maya).wait_for(state="detached")
+        assert page.get_by_role("link", name=scratch).count() == 1
+        page.get_by_label("Search souls").fill("")
+        page.get_by_role("link", name=maya).click()
+
+        # the episodic timeline: dated, with its session and provenance down to the message
+        ep = souls["episode"]
+        item = page.locator(f"li.episode[data-id='{ep}']")
+        item.wait_for()
+        text = item.inner_text()
+        assert "latency spike" in text and "standup" in text and "2026-03-03 10:00 UTC" in text and "decaying" in text
+        assert item.get_by_role("link", name="observed in turn 4").count() == 1 and "standup-7" in text
+        first = page.locator("li.episode", has_text="Postgres 15.").last
+        assert first.get_by_role("link", name="turn 1 · user message").count() == 1
+
+        # a fact's history after the correction: both values, how each came, and the turn that made the new one
+        page.get_by_role("link", name="Facts").click()
+        fact = page.locator("li.fact", has_text="production database")
+        fact.locator("summary").click()
+        hist = fact.locator("table.history")
+        hist.wait_for()
+        rows = hist.locator("tbody tr").all_inner_texts()
+        assert len(rows) == 2 and rows[0].startswith("Postgres 15") and rows[1].startswith("Postgres 16"), rows
+        assert "confirmed" in rows[0] and "corrected" in rows[0] and "corrected" in rows[1] and "current" in rows[1]
+        hist.locator("tbody tr").nth(1).get_by_role("link", name=f"turn {seq}", exact=True).click()
+
+        # the turn that made it: what it recalled, its decision, and the write with its op and reason
+        page.get_by_role("heading", name=f"Turn {seq}").wait_for()
+        w = page.locator(f"table.writes tr[data-op='UPDATE'][data-key='{souls['update']['key']}']")
+        w.wait_for()
+        assert souls["update"]["reason"] in w.inner_text() and "Postgres 16" in w.inner_text()
+        assert page.locator("table.recalled tbody tr").count() >= 1
+        assert "soul-offline-rules-v1" in page.locator("dl.facts-list").first.inner_text()
+        assert page.locator("table.usage").get_by_role("row", name=re.compile("^all")).count() == 1
+
+        # the recall playground: ranked items, and which lines fit the budget
+        page.get_by_role("link", name="Recall").click()
+        page.get_by_label("Query").fill("Which Postgres does Tendril run?")
+        page.get_by_label("Token budget").fill("30")
+        page.get_by_role("button", name="Recall").click()
+        page.locator("table.packed").wait_for()
+        assert page.locator("table.packed tr.shown").count() >= 1 and page.locator("table.packed tr.cut").count() >= 1
+
+        # forget the observed episode: Escape cancels; confirming deletes it through POST /forget
+        page.get_by_role("link", name="Timeline").click()
+        forget = page.get_by_role("button", name=f"Forget episode {ep}")
+        forget.click()
+        page.locator("dialog[open]").wait_for()
+        page.keyboard.press("Escape")
+        page.locator("dialog[open]").wait_for(state="detached")
+        assert item.count() == 1
+        forget.click()
+        page.locator("dialog[open]").get_by_role("button", name="Forget").click()
+        page.get_by_role("status").filter(has_text=f"Forgot {ep}").wait_for()
+        item.wait_for(state="detached")
+        assert ep not in {e["id"] for e in srv.client("acme").get(f"/v1/souls/{maya}/episodes").json()["episodes"]}
+
+        # erase a soul: only once its id is typed
+        page.goto(f"{srv.url}/ui/#/souls/{scratch}/erase")
+        page.get_by_role("button", name=f"Erase {scratch}").click()
+        go = page.locator("dialog[open]").get_by_role("button", name="Erase for good")
+        assert go.is_disabled()
+        page.get_by_label(f"Type {scratch} to confirm").fill(scratch)
+        go.click()
+        page.get_by_text("is erased").wait_for()
+        assert srv.client("acme").get(f"/v1/souls/{scratch}/facts").json() == {"facts": []}
+
+        # a narrow window: nothing runs off the side
+        page.set_viewport_size({"width": 380, "height": 800})
+        page.goto(f"{srv.url}/ui/#/souls/{maya}/timeline")
+        page.locator("li.episode").first.wait_for()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+        # every request went to the service's own /ui/ and /v1, the key only ever in a header
+        key = srv.keys["acme"]
+        for r in requests:
+            assert r.url.startswith(srv.url + "/ui/") or r.url.startswith(srv.url + "/v1/"), r.url
+            assert key not in r.url
+            if "/v1/" in r.url:
+                assert r.headers.get("authorization", "").startswith("Bearer "), r.url
+        page.get_by_role("button", name="Forget key").click()
+        page.get_by_label("API key").wait_for()
+        assert page.evaluate("sessionStorage.length") == 0
+        assert not errors, errors
+        ctx.close()
+
+        # another tenant's key: its own soul only, and nothing of acme's, even at acme's soul's address
+        other_ctx = browser.new_context()
+        page = other_ctx.new_page()
+        sign_in(page, srv.url, srv.keys["beta"])
+        page.get_by_role("link", name=other).wait_for()
+        assert page.get_by_role("link", name=maya).count() == 0 and maya not in page.content()
+        for tab, ready in (("timeline", "#h-timeline"), ("facts", "#h-facts"), (f"turns/{seq}", "#h-turn")):
+            page.goto(f"{srv.url}/ui/#/souls/{maya}/{tab}")
+            page.locator(ready).wait_for()
+            page.wait_for_load_state("networkidle")
+            body = page.locator("main").inner_text()
+            assert "Postgres" not in body and "latency" not in body, (tab, body)
+        assert page.locator("li.episode").count() == 0
+        other_ctx.close()
