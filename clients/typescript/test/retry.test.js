@@ -4,7 +4,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { InvalidInput, RuntimeBusy, RuntimeUnavailable, SoulClient } from "../dist/index.js";
+import { InvalidInput, parseRetryAfter, RuntimeBusy, RuntimeUnavailable, SoulClient } from "../dist/index.js";
 import { deadUrl, faultProxy, freshSoul, service } from "./support.js";
 
 const { url, key } = service();
@@ -152,4 +152,14 @@ test("an abort stops the retries and throws its reason", async (t) => {
   const e = await call;
   assert.equal(e.message, "the user left");
   assert.equal(proxy.seen.length, 1);
+});
+
+test("Retry-After: seconds or an HTTP date", () => {
+  const now = Date.parse("2026-12-04T20:00:00Z");
+  assert.equal(parseRetryAfter("120", now), 120);
+  assert.equal(parseRetryAfter(" 0 ", now), 0);
+  assert.equal(parseRetryAfter("Fri, 04 Dec 2026 20:00:05 GMT", now), 5);
+  assert.equal(parseRetryAfter("Fri, 04 Dec 2026 19:59:00 GMT", now), 0);
+  assert.equal(parseRetryAfter("soon", now), undefined);
+  assert.equal(parseRetryAfter(null, now), undefined);
 });
