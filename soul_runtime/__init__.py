@@ -1,12 +1,13 @@
 """soul-runtime: long-term memory for LLM agents ("souls"), hosted on Ray.
 
 The core (this package) never imports Ray; :func:`connect` loads the Ray layer
-(package ``actors``) on first use.
+(package ``actors``) on first use, or the HTTP client (:mod:`soul_runtime.http_client`,
+no Ray) for the address of a ``soul serve``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from soul_runtime.config import MemoryConfig, SoulConfig, TurnConfig
 from soul_runtime.errors import (
@@ -30,21 +31,42 @@ from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Proced
 if TYPE_CHECKING:
     from actors.runtime import AsyncSoulHandle, Runtime, SoulHandle
     from actors.settings import RuntimeConfig
+    from soul_runtime.http_client import HttpRuntime
     from soul_runtime.loop.soul import TurnResult
     from soul_runtime.loop.trace import TurnTrace
 
 __version__ = "0.1.0"
 
 
-def connect(address: str | None = None, **kwargs: Any) -> Runtime:
-    """Connect to soul-runtime on Ray; see :func:`actors.runtime.connect`."""
+HTTP_SCHEMES = ("http://", "https://")
+
+
+@overload
+def connect(address: None = None, **kwargs: Any) -> Runtime: ...
+
+
+@overload
+def connect(address: str, **kwargs: Any) -> Runtime | HttpRuntime: ...
+
+
+def connect(address: str | None = None, **kwargs: Any) -> Runtime | HttpRuntime:
+    """Connect to soul-runtime.
+
+    ``"http://host:port"`` or ``"https://…"``: the HTTP service (``soul serve``) as the tenant of ``api_key=``
+    (default: ``SOUL_API_KEY``), see :func:`soul_runtime.http_client.connect_http`; its soul handles have the same
+    methods, arguments, records and errors as over Ray. Anything else (``None``, ``"auto"``, ``"ray://…"``,
+    ``"host:port"``): Ray, see :func:`actors.runtime.connect`.
+    """
+    if isinstance(address, str) and address.lower().startswith(HTTP_SCHEMES):
+        from soul_runtime.http_client import connect_http
+        return connect_http(address, **kwargs)
     from actors.runtime import connect as _connect
     return _connect(address, **kwargs)
 
 
 _LAZY = {"RuntimeConfig": "actors.settings", "Runtime": "actors.runtime", "SoulHandle": "actors.runtime",
          "AsyncSoulHandle": "actors.runtime", "TurnResult": "soul_runtime.loop.soul",
-         "TurnTrace": "soul_runtime.loop.trace"}
+         "TurnTrace": "soul_runtime.loop.trace", "HttpRuntime": "soul_runtime.http_client"}
 
 
 def __getattr__(name: str) -> Any:  # heavier or Ray-side names load on first use; the core stays light
@@ -55,7 +77,7 @@ def __getattr__(name: str) -> Any:  # heavier or Ray-side names load on first us
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["connect", "Runtime", "SoulHandle", "AsyncSoulHandle", "RuntimeConfig", "MemoryConfig", "SoulConfig",
+__all__ = ["connect", "Runtime", "HttpRuntime", "SoulHandle", "AsyncSoulHandle", "RuntimeConfig", "MemoryConfig", "SoulConfig",
            "TurnConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact", "FactVersion", "Episode",
            "Procedure", "SoulError", "InvalidInput", "ConfigError", "NotFound", "StorageError", "ModelError",
            "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable", "RuntimeBusy",

@@ -72,7 +72,7 @@ def error_body(e: BaseException, scope: Scope | None, data_dir: str) -> dict[str
 def _turn_out(res: Any) -> dict[str, Any]:
     return {"reply": res.reply, "turn_id": res.turn_id, "seq": res.seq,
             "recalled": [r.to_dict() for r in res.recalled], "writes": [w.to_dict() for w in res.writes],
-            "writes_pending": res.writes_pending}
+            "writes_pending": res.writes_pending, "model": res.model, "offline": res.offline}
 
 
 class TenantSouls:
@@ -131,13 +131,12 @@ class TenantSouls:
         async def run(rid: str | None) -> Any:
             return await h.forget_where(ids=ids, query=query, request_id=rid)
         res = await self._idempotent(soul_id, key, body, run)
-        return self.scope.tree({"turn_id": res.turn_id, "seq": res.seq, "deleted": [w.key for w in res.writes],
-                                "writes": [w.to_dict() for w in res.writes]})
+        return self.scope.tree({**_turn_out(res), "deleted": [w.key for w in res.writes]})
 
-    async def forget_all(self, soul_id: str) -> dict[str, int]:
+    async def forget_all(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
         internal = self.scope.soul(soul_id)
-        erased = await self._h(soul_id).forget()
-        if self.ledger is not None:
+        erased = await self._h(soul_id).forget(stores)
+        if self.ledger is not None and stores is None:
             await asyncio.to_thread(self.ledger.forget_soul, internal)
         return {str(k): int(v) for k, v in erased.items()}
 

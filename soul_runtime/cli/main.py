@@ -4,7 +4,7 @@ Every command takes ``--address`` (default: the data dir's local runtime, see
 :mod:`actors.local_runtime`;
 ``ray://host:port`` for a cluster; env ``SOUL_ADDRESS``), ``--data-dir`` (env
 ``SOUL_DATA_DIR``, default ``~/.soul-runtime``), ``--namespace``, ``--model`` / ``--embedder``
-(env ``SOUL_MODEL`` / ``SOUL_EMBEDDER``), ``--json`` and ``--debug``. Ray is only reached through :func:`soul_runtime.connect`.
+(env ``SOUL_MODEL`` / ``SOUL_EMBEDDER``), ``--json`` and ``--debug``. Ray is only reached through :func:`actors.runtime.connect`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,6 @@ class Ctx:
         """A connected runtime. On the embedded default it is the data dir's local runtime (started in the
         background by the first command, attached to by the next ones) unless ``background`` is False or
         ``SOUL_LOCAL_RUNTIME=per-call``: then a private Ray lives for this call only."""
-        import soul_runtime
         from actors import local_runtime as bg
         if not self.args.debug:
             os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
@@ -105,13 +104,14 @@ class Ctx:
         what = "Starting a local Ray and the soul actors (~10-20 s)" if address is None else \
             "Attaching to the local runtime" if local else f"Connecting to {address}"
         with self.err.status(what + "…", spinner="dots"):
+            from actors.runtime import connect as connect_ray  # after attach: Ray reads the head's auth then
             try:
-                rt = soul_runtime.connect(address, data_dir=data_dir, namespace=namespace or self.namespace)
+                rt = connect_ray(address, data_dir=data_dir, namespace=namespace or self.namespace)
             except RuntimeUnavailable:
                 if not local:
                     raise
                 address, _ = bg.attach(data_dir, replace=True)  # a head that accepts ports but is broken
-                rt = soul_runtime.connect(address, data_dir=data_dir, namespace=namespace or self.namespace)
+                rt = connect_ray(address, data_dir=data_dir, namespace=namespace or self.namespace)
         if self.args.debug:
             self.err.print(f"[dim]connected in {time.perf_counter() - t0:.1f} s[/]")
         try:
@@ -386,10 +386,10 @@ def _stop_head(ctx: Ctx, state_dir: str) -> int:
             if not ctx.args.debug:
                 os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
             os.environ.update(lc.client_env(info))  # before Ray is imported: it reads the auth mode then
-            import soul_runtime
             from actors import raycalls
+            from actors.runtime import connect as connect_ray
             try:
-                with soul_runtime.connect(info.gcs_address, data_dir=ctx.data_dir, namespace=ctx.namespace) as rt:
+                with connect_ray(info.gcs_address, data_dir=ctx.data_dir, namespace=ctx.namespace) as rt:
                     rt.shutdown_actors()
             finally:
                 raycalls.shutdown()  # disconnect before the head goes, or its dying words reach this terminal

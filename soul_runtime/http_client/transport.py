@@ -1,0 +1,168 @@
+"""Requests to the service over httpx: one pooled client per runtime (blocking, and one per event loop for the
+coroutines), timeouts, and retries that are safe to make.
+
+A write is sent with an ``Idempotency-Key`` (the call's request id), so sending it again after an answer was lost
+is answered with the first result and never applied twice; a call without one (an import) is sent again only
+when it never left. ``429`` (:class:`~soul_runtime.errors.RuntimeBusy`) and ``503``
+(:class:`~soul_runtime.errors.RuntimeUnavailable`) are retried after the answer's ``Retry-After`` (else a
+backoff), and raised when the retries are spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from soul_runtime import errors
+
+from . import wire
+
+RETRIED_STATUS = frozenset({429, 503})
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Transport failures before the request reached the server."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request: method, path under the service's URL, and what it carries."""
+
+    method: str
+    path: str
+    params: list[tuple[str, str]] = field(default_factory=list)
+    json: Any = None
+    content: bytes | None = None
+    key: str | None = None
+    """The ``Idempotency-Key``: with one, the call may be sent again whatever happened to the first."""
+    binary: bool = False
+    """The answer is bytes (``application/octet-stream``), not JSON."""
+
+    def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        headers = {"Idempotency-Key": self.key} if self.key is not None else None
+        if self.content is not None:
+            headers = {**(headers or {}), "Content-Type": "application/octet-stream"}
+        return client.build_request(self.method, self.path, params=tuple(self.params), json=self.json,
+                                    content=self.content, headers=headers)
+
+
+@dataclass(frozen=True)
+class Retries:
+    """How often and after how long a call is sent again."""
+
+    attempts: int = 4
+    """Sends of one call in all (1: never again)."""
+    backoff_s: float = 0.25
+    """The first wait when the answer names none; doubled each time."""
+    max_wait_s: float = 30.0
+    """The longest wait, whatever ``Retry-After`` says."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or isinstance(self.attempts, bool) or not 1 <= self.attempts <= 100:
+            raise errors.ConfigError(f"attempts must be an int in 1..100, got {self.attempts!r}")
+
+    def _wait(self, attempt: int, named: float | None = None) -> float:
+        return min(self.max_wait_s, named if named is not None else self.backoff_s * 2 ** attempt)
+
+    def after_failure(self, call: Call, attempt: int, e: httpx.TransportError) -> float | None:
+        """The wait before sending again after the request failed in transit, or None to give up."""
+        if attempt + 1 >= self.attempts or isinstance(e, httpx.TimeoutException) and not isinstance(e, NEVER_SENT):
+            return None  # out of attempts, or no answer in the time given: the caller's timeout is the bound
+        if call.key is None and not isinstance(e, NEVER_SENT):
+            return None  # it may have been applied, and nothing tells a second one from the first
+        return self._wait(attempt)
+
+    def after_answer(self, attempt: int, response: httpx.Response) -> float | None:
+        """The wait before sending again after this answer, or None to take it."""
+        if response.status_code not in RETRIED_STATUS or attempt + 1 >= self.attempts:
+            return None
+        return self._wait(attempt, retry_after(response.headers.get("Retry-After")))
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta seconds or an HTTP date), None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def failed(e: httpx.TransportError) -> errors.SoulError:
+    """A request that got no answer, as the project's error (as a call to an actor that does not answer)."""
+    if isinstance(e, httpx.TimeoutException) and not isinstance(e, NEVER_SENT):
+        return errors.TurnFailed(f"no answer in time ({type(e).__name__})")
+    return errors.RuntimeUnavailable(f"the service cannot be reached: {type(e).__name__}: {e}")
+
+
+def answer(call: Call, response: httpx.Response) -> Any:
+    """The answer's body (JSON, or bytes for a binary call), or the error it holds, raised."""
+    if response.is_success:
+        return response.content if call.binary else response.json()
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    err = wire.error(response.status_code, body)
+    if isinstance(err, errors.RuntimeBusy):
+        err.retry_after = retry_after(response.headers.get("Retry-After"))  # type: ignore[attr-defined]
+    raise err
+
+
+class Sender:
+    """Sends calls with a blocking client."""
+
+    def __init__(self, client: httpx.Client, retries: Retries) -> None:
+        self.client = client
+        self.retries = retries
+
+    def send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = self.client.send(call.request(self.client))
+            except httpx.TransportError as e:
+                wait = self.retries.after_failure(call, attempt, e)
+                if wait is None:
+                    raise failed(e) from None
+            else:
+                wait = self.retries.after_answer(attempt, response)
+                if wait is None:
+                    return answer(call, response)
+                response.close()
+            attempt += 1
+            time.sleep(wait)
+
+
+class AsyncSender:
+    """Sends calls with an async client (the same retries as :class:`Sender`)."""
+
+    def __init__(self, client: httpx.AsyncClient, retries: Retries) -> None:
+        self.client = client
+        self.retries = retries
+
+    async def send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self.client.send(call.request(self.client))
+            except httpx.TransportError as e:
+                wait = self.retries.after_failure(call, attempt, e)
+                if wait is None:
+                    raise failed(e) from None
+            else:
+                wait = self.retries.after_answer(attempt, response)
+                if wait is None:
+                    return answer(call, response)
+                await response.aclose()
+            attempt += 1
+            await asyncio.sleep(wait)

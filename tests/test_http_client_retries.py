@@ -1,0 +1,118 @@
+"""The HTTP client's retries and error mapping on answers scripted per request (httpx's MockTransport): what is
+sent again, after how long, with which key, and what is raised when it gives up. (The client against a real
+``soul serve``: tests/test_http_client.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from soul_runtime import errors
+from soul_runtime.http_client import HttpRuntime
+from soul_runtime.http_client import transport as tp
+
+TURN = {"reply": "ok", "turn_id": "s/1", "seq": 1, "recalled": [], "writes": [], "writes_pending": False,
+        "model": "offline", "offline": True}
+
+
+class Script:
+    """Answers requests in order with the given responses (or raises the given transport errors)."""
+
+    def __init__(self, *steps: Any) -> None:
+        self.steps = list(steps)
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def _rt(script: Script, monkeypatch: pytest.MonkeyPatch, waits: list[float], **kw: Any) -> HttpRuntime:
+    monkeypatch.setattr(tp.time, "sleep", waits.append)
+    return HttpRuntime("http://service.test", "k", transport=httpx.MockTransport(script), **kw)
+
+
+def busy(retry_after: str | None = "2") -> httpx.Response:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return httpx.Response(429, json={"error": {"type": "RuntimeBusy", "message": "busy"}}, headers=headers)
+
+
+def test_a_busy_answer_is_waited_out_as_retry_after_says_and_the_same_key_sent(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    script, waits = Script(busy("2"), busy(None), httpx.Response(200, json=TURN)), []
+    got = _rt(script, monkeypatch, waits).soul("s").turn("hello", request_id="r-1")
+    assert got.reply == "ok" and got.offline
+    assert waits == [2.0, 0.5]  # Retry-After, then the backoff's second step (0.25 s doubled)
+    assert [r.headers["Idempotency-Key"] for r in script.seen] == ["r-1"] * 3
+    assert len({r.content for r in script.seen}) == 1
+    assert script.seen[0].headers["Authorization"] == "Bearer k"
+
+
+def test_busy_past_the_retries_is_runtime_busy_with_its_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    script, waits = Script(busy("3"), busy("3"), busy("7")), []
+    with pytest.raises(errors.RuntimeBusy) as e:
+        _rt(script, monkeypatch, waits, retries=2).soul("s").turn("hello")
+    assert waits == [3.0, 3.0] and e.value.retry_after == 7.0  # type: ignore[attr-defined]
+    assert isinstance(e.value, errors.RuntimeUnavailable)
+
+
+def test_a_lost_answer_is_sent_again_only_with_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    lost = httpx.ReadError("connection reset")
+    script, waits = Script(lost, httpx.Response(200, json=TURN)), []
+    rt = _rt(script, monkeypatch, waits)
+    assert rt.soul("s").turn("hello").seq == 1
+    keys = [r.headers["Idempotency-Key"] for r in script.seen]
+    assert len(keys) == 2 and keys[0] == keys[1]  # a generated key, the same both times
+    script.steps = [httpx.ReadError("connection reset"), httpx.Response(201, json={})]
+    script.seen.clear()
+    with pytest.raises(errors.RuntimeUnavailable):
+        rt.soul("s").import_(b"\x80")  # an import has no key: it may have been applied, so it is not resent
+    assert len(script.seen) == 1
+    script.steps = [httpx.ConnectError("refused"), httpx.Response(201, json={})]
+    rt.soul("s").import_(b"\x80")  # ... unless it never left
+    assert "Idempotency-Key" not in script.seen[-1].headers
+
+
+def test_no_answer_in_time_is_turn_failed_and_not_resent(monkeypatch: pytest.MonkeyPatch) -> None:
+    script, waits = Script(httpx.ReadTimeout("slow")), []
+    with pytest.raises(errors.TurnFailed):
+        _rt(script, monkeypatch, waits).soul("s").turn("hello")
+    assert len(script.seen) == 1 and waits == []
+
+
+@pytest.mark.parametrize("status,kind,raised", [
+    (400, "InvalidInput", errors.InvalidInput), (422, "IdempotencyConflict", errors.InvalidInput),
+    (401, "Unauthorized", errors.AuthError), (404, "NotFound", errors.NotFound),
+    (502, "ModelTimeout", errors.ModelTimeout), (500, "InternalError", errors.TurnFailed),
+    (503, "StaleOwner", errors.StaleOwner), (418, "", errors.SoulError)])
+def test_error_answers_are_the_project_s_exceptions(monkeypatch: pytest.MonkeyPatch, status: int, kind: str,
+                                                     raised: type[Exception]) -> None:
+    body = {"error": {"type": kind, "message": "why"}} if kind else None
+    steps = [httpx.Response(status, json=body)] * 4
+    with pytest.raises(raised) as e:
+        _rt(Script(*steps), monkeypatch, []).soul("s").facts()
+    assert type(e.value) is raised
+
+
+def test_the_async_handle_retries_alike() -> None:
+    script = Script(busy("0"), httpx.Response(200, json={"facts": []}))
+
+    async def run() -> list[Any]:
+        async with HttpRuntime("http://service.test", "k", async_transport=httpx.MockTransport(script)) as rt:
+            return await rt.async_soul("s").facts("maya")
+    assert asyncio.run(run()) == []
+    assert [str(r.url) for r in script.seen] == ["http://service.test/v1/souls/s/facts?entity=maya"] * 2
+
+
+@pytest.mark.parametrize("make", [lambda: HttpRuntime("ftp://x", "k"), lambda: HttpRuntime("http://x", ""),
+                                  lambda: HttpRuntime("http://x", "k", retries=-1)])
+def test_bad_settings_are_config_errors(make: Callable[[], Any]) -> None:
+    with pytest.raises(errors.ConfigError):
+        make()
