@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from soul_runtime.errors import InvalidInput
+from soul_runtime.limits import TIME_MAX, TIME_MIN
 
 DAY = 86_400.0
 
@@ -23,7 +24,7 @@ def to_timestamp(value: object) -> float:
             v = float(value)
         except OverflowError:
             raise InvalidInput(f"time out of range: {value!r}") from None
-        if not math.isfinite(v) or v < 0 or v > 32503680000:  # 1970 .. year 3000
+        if not math.isfinite(v) or v < TIME_MIN or v > TIME_MAX:  # 1970 .. year 3000
             raise InvalidInput(f"time out of range: {value!r}")
         return v
     if isinstance(value, str):

@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from soul_runtime import limits
 from soul_runtime.clock import to_timestamp
 from soul_runtime.errors import InvalidInput
 from soul_runtime.records import Store
 from soul_runtime.text import check_text
 
-MAX_K = 1000
-MAX_SESSIONS_AGO = 2**31 - 1
+MAX_K = limits.K_MAX
+MAX_SESSIONS_AGO = limits.SESSIONS_AGO_MAX
 
 
 def request_id(given: str | None) -> str:

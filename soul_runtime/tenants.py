@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.errors import InvalidInput, NotFound
+from soul_runtime.limits import SOUL_ID_MAX, TENANT_MAX
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.text import check_id
 
 TENANTS_FILE = "tenants.json"
 KEY_PREFIX = "soul_"
 KEY_BYTES = 32
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
-MAX_SOUL_ID = 128 - 32 - 1  # the runtime's 128 characters, less the longest tenant name and the ':'
+NAME_RE = re.compile(f"^[a-z0-9][a-z0-9-]{{0,{TENANT_MAX - 1}}}$")
+MAX_SOUL_ID = SOUL_ID_MAX  # the runtime's 128 characters, less the longest tenant name and the ':'
 
 
 def check_tenant(name: object) -> str:

@@ -14,12 +14,13 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
-from soul_runtime.clock import time_arg, to_timestamp
+from soul_runtime import limits
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.context import line_tokens, pack_memory
 from soul_runtime.records import RecalledItem
 
-from .http_api import ERRORS, Backend, SoulId
+from .contract import QueryText, QueryTime, seconds
+from .http_api import ERRORS, Backend, SoulId, Stores, layers
 
 ROUTE = "/v1/souls/{soul_id}/context"
 DEFAULTS = TurnConfig()
@@ -60,17 +61,18 @@ def packed(items: list[dict[str, Any]], budget: int, now: float, query: str) -> 
 
 def add_context_route(app: FastAPI, backend: Backend) -> None:
     @app.get(ROUTE, tags=["souls"], responses=ERRORS)
-    async def context(soul_id: SoulId, request: Request, q: Annotated[str, Query(min_length=1)],
+    async def context(soul_id: SoulId, request: Request, q: Annotated[QueryText, Query()],
                       budget: Annotated[int, Query(ge=1, le=100_000, description="tokens for memory lines")]
                       = DEFAULTS.memory_tokens,
-                      k: Annotated[int, Query(ge=1, le=1000)] = DEFAULTS.recall_k,
-                      store: Annotated[list[str] | None, Query()] = None,
-                      at: Annotated[str | None, Query(description="as of this time: ISO-8601 or epoch seconds "
-                                                                  "(default: now)")] = None) -> ContextOut:
+                      k: Annotated[int, Query(ge=1, le=limits.K_MAX)] = DEFAULTS.recall_k,
+                      store: Stores = None,
+                      at: Annotated[QueryTime | None, Query(description="as of this time: epoch seconds or an RFC "
+                                                                        "3339 date-time (default: now)")] = None
+                      ) -> ContextOut:
         """The memory lines a turn asking ``q`` would be shown within ``budget`` tokens: the ``k`` items recall
         ranks (``store`` repeatable), each marked shown or not, with its line and its token cost."""
         s = await backend.souls(request)
-        when = time_arg(at)
-        now = time.time() if when is None else to_timestamp(when)
-        items = await s.recall(soul_id, q, k, when, store)
+        when = seconds(at)
+        now = time.time() if when is None else when
+        items = await s.recall(soul_id, q, k, when, layers(store))
         return await asyncio.to_thread(packed, items, budget, now, q)

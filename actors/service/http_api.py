@@ -15,21 +15,42 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as Asgi
 
-from soul_runtime.clock import time_arg
+from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, SoulError
 from soul_runtime.idempotency import Ledger, digest
+from soul_runtime.records import Store
 from soul_runtime.tenants import Scope, TenantTable
 
+from .contract import (
+    ERROR_STATUSES,
+    ErrorOut,
+    ForgetId,
+    Id,
+    Name,
+    QueryText,
+    QueryTime,
+    Text,
+    Time,
+    document,
+    refusal,
+    seconds,
+)
 from .souls_api import TenantSouls, Unauthorized, error_body, status_of
 
-Time = StrictFloat | StrictInt | StrictStr
-SoulId = Annotated[str, Path(description="the soul's id (letters, digits, '_.:@-'; at most 95 characters)")]
-KeyHeader = Annotated[str | None, Header(alias="Idempotency-Key", description="at most 200 characters; the same "
-                                                                                "key with the same body is answered "
-                                                                                "once, with another body refused")]
+SoulId = Annotated[str, Path(description="the soul's id: letters, digits, '_.:@-', starting with a letter or digit",
+                             min_length=1, max_length=limits.SOUL_ID_MAX, pattern=limits.SOUL_ID_PATTERN)]
+KeyHeader = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=limits.KEY_MAX,
+                                         pattern=limits.KEY_PATTERN,
+                                         description="the same key with the same body is answered once (the first "
+                                                     "answer again), with another body refused (422)")]
+Stores = Annotated[list[Store] | None, Query(max_length=len(Store), description="these layers only (repeatable)")]
+ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorOut} for c in ERROR_STATUSES}
+"""The error answers, for a route's ``responses`` (the document declares them on every operation anyway)."""
 MAX_BODY = 64 * 2**20
 
 
@@ -38,28 +59,46 @@ class _In(BaseModel):
 
 
 class TurnIn(_In):
-    text: StrictStr
-    user: StrictStr | None = None
-    at: Time | None = Field(None, description="ISO-8601 or epoch seconds (default: now)")
+    text: Text
+    user: Id | None = Field(None, description="who speaks (an id; default: user)")
+    at: Time | None = Field(None, description="epoch seconds, or an RFC 3339 date-time (default: now)")
     wait_writes: StrictBool = True
 
 
 class Message(_In):
-    speaker: StrictStr
-    text: StrictStr
-    id: StrictStr
+    speaker: Name
+    text: Text
+    id: Id = Field(description="the message's id, unique within the call")
     at: Time | None = None
 
 
 class ObserveIn(_In):
-    messages: list[Message]
+    messages: list[Message] = Field(min_length=1, max_length=limits.MESSAGES_MAX,
+                                    description="the messages, each id once")
     at: Time | None = None
-    session: StrictStr | None = None
+    session: Id | None = None
+
+    @model_validator(mode="after")
+    def _ids_once(self) -> ObserveIn:
+        ids = [m.id for m in self.messages]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("messages: each message id must appear once")
+        return self
 
 
 class ForgetIn(_In):
-    ids: list[StrictStr] | None = None
-    query: StrictStr | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": ["ids"], "properties": {"ids": {"type": "array", "minItems": 1}}},
+        {"required": ["query"], "properties": {"query": {"type": "string"}}}]})
+    ids: list[ForgetId] | None = Field(
+        None, max_length=limits.FORGET_IDS_MAX, description="memory ids: ep-3, entity:attribute, task@v2")
+    query: QueryText | None = Field(None, description="every memory whose text holds this phrase")
+
+    @model_validator(mode="after")
+    def _something(self) -> ForgetIn:
+        if not self.ids and self.query is None:
+            raise InvalidInput("forget needs ids or a query")
+        return self
 
 
 class TurnOut(BaseModel):
@@ -78,11 +117,6 @@ class ForgetOut(BaseModel):
     writes: list[dict[str, Any]]
 
 
-class ErrorOut(BaseModel):
-    error: dict[str, str]
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorOut} for c in (400, 401, 404, 422, 429, 502, 503)}
 
 
 class Backend:
@@ -117,10 +151,36 @@ class Backend:
         return tenant
 
     async def souls(self, request: Request) -> TenantSouls:
-        tenant = self.tenant_of(request.headers.get("authorization"))
+        tenant = getattr(request.state, "tenant", None) or self.tenant_of(request.headers.get("authorization"))
         request.state.scope = Scope(tenant)
         rt = await self.runtime()
         return TenantSouls(rt, tenant, self.ledger, souls=rt.souls)
+
+
+class KeyFirst:
+    """The API key of a ``/v1`` request checked before anything else of it (its route, method, parameters): a
+    request without a valid key is answered 401 whatever else is wrong with it."""
+
+    def __init__(self, app: ASGIApp, backend: Backend) -> None:
+        self.app = app
+        self.backend = backend
+
+    async def __call__(self, scope: Asgi, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
+            auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                tenant = self.backend.tenant_of(auth)
+            except Unauthorized as e:
+                answer = JSONResponse(error_body(e, None, ""), 401, headers={"WWW-Authenticate": "Bearer"})
+                await answer(scope, receive, send)
+                return
+            scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+
+def layers(stores: list[Store] | None) -> list[str] | None:
+    """The layers named by a ``store`` parameter (None: all)."""
+    return None if stores is None else [s.value for s in stores]
 
 
 def _canon(model: BaseModel) -> str:
@@ -132,6 +192,8 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     app = FastAPI(title="soul-runtime", version="1", lifespan=lifespan,
                   description="Long-term memory for LLM agents: turns, observations, recall and the three memory "
                               "layers of each soul, per tenant (Authorization: Bearer KEY).")
+
+    app.add_middleware(KeyFirst, backend=backend)
 
     def fail(request: Request, e: BaseException) -> JSONResponse:
         scope = getattr(request.state, "scope", None)
@@ -148,16 +210,15 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
         errs = e.errors()
         if any(x.get("type") == "json_invalid" for x in errs):
             return JSONResponse({"error": {"type": "InvalidInput", "message": "the body is not valid JSON"}}, 400)
-        first = errs[0] if errs else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        msg = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+        code, msg = refusal(errs)
         scope = getattr(request.state, "scope", None)
-        return JSONResponse({"error": {"type": "InvalidInput", "message": scope.text(msg) if scope else msg}}, 422)
+        return JSONResponse({"error": {"type": "InvalidInput", "message": scope.text(msg) if scope else msg}}, code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         kind = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}.get(e.status_code, "HTTPError")
-        return JSONResponse({"error": {"type": kind, "message": str(e.detail)}}, e.status_code)
+        return JSONResponse({"error": {"type": kind, "message": str(e.detail)}}, e.status_code,
+                            headers=getattr(e, "headers", None))  # 405: Allow (RFC 9110)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception) -> JSONResponse:
@@ -170,77 +231,85 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
 
     v1 = "/v1/souls"
 
-    @app.get(v1, tags=["souls"], responses=ERRORS)
+    @app.get(v1, tags=["souls"])
     async def list_souls(request: Request) -> dict[str, list[str]]:
         """The tenant's own souls (those with data)."""
         s = await backend.souls(request)
         return {"souls": await asyncio.to_thread(s.souls)}
 
-    @app.post(v1 + "/{soul_id}/turns", tags=["souls"], responses=ERRORS)
+    @app.post(v1 + "/{soul_id}/turns", tags=["souls"])
     async def turn(soul_id: SoulId, body: TurnIn, request: Request, idempotency_key: KeyHeader = None) -> TurnOut:
         """One turn: recall, the model's reply, and the memory writes (unless ``wait_writes`` is false)."""
         s = await backend.souls(request)
-        out = await s.turn(soul_id, body.text, body.user, body.at, body.wait_writes, idempotency_key, _canon(body))
+        out = await s.turn(soul_id, body.text, body.user, seconds(body.at), body.wait_writes, idempotency_key,
+                           _canon(body))
         return TurnOut(**out)
 
-    @app.post(v1 + "/{soul_id}/observe", tags=["souls"], responses=ERRORS)
+    @app.post(v1 + "/{soul_id}/observe", tags=["souls"])
     async def observe(soul_id: SoulId, body: ObserveIn, request: Request, idempotency_key: KeyHeader = None
                       ) -> TurnOut:
         """Ingest a conversation the soul was not part of (messages of ``{speaker, text, id, at?}``)."""
         s = await backend.souls(request)
-        msgs = [m.model_dump(exclude_none=True) for m in body.messages]
-        return TurnOut(**await s.observe(soul_id, msgs, body.at, body.session, idempotency_key, _canon(body)))
+        msgs = [{**m.model_dump(exclude_none=True), **({} if m.at is None else {"at": seconds(m.at)})}
+                for m in body.messages]
+        return TurnOut(**await s.observe(soul_id, msgs, seconds(body.at), body.session, idempotency_key,
+                                         _canon(body)))
 
-    @app.get(v1 + "/{soul_id}/recall", tags=["souls"], responses=ERRORS)
-    async def recall(soul_id: SoulId, request: Request, q: Annotated[str, Query(min_length=1)],
-                     k: Annotated[int, Query(ge=1, le=1000)] = 10,
-                     store: Annotated[list[str] | None, Query()] = None) -> dict[str, list[dict[str, Any]]]:
+    @app.get(v1 + "/{soul_id}/recall", tags=["souls"])
+    async def recall(soul_id: SoulId, request: Request, q: Annotated[QueryText, Query()],
+                     k: Annotated[int, Query(ge=1, le=limits.K_MAX)] = 10,
+                     store: Stores = None) -> dict[str, list[dict[str, Any]]]:
         """What memory returns for a query (``store`` repeatable: episodic, semantic, procedural)."""
         s = await backend.souls(request)
-        return {"items": await s.recall(soul_id, q, k, None, store)}
+        return {"items": await s.recall(soul_id, q, k, None, layers(store))}
 
-    @app.get(v1 + "/{soul_id}/facts", tags=["souls"], responses=ERRORS)
-    async def facts(soul_id: SoulId, request: Request, entity: str | None = None) -> dict[str, list[Any]]:
+    @app.get(v1 + "/{soul_id}/facts", tags=["souls"])
+    async def facts(soul_id: SoulId, request: Request, entity: Annotated[Name | None, Query()] = None
+                    ) -> dict[str, list[Any]]:
         s = await backend.souls(request)
         return {"facts": await s.facts(soul_id, entity)}
 
-    @app.get(v1 + "/{soul_id}/facts/{entity}/{attribute}/history", tags=["souls"], responses=ERRORS)
-    async def history(soul_id: SoulId, entity: str, attribute: str, request: Request) -> dict[str, list[Any]]:
+    @app.get(v1 + "/{soul_id}/facts/{entity}/{attribute}/history", tags=["souls"])
+    async def history(soul_id: SoulId, entity: Annotated[Name, Path()], attribute: Annotated[Name, Path()],
+                      request: Request) -> dict[str, list[Any]]:
         s = await backend.souls(request)
         return {"versions": await s.fact_history(soul_id, entity, attribute)}
 
-    @app.get(v1 + "/{soul_id}/episodes", tags=["souls"], responses=ERRORS)
-    async def episodes(soul_id: SoulId, request: Request, since: str | None = None, until: str | None = None,
-                       session: str | None = None, sessions_ago: Annotated[int | None, Query(ge=0)] = None
+    @app.get(v1 + "/{soul_id}/episodes", tags=["souls"])
+    async def episodes(soul_id: SoulId, request: Request, since: Annotated[QueryTime | None, Query()] = None,
+                       until: Annotated[QueryTime | None, Query()] = None,
+                       session: Annotated[Id | None, Query()] = None,
+                       sessions_ago: Annotated[int | None, Query(ge=0, le=limits.SESSIONS_AGO_MAX)] = None
                        ) -> dict[str, list[Any]]:
         s = await backend.souls(request)
-        return {"episodes": await s.episodes(soul_id, time_arg(since), time_arg(until), session, sessions_ago)}
+        return {"episodes": await s.episodes(soul_id, seconds(since), seconds(until), session, sessions_ago)}
 
-    @app.get(v1 + "/{soul_id}/procedures", tags=["souls"], responses=ERRORS)
-    async def procedures(soul_id: SoulId, request: Request, task: str | None = None) -> dict[str, list[Any]]:
+    @app.get(v1 + "/{soul_id}/procedures", tags=["souls"])
+    async def procedures(soul_id: SoulId, request: Request, task: Annotated[Name | None, Query()] = None
+                         ) -> dict[str, list[Any]]:
         s = await backend.souls(request)
         return {"procedures": await s.procedures(soul_id, task)}
 
-    @app.get(v1 + "/{soul_id}/traces", tags=["souls"], responses=ERRORS)
-    async def traces(soul_id: SoulId, request: Request, last: Annotated[int, Query(ge=1, le=10_000)] = 10
+    @app.get(v1 + "/{soul_id}/traces", tags=["souls"])
+    async def traces(soul_id: SoulId, request: Request, last: Annotated[int, Query(ge=1, le=limits.LAST_MAX)] = 10
                      ) -> dict[str, list[Any]]:
         """The last ``last`` turn traces, oldest first."""
         s = await backend.souls(request)
         return {"traces": await s.traces(soul_id, last)}
 
-    @app.get(v1 + "/{soul_id}/traces/{seq}", tags=["souls"], responses=ERRORS)
-    async def trace(soul_id: SoulId, seq: Annotated[int, Path(ge=1)], request: Request) -> dict[str, Any]:
+    @app.get(v1 + "/{soul_id}/traces/{seq}", tags=["souls"])
+    async def trace(soul_id: SoulId, seq: Annotated[int, Path(ge=1, le=limits.SEQ_MAX)], request: Request) -> dict[str, Any]:
         """One turn's trace by its number (the ``seq`` of its result; its turn id is ``SOUL/SEQ``)."""
         s = await backend.souls(request)
         return await s.trace(soul_id, seq)
 
-    @app.get(v1 + "/{soul_id}/stats", tags=["souls"], responses=ERRORS)
+    @app.get(v1 + "/{soul_id}/stats", tags=["souls"])
     async def stats(soul_id: SoulId, request: Request) -> dict[str, Any]:
         s = await backend.souls(request)
         return await s.stats(soul_id)
 
     @app.get(v1 + "/{soul_id}/export", tags=["souls"], response_class=Response,
-             responses={200: {"content": {"application/octet-stream": {}}}, **ERRORS})
+             responses={200: {"content": {"application/octet-stream": {}}}})
     async def export(soul_id: SoulId, request: Request) -> Response:
         """The soul's whole memory as msgpack bytes (import them into a new soul)."""
         s = await backend.souls(request)
@@ -250,7 +319,7 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
               openapi_extra={"requestBody": {"required": True,
                                              "content": {"application/octet-stream": {"schema": {"type": "string",
                                                                                                  "format": "binary"}}}}},
-              responses=ERRORS)
+              )
     async def import_(soul_id: SoulId, request: Request) -> dict[str, Any]:
         """Load an export into a soul that has no memories yet (body: the export's bytes)."""
         s = await backend.souls(request)
@@ -262,13 +331,13 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
             raise InvalidInput(f"an export of more than {MAX_BODY} bytes is refused")
         return await s.import_(soul_id, blob)
 
-    @app.delete(v1 + "/{soul_id}", tags=["souls"], responses=ERRORS)
+    @app.delete(v1 + "/{soul_id}", tags=["souls"])
     async def forget_all(soul_id: SoulId, request: Request) -> dict[str, Any]:
         """Erase the soul's memory for good: every layer, its traces and buffer; its files are unlinked."""
         s = await backend.souls(request)
         return {"erased": await s.forget_all(soul_id)}
 
-    @app.post(v1 + "/{soul_id}/forget", tags=["souls"], responses=ERRORS)
+    @app.post(v1 + "/{soul_id}/forget", tags=["souls"])
     async def forget(soul_id: SoulId, body: ForgetIn, request: Request, idempotency_key: KeyHeader = None
                      ) -> ForgetOut:
         """Delete single memories: by id (``ep-3``, ``entity:attribute``, ``task@v2``) and/or every memory whose
@@ -276,6 +345,12 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
         s = await backend.souls(request)
         return ForgetOut(**await s.forget_where(soul_id, body.ids, body.query, idempotency_key, _canon(body)))
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)
     return app
