@@ -101,6 +101,7 @@ def test_the_document_states_the_limits(app: tuple[TestClient, dict[str, Any]]) 
         for m, op in ops.items():
             codes = {c for c in op["responses"] if c[0] in "45"}
             assert codes >= ({"405", "500"} | (ERROR_CODES if p.startswith("/v1/") else set())), (p, m, codes)
+            assert ("413" in codes) == ("requestBody" in op), (p, m, codes)
             for c in codes:
                 assert op["responses"][c]["content"]["application/json"]["schema"] == error, (p, m, c)
             assert op["responses"]["405"]["headers"]["Allow"]["required"] is True

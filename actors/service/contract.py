@@ -58,6 +58,7 @@ ERROR_STATUSES: dict[int, str] = {
     401: "Unauthorized: no API key, an unknown or a revoked one",
     404: "NotFound: an unknown turn or fact, or no such route",
     405: "MethodNotAllowed: the path does not take this method (`Allow` lists those it takes)",
+    413: "InvalidInput: a request body over the service's limit (named in the message)",
     422: "a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or "
          "IdempotencyConflict: the Idempotency-Key was used with another body",
     429: "RuntimeBusy: the soul's host admits no more turns now; retry later",
@@ -117,6 +118,8 @@ def document(spec: dict[str, Any], model_paths: Sequence[str] = ("/turns", "/obs
                 codes += [400, 401, 404, 422, 429, 503]
                 if path.endswith(tuple(model_paths)):
                     codes.append(502)
+                if "requestBody" in op:
+                    codes.append(413)
             else:
                 codes.append(503)
             op["responses"] = {**{k: v for k, v in op.get("responses", {}).items() if not k.startswith(("4", "5"))},
