@@ -317,18 +317,42 @@ def _described(text: str, hist: list[ChatMessage], ex: Exchange, subject: str) -
     return None
 
 
-def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
-    """What a message says (facts, task, episode, kind). ``for_reply``: only what the reply needs; the episode's
-    text is skipped when facts or a task already make the message an event (the reply never shows it)."""
-    a = _Analysis()
+@dataclass(frozen=True)
+class _Reading:
+    """What the stages read a message against: its text (prose only), the conversation before it, who speaks,
+    and the facts said or known so far (candidates for a confirmation, correction, change or retraction)."""
+
+    ex: Exchange
+    text: str
+    hist: list[ChatMessage]
+    srcs: tuple[str, ...]
+    subject: str
+    name: str
+    persona: tuple[str, ...]
+    known: tuple[str, ...]
+    prev_user: ChatMessage | None
+    prev_reply: ChatMessage | None
+    previous: list[FactCandidate]
+    recent: list[FactCandidate]
+    recent_said: list[FactCandidate]
+    cands: list[FactCandidate]
+
+
+def _opening(ex: Exchange) -> _Analysis | None:
+    """Stage 1, the opening: a message with no content (chit-chat) or an instruction to the assistant is
+    answered at once, with nothing read from it; None: read on."""
     text = ex.user_text.strip()
-    a.chit, a.instruction = not _has_content(text), _has_content(text) and rules.is_instruction(text)
-    if a.chit or a.instruction:
-        return a
-    text = prose(text).strip() or text  # statements are read from sentences, not from code, tables or logs
+    chit, instruction = not _has_content(text), _has_content(text) and rules.is_instruction(text)
+    return _Analysis(instruction=instruction, chit=chit) if chit or instruction else None
+
+
+def _reading(ex: Exchange) -> _Reading:
+    """What the later stages read the message against (statements are read from sentences, not from code,
+    tables or logs)."""
+    text = ex.user_text.strip()
+    text = prose(text).strip() or text
     hist, srcs = _prior(ex), tuple(ex.message_ids)
     subject = _subject(ex.speaker, text)
-    name = subject or "The user"
     persona = (ex.persona,) if ex.persona else ()
     known = persona + tuple(x for x in ex.recalled if x.lstrip().startswith("[semantic")) + tuple(
         f"{e} {at.replace('_', ' ')}: {v}" for e, at, v in ex.known_facts)  # a known fact said again adds nothing
@@ -340,16 +364,55 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
     recent_said = next((fs for m in reversed(hist) if m.role == "user" and (fs := _message_facts(m, ex.speaker))), [])
     cands = said + [f for m in reversed(hist) if m.role != "user" for f in _message_facts(m, ex.speaker)]
     cands += [FactCandidate(e, at, v, "", (), e, at.replace("_", " ")) for e, at, v in ex.known_facts]
-    rest, leftover = text, []
-    conf = rules.confirmation(text)
+    return _Reading(ex, text, hist, srcs, subject, subject or "The user", persona, known, prev_user, prev_reply,
+                    previous, recent, recent_said, cands)
+
+
+def _clause_facts(r: _Reading, clause: str, who: str, marked: bool) -> list[FactCandidate]:
+    """The facts of one clause, by what it does: confirms ("confirmed: ..."), withdraws ("X was
+    decommissioned"), changes, retracts, corrects, or states."""
+    srcs, cands = r.srcs, r.cands
+    m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
+    positive = rules.parse_retraction(clause)
+    gone = rules.parse_dropped(clause) if positive is None and not m else ""
+    if gone:  # the facts whose value or subject it is are withdrawn
+        words = set(rules.content_words(gone))
+        return [dataclasses.replace(c, kind="retracted", sources=srcs) for c in cands
+                if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))
+                or _names_attribute(words, c)][:3]
+    chg = rules.parse_change(clause, marked) if not m and positive is None else None
+    changed = _changed(chg, who, cands, r.recent, srcs) if chg else []
+    corr = rules.parse_correction(clause, marked) if not m and positive is None and not changed else None
+    if changed:
+        return changed
+    if m:
+        return [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), who)]
+    if positive is not None:
+        return _retract(positive, clause, who, cands, r.previous or r.recent_said, srcs)
+    if corr and corr.statement:
+        return [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, who)]
+    if corr:
+        fixed = _resolve(corr, cands, srcs)
+        return [fixed] if fixed else []
+    return [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, who)]
+
+
+def _clauses(r: _Reading, a: _Analysis) -> tuple[str, list[str]]:
+    """Stage 2, the clauses: a confirmation of what was just said, then sentence by sentence (questions set
+    aside, the opening markers read off the first ones) each clause's facts, pronouns resolved against the
+    thing and the person just named. Adds to ``a.facts``; returns the text after a confirmation and what is left
+    for the episode (the questions, and the clauses that stated no more than facts)."""
+    ex, hist, subject = r.ex, r.hist, r.subject
+    rest, leftover = r.text, []
+    conf = rules.confirmation(r.text)
     if conf is not None:
-        confirmed = previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
-        a.facts += [dataclasses.replace(f, kind="confirmed", sources=srcs) for f in confirmed]
+        confirmed = r.previous or (_message_facts(r.prev_reply, ex.speaker) if r.prev_reply else [])
+        a.facts += [dataclasses.replace(f, kind="confirmed", sources=r.srcs) for f in confirmed]
         rest = conf
     marked, opening = False, True  # the message's opening markers, read off its first sentences
-    asked = bool(prev_user) and rules.is_question((rules.split_sentences(prev_user.content) or [""])[-1])  # type: ignore[union-attr]
-    just_said = [] if asked else previous or (_message_facts(prev_reply, ex.speaker) if prev_reply else [])
-    thing = recent_said[-1].display_entity if recent_said else cands[0].display_entity if cands else ""
+    asked = r.prev_user is not None and rules.is_question((rules.split_sentences(r.prev_user.content) or [""])[-1])
+    just_said = [] if asked else r.previous or (_message_facts(r.prev_reply, ex.speaker) if r.prev_reply else [])
+    thing = r.recent_said[-1].display_entity if r.recent_said else r.cands[0].display_entity if r.cands else ""
     person = next((p for m in reversed(hist) if m.role == "user" and (p := rules.last_person(m.content))), "")
     for sentence in rules.split_sentences(rest):
         if rules.is_question(sentence):
@@ -359,54 +422,41 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
         if opening:  # a negation marks a correction only of what was just said: a fact stated the turn before
             read, mark = rules.read_opening(sentence)
             if mark == "no" and not just_said:
-                read, mark = sentence, ""  # "no, but it sounds fun": an answer, not a correction
+                read, mark = sentence, ""  # an answer, not a correction
             marked, opening = marked or bool(mark), not read
-            if not read:  # "Mm, no." — only a marker: it bears on the sentences after it
+            if not read:  # only a marker: it bears on the sentences after it
                 continue
         clauses, kept = rules.split_clauses(rules.strip_fillers(read)), []
         for spoken in clauses:
             n_facts = len(a.facts)
-            first = rules.as_first_person(spoken) if person else ""  # "he's based in …": the person just named
+            first = rules.as_first_person(spoken) if person else ""  # of the person just named
             clause, who = (first, person) if first else (rules.resolve_pronouns(spoken, thing, person), subject)
-            if rules.echoes(clause, persona) or rules.pastes(clause, ex.recalled):  # a user saying a fact again is fine
+            if rules.echoes(clause, r.persona) or rules.pastes(clause, ex.recalled):  # a user saying a fact again is fine
                 continue
-            m = re.match(r"^(?i:confirmed|to confirm)\s*[:,]\s*(.+)$", clause)
-            positive = rules.parse_retraction(clause)
-            gone = rules.parse_dropped(clause) if positive is None and not m else ""
-            if gone:  # "Tomcat was decommissioned": the facts whose value or subject it is are withdrawn
-                words = set(rules.content_words(gone))
-                a.facts += [dataclasses.replace(c, kind="retracted", sources=srcs) for c in cands
-                            if words & set(rules.content_words(f"{c.value} {c.display_entity or c.entity}"))
-                            or _names_attribute(words, c)][:3]
-            chg = rules.parse_change(clause, marked) if not m and positive is None and not gone else None
-            changed = _changed(chg, who, cands, recent, srcs) if chg else []
-            corr = rules.parse_correction(clause, marked) if not m and positive is None and not changed and not gone else None
-            if gone:
-                pass
-            elif changed:
-                a.facts += changed
-            elif m:
-                a.facts += [_candidate(st, "confirmed", srcs) for st in rules.parse_statements(m.group(1), who)]
-            elif positive is not None:
-                a.facts += _retract(positive, clause, who, cands, previous or recent_said, srcs)
-            elif corr and corr.statement:
-                a.facts += [_candidate(st, "corrected", srcs) for st in rules.parse_statements(corr.statement, who)]
-            elif corr:
-                fixed = _resolve(corr, cands, srcs)
-                a.facts += [fixed] if fixed else []
-            else:
-                a.facts += [_candidate(st, "stated", srcs) for st in rules.parse_statements(clause, who)]
+            a.facts += _clause_facts(r, clause, who, marked)
             if len(a.facts) == n_facts or all(f.kind == "stated" for f in a.facts[n_facts:]):
                 kept.append(spoken)
         thing = rules.last_thing(sentence) or (a.facts[-1].display_entity if a.facts else "") or thing
         person = rules.last_person(sentence) or person
         leftover += [" \u2014 ".join(kept).rstrip(".!") + "."] if len(kept) < len(clauses) and kept else []
         leftover += [sentence] if len(kept) == len(clauses) else []
-    a.facts = _successor(a.facts, text, srcs)
-    unique = {(f.entity, f.attribute, f.kind): f for f in reversed(a.facts)}  # first one wins
-    a.facts = [f for f in unique.values() if not rules.SECRET.search(f.attribute + " " + f.value) and not (
-        f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", known))][::-1]
-    # tasks: a request here, or an outcome / "save this as a procedure" for the last request in history
+    return rest, leftover
+
+
+def _fact_kinds(r: _Reading, facts: list[FactCandidate]) -> list[FactCandidate]:
+    """Stage 3, the fact kinds: a successor named after a change, one fact per (entity, attribute, kind) (the
+    first wins), no secret, and no stated fact the soul already knows."""
+    facts = _successor(facts, r.text, r.srcs)
+    unique = {(f.entity, f.attribute, f.kind): f for f in reversed(facts)}
+    return [f for f in unique.values() if not rules.SECRET.search(f.attribute + " " + f.value) and not (
+        f.kind == "stated" and rules.echoes(f"{f.display_entity} {f.display_attribute} {f.value}", r.known))][::-1]
+
+
+def _tasks(r: _Reading, a: _Analysis, rest: str) -> tuple[str, bool]:
+    """Stage 4, the tasks: a request here, a task told with its steps, or an outcome / "save this as a
+    procedure" for the last request in history. Sets ``a.task`` and what goes with it; returns the outcome and
+    whether saving was asked."""
+    ex, text, hist, subject = r.ex, r.text, r.hist, r.subject
     req = _request(text)
     if req:
         cls, steps = next((k for k in ex.known_tasks if rules.same_task(k, req[0])), req[0]), rules.parse_steps(text, subject)
@@ -417,17 +467,20 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
     told = rules.parse_procedure(text, subject) if not a.task else None
     outcome = rules.detect_outcome(rest, reported=True) if told else outcome
     described = _described(text, hist, ex, subject) if not a.task and (outcome or save) else None
-    if described:  # a task told with its steps ("tuned the bike: oiled the chain, …, pumped the tyres. All good.")
+    if described:  # a task told with its steps
         a.task, a.task_body, a.reported = TaskReport(described[0], described[1], outcome, save), f"'{described[0]}'", True
         a.facts = [f for f in a.facts if f.kind != "stated"]
     last = _last_request(hist, ex.speaker) if not a.task and (outcome or save) else None
     if last:
         cls = next((k for k in ex.known_tasks if rules.same_task(k, last[0])), last[0])
         a.task, a.task_body = TaskReport(cls, last[2], outcome, save), last[1]
-    if for_reply and (a.facts or a.task):
-        a.event = True
-        return a
-    # the episode
+    return outcome, save
+
+
+def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome: str, save: bool) -> None:
+    """Stage 5, the episode: the line kept of the message (what its facts and task leave out, the task's own
+    lines, an elliptic answer with the question it answers), then the message's kind and entities."""
+    ex, text, hist, name, subject = r.ex, r.text, r.hist, r.name, r.subject
     named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
     assistant = named.group(1) if named else "the assistant"
     prev = hist[-1] if hist else None
@@ -468,6 +521,23 @@ def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
     found = rules.entities(text) + [f.display_entity for f in a.facts] + [subject] * (subject.lower() not in rules.GENERIC_SPEAKERS)
     firsts = {e.lower(): e for e in reversed(found) if e}  # the first spelling of each, in order of appearance
     a.entities = tuple(firsts[k] for k in dict.fromkeys(e.lower() for e in found if e))
+
+
+def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
+    """What a message says (facts, task, episode, kind), in five stages: the opening, the clauses, the fact
+    kinds, the tasks and the episode. ``for_reply``: only what the reply needs; the episode is skipped when facts
+    or a task already make the message an event (the reply never shows it)."""
+    a = _opening(ex)
+    if a is not None:
+        return a
+    a, r = _Analysis(), _reading(ex)
+    rest, leftover = _clauses(r, a)
+    a.facts = _fact_kinds(r, a.facts)
+    outcome, save = _tasks(r, a, rest)
+    if for_reply and (a.facts or a.task):
+        a.event = True
+        return a
+    _episode(r, a, rest, leftover, outcome, save)
     return a
 
 
