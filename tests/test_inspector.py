@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,6 +41,21 @@ def souls(srv: Served) -> dict[str, Any]:
     [episode] = [w["key"] for w in obs["writes"] if w["store"] == "episodic"]
     return {"maya": maya, "scratch": scratch, "other": other, "fix_seq": fix["seq"], "update": update,
             "episode": episode}
+
+
+def test_the_mount_is_off_the_v1_path(tmp_path: Path) -> None:
+    """The pages are one mount after every /v1 route, and no middleware: a /v1 request is matched by its own route
+    before the mount is tried, so it runs as it would without the inspector."""
+    from actors.service.app import build_service
+    app = build_service(str(tmp_path))
+    paths = [getattr(r, "path", "") for r in app.router.routes]
+    ui = paths.index("/ui")
+    assert ui == len(paths) - 1 and sum(p.startswith("/v1") for p in paths) >= 15
+    from fastapi import FastAPI
+
+    from actors.service.inspector import mount_inspector
+    bare = FastAPI()
+    assert mount_inspector(bare).user_middleware == []  # the inspector adds no middleware of its own
 
 
 def test_pages_are_static_and_the_context_route_is_the_tenants(srv: Served, souls: dict[str, Any]) -> None:

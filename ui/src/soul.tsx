@@ -1,14 +1,15 @@
 // One soul: its layers (episodic timeline, facts with history, procedures), its turns, recall, and erasure.
+import type { ComponentChildren } from "preact";
 import { useMemo, useState } from "preact/hooks";
-import { api, path, type Episode, type Fact, type FactVersion, type Forgotten, type Procedure, type Stats,
+import { api, ApiError, path, type Episode, type Fact, type FactVersion, type Forgotten, type Procedure, type Stats,
   type Trace, type Write } from "./api";
 import { ago, day, plural, when } from "./format";
 import { RecallPlayground } from "./recall";
 import { TurnDetail, Turns } from "./turns";
 import { Badge, Confirm, ErrorBox, href, Show, Sources, Status, useLoad, type Loaded, type Tab } from "./ui";
 
-export const TRACE_WINDOW = 300;
 /** How many of the newest turns the pages read to link memories to the turns that wrote them. */
+export const TRACE_WINDOW = 300;
 
 export interface KeyWrite {
   seq: number;
@@ -207,6 +208,8 @@ function History({ ctx, entity, attribute }: { ctx: Ctx; entity: string; attribu
     [ctx.soul, key],
   );
   const writes = ctx.writes.get(`semantic:${key}`) ?? [];
+  if (hist.error instanceof ApiError && hist.error.status === 404)
+    return <p class="muted">This fact is no longer stored: it was forgotten.</p>;
   return (
     <Show what={hist} label="history">
       {({ versions }) => (
@@ -272,7 +275,7 @@ function History({ ctx, entity, attribute }: { ctx: Ctx; entity: string; attribu
 }
 
 function FactItem({ ctx, entity, attribute, title, children, onForget }: {
-  ctx: Ctx; entity: string; attribute: string; title: preact.ComponentChildren; children?: preact.ComponentChildren;
+  ctx: Ctx; entity: string; attribute: string; title: ComponentChildren; children?: ComponentChildren;
   onForget?: () => void;
 }) {
   const [open, setOpen] = useState(false);
@@ -370,9 +373,9 @@ function Facts({ ctx }: { ctx: Ctx }) {
 // ---- procedural ------------------------------------------------------------------------------------
 
 const ROLLOUT: Record<string, string> = {
-  candidate: "on trial: not used until it has run clean",
+  candidate: "rolling out: runs beside the active version until its clean runs are enough; rolled back if it fails",
   active: "in use: recalled for its task",
-  retired: "replaced by a newer version",
+  retired: "replaced by a newer version, or rolled back",
 };
 
 function Procedures({ ctx }: { ctx: Ctx }) {

@@ -1,4 +1,5 @@
 // A soul's turns: the list of traces, and one turn with what it recalled, decided and wrote.
+import { Fragment } from "preact";
 import { useState } from "preact/hooks";
 import { api, path, type Trace, type Usage, type Write } from "./api";
 import { score, when } from "./format";
@@ -247,10 +248,10 @@ export function TurnDetail({ soul, seq }: { soul: string; seq: number }) {
             {Object.keys(tr.tokens).length ? (
               <dl class="facts-list tokens">
                 {Object.entries(tr.tokens).map(([k, v]) => (
-                  <>
-                    <dt key={`t-${k}`}>{k.replace(/_/g, " ")}</dt>
-                    <dd key={`v-${k}`}>{v}</dd>
-                  </>
+                  <Fragment key={k}>
+                    <dt>{k.replace(/_/g, " ")}</dt>
+                    <dd>{v}</dd>
+                  </Fragment>
                 ))}
               </dl>
             ) : (
@@ -261,10 +262,10 @@ export function TurnDetail({ soul, seq }: { soul: string; seq: number }) {
               <summary>Timings (ms)</summary>
               <dl class="facts-list">
                 {Object.entries(tr.timings_ms).map(([k, v]) => (
-                  <>
-                    <dt key={`t-${k}`}>{k.replace(/_/g, " ")}</dt>
-                    <dd key={`v-${k}`}>{v.toFixed(1)}</dd>
-                  </>
+                  <Fragment key={k}>
+                    <dt>{k.replace(/_/g, " ")}</dt>
+                    <dd>{v.toFixed(1)}</dd>
+                  </Fragment>
                 ))}
               </dl>
             </details>
