@@ -35,10 +35,13 @@ class MemoryConfig:
     merge_similarity: float = 0.95
     """Cosine similarity above which a new episode merges into a stored one (same session)."""
     dense_weight: float = 0.5
-    """Weight of the dense score in the hybrid episodic score (lexical gets the rest)."""
-    unit_dense_weight: float = 0.1
-    """The same for a unit of a long message: it shares the message's vector, so its dense score says only which
-    message it is from, and its own words (the lexical score) which part of it answers."""
+    """Weight of the dense ranking in the fused episodic score (the lexical ranking gets the rest)."""
+    unit_dense_weight: float = 0.5
+    """The same for a unit of a long message that shares its message's vector (its dense rank says which message
+    it is from, its lexical rank which part of it answers)."""
+    rank_constant: float = 60.0
+    """Reciprocal rank fusion's constant: a candidate at rank r of a ranking scores 1 / (rank_constant + r) there.
+    Larger values flatten the difference between the first ranks."""
     max_episode_chars: int = 400
     # semantic
     promotion_observations: int = 3
@@ -81,6 +84,7 @@ class MemoryConfig:
         _check(0.0 < self.merge_similarity <= 1.0, "merge_similarity must be in (0, 1]")
         _check(0.0 <= self.dense_weight <= 1.0, "dense_weight must be in [0, 1]")
         _check(0.0 <= self.unit_dense_weight <= 1.0, "unit_dense_weight must be in [0, 1]")
+        _check(self.rank_constant >= 0.0, "rank_constant must be >= 0")
         _check(self.subject_only_score <= 1.0, "subject_only_score must be in [0, 1]")
         _check(0.0 < self.fact_match_similarity <= 1.0, "fact_match_similarity must be in (0, 1]")
         for name in ("promotion_observations", "procedure_successes", "rollout_clean_runs", "default_k",
@@ -125,7 +129,8 @@ class TurnConfig:
     """Observed messages judged in one memory call (``observe`` sends its batch in windows of this size)."""
     observe_window_tokens: int = 6000
     """A window also ends before its text passes this many tokens."""
-    max_text_chars: int = 100_000
+    max_text_chars: int = 2_000_000
+    """The longest message (characters) a turn or `observe` accepts; a long one is stored as units."""
     trace_keep: int = 10_000
     """Traces kept per soul (oldest dropped first)."""
 

@@ -57,14 +57,17 @@ def test_a_memory_without_the_questions_words_keeps_its_first_sentence() -> None
 def test_packing_with_the_question_shows_the_figure_a_short_line_would_cut() -> None:
     filler = [RecalledItem("episodic", f"ep-{i}", f"Short note number {i} about the rollout.", 0.9, (f"m{i}",), T0)
               for i in range(FULL_LINES)]
-    unit = RecalledItem("episodic", "ep-99", CODE, 0.89, ("m99",), T0)
+    code = CODE.replace("def make_client", "# the notifier's client, built once per process and shared by the request "
+                                           "handlers, the batch jobs and the retry worker\ndef make_client")
+    assert code.index("max_connections") > SHORT_CHARS
+    unit = RecalledItem("episodic", "ep-99", code, 0.89, ("m99",), T0)
     q = "What max_connections did we set in the notifier client?"
     packed = pack_memory([*filler, unit], 1000, T0 + DAY, q)
     shown = "\n".join(line for _, line in packed)
     assert "max_connections=209" in shown
     assert all(len(it.text) > SHORT_CHARS for it, _ in packed if it.id == "ep-99")  # shown by its excerpt
     without = "\n".join(line for _, line in pack_memory([*filler, unit], 1000, T0 + DAY))
-    assert "max_connections=209" not in without  # the first sentence of a code block is its import line
+    assert "max_connections=209" not in without  # without a question, a code block is shown by its opening
 
 
 def test_a_later_figure_ranks_above_the_earlier_one_it_restates() -> None:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.errors import ConfigError
-from soul_runtime.memory.policy_episodic import decide_episode, hybrid_score, in_recall, past_ttl, recency_weight
+from soul_runtime.memory.policy_episodic import (
+    FUSED_TOP,
+    MAGNITUDE,
+    decide_episode,
+    fused_score,
+    in_recall,
+    past_ttl,
+    recency_weight,
+)
 from soul_runtime.memory.policy_procedural import TaskRun, decide_procedure, step_signature
 from soul_runtime.memory.policy_semantic import reconcile_fact
 from soul_runtime.records import Extraction, Fact, FactCandidate, Op, Procedure, TaskReport
@@ -26,17 +35,32 @@ def fact(value: str, src: str = "m0") -> Fact:
 
 # ---- episodic ----------------------------------------------------------------------------
 def test_recent_episode_outranks_an_equally_similar_old_one() -> None:
-    two_days = hybrid_score(0.8, 0.5, CFG) * recency_weight(NOW - 2 * DAY, NOW, CFG)
-    old = hybrid_score(0.8, 0.5, CFG) * recency_weight(NOW - 200 * DAY, NOW, CFG)
-    assert two_days > old
+    top = float(fused_score(np.array([0.8]), np.array([0.5]), CFG)[0])
+    assert top == pytest.approx(FUSED_TOP)  # first in both rankings
+    assert top * recency_weight(NOW - 2 * DAY, NOW, CFG) > top * recency_weight(NOW - 200 * DAY, NOW, CFG)
 
 
 def test_age_breaks_near_ties_but_a_clearly_better_old_match_wins() -> None:
     # a question about last spring is as legitimate as one about yesterday: recency only breaks near-ties
     assert recency_weight(NOW - 7 * DAY, NOW, CFG) > recency_weight(NOW - 210 * DAY, NOW, CFG)
-    old_better = hybrid_score(0.8, 0.7, CFG) * recency_weight(NOW - 210 * DAY, NOW, CFG)
-    new_worse = hybrid_score(0.7, 0.5, CFG) * recency_weight(NOW - 7 * DAY, NOW, CFG)
+    sims = np.linspace(0.9, 0.1, 40)  # candidate 0 first in both rankings, candidate 39 last in both
+    fused = fused_score(sims, sims * 10, CFG)
+    old_better = fused[0] * recency_weight(NOW - 210 * DAY, NOW, CFG)
+    new_worse = fused[39] * recency_weight(NOW - 7 * DAY, NOW, CFG)
     assert old_better > new_worse
+    near = fused[1] * recency_weight(NOW - 7 * DAY, NOW, CFG)
+    assert near > fused[0] * recency_weight(NOW - 210 * DAY, NOW, CFG)  # a near-tie goes to the recent one
+
+
+def test_fusion_is_by_rank_not_by_raw_score() -> None:
+    """A BM25 score a thousand times larger does not outweigh a dense ranking: the order counts most."""
+    a = fused_score(np.array([0.9, 0.2, 0.1]), np.array([1.0, 3.0, 0.0]), CFG)
+    b = fused_score(np.array([0.9, 0.2, 0.1]), np.array([1.0, 3000.0, 0.0]), CFG)
+    ratio = b / a  # a BM25 score a thousand times larger moves no score by more than the magnitude share
+    assert np.all(ratio > 1 - MAGNITUDE) and np.all(ratio < 1 / (1 - MAGNITUDE))
+    assert a[2] < min(a[0], a[1]) and b[2] < min(b[0], b[1])  # the last in both rankings stays last
+    units = fused_score(np.array([0.5, 0.5]), np.array([2.0, 1.0]), CFG, np.array([True, True]))
+    assert units[0] > units[1]  # parts of one message share its vector: their own words order them
 
 
 def test_recency_is_relative_to_the_given_now_and_floored() -> None:

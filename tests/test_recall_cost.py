@@ -12,7 +12,7 @@ import pytest
 from soul_runtime.clock import DAY
 from soul_runtime.memory import sqlite_db
 from soul_runtime.memory.episodic import MIGRATIONS, top_rounded
-from soul_runtime.memory.policy_episodic import LexicalLimits, hybrid_score, later_figures_first, recency_weight
+from soul_runtime.memory.policy_episodic import LexicalLimits, fused_score, later_figures_first, recency_weight
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.records import Extraction, WriteRequest
 from tests.fakes import HashEmbedder
@@ -79,27 +79,34 @@ def test_lexical_and_dense_hits_are_scored_on_their_true_similarities(tmp_path: 
     items = store.recall(query, 8, now, query_vector=qv)
     store.db = store.db._db
     assert len(items) == 8 and len(seen) <= 8, seen  # match terms, lexical hits with rows, dense rows, kept rows
-    lex = store._lexical(query, 60)
-    top_lex = max(lex.values())
+    lexical = store._lexical_rows(query, 60)
     dense = dict(store.index.search(qv, 60))
-    as_lexical_only = store._score(query, 8, now, qv, {}, store._lexical_rows(query, 60))  # no dense hit at all
-    for got, exact_only in ((items, False), (as_lexical_only, True)):
+    as_lexical_only = store._score(query, 8, now, qv, {}, lexical)  # no dense hit at all
+
+    def exact(key: int) -> tuple[float, float]:
+        blob, at = store.db.execute("SELECT vector, at FROM episodes WHERE rowid = ?", (key,)).fetchone()
+        return float(np.frombuffer(blob, np.float32) @ qv), float(at)
+
+    for got, dense_hits in ((items, dense), (as_lexical_only, {})):
         assert got
+        # the candidates as the store ranks them: the lexical hits (BM25 order), then the other dense hits
+        keys = [h[0] for h in lexical] + sorted(k for k in dense_hits if k not in {h[0] for h in lexical})
+        sims = [dense_hits.get(k, exact(k)[0]) for k in keys]
+        lex = [h[1] for h in lexical] + [0.0] * (len(keys) - len(lexical))
+        fused = dict(zip(keys, fused_score(np.array(sims), np.array(lex), store.cfg).tolist(), strict=True))
         wants, ats = [], []
         for it in got:
-            key = int(it.id[3:])
-            blob, at = store.db.execute("SELECT vector, at FROM episodes WHERE rowid = ?", (key,)).fetchone()
-            exact = float(np.frombuffer(blob, np.float32) @ qv)
-            wants.append(hybrid_score(exact, lex.get(key, 0.0) / top_lex, store.cfg) * recency_weight(at, now, store.cfg))
+            sim, at = exact(int(it.id[3:]))
+            wants.append(fused[int(it.id[3:])] * recency_weight(at, now, store.cfg))
             ats.append(at)
             assert it.at == at
         # then a later figure ranks above an earlier one it restates ("note 12" … "note 57" here)
         wants = later_figures_first(query, [it.text for it in got], ats, wants)
         for it, want in zip(got, wants, strict=True):
-            if exact_only or int(it.id[3:]) not in dense:  # similarity from the stored vector: only rounding differs
+            if not dense_hits:  # similarities from the stored vectors: only rounding differs
                 assert it.score == pytest.approx(want, abs=2e-6)
             else:
-                assert it.score == pytest.approx(want, abs=2e-2)  # the index's f16 similarity
+                assert it.score == pytest.approx(want, abs=2e-2)  # the index's f16 similarity may swap near ranks
     m.close()
 
 

@@ -201,6 +201,41 @@ def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_beam(args: argparse.Namespace, out: Console) -> int:
+    from soul_runtime.bench import beam as bench_beam
+    with progress_bar(out, "loading the embedder") as progress:
+        res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
+                             chats=args.chats or None, baselines=not args.no_baselines)
+    budgets = [str(b) for b in res["budgets"]]
+    systems = [s for s in bench_beam.SYSTEMS if s in res["systems"]]
+    table = Table(title="BEAM chats: evidence recall / key-phrase recall of the lines shown (same run)")
+    table.add_column("system")
+    for b in budgets:
+        table.add_column(f"@{b} tok", justify="right")
+    for s in systems:
+        table.add_row(bench_beam.LABELS[s], *(f"{_f(res['systems'][s][b]['evidence_recall'])} / "
+                                              f"{_f(res['systems'][s][b]['key_phrase_recall'])}" for b in budgets))
+    out.print(table)
+    head = str(res["headline_budget"])
+    kinds = Table(title=f"per question kind @{head} tok: evidence / key-phrase recall")
+    kinds.add_column("kind")
+    for s in systems:
+        kinds.add_column(bench_beam.LABELS[s], justify="right")
+    for kind in sorted(res["systems"]["soul"][head]["by_kind"]):
+        kinds.add_row(kind, *(f"{_f(res['systems'][s][head]['by_kind'].get(kind, {}).get('evidence_recall'))} / "
+                              f"{_f(res['systems'][s][head]['by_kind'].get(kind, {}).get('key_phrase_recall'))}"
+                              for s in systems))
+    out.print(kinds)
+    details = {k: v for k, v in res["details"].items() if k != "per_chat"}
+    out.print(json.dumps({"ratios": {k: v for k, v in res["ratios"][head].items() if not k.startswith("by_kind")},
+                          **details}, indent=1))
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
+    if args.plot:
+        bench_beam.plot(res, args.plot)
+    return 0
+
+
 def cmd_latency(args: argparse.Namespace, out: Console) -> int:
     from soul_runtime.bench import latency as bench_latency
     argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
@@ -499,7 +534,7 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|longchat|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
+    """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
     CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
@@ -531,6 +566,18 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lc.add_argument("--json", metavar="FILE")
     lc.add_argument("--plot", metavar="PNG")
     lc.set_defaults(bench_fn=cmd_longchat)
+    bm = bsub.add_parser("beam", help="evidence and key-phrase recall on real long chats (BEAM), against BM25 over "
+                                      "messages and ~400-character chunks and dense retrieval over the same chunks")
+    bm.add_argument("data", help="a BEAM chat directory (chat.json + probing_questions/) or a directory of them, "
+                                 "read in place (never copied into the repo)")
+    bm.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
+    bm.add_argument("--chats", type=lambda t: [c for c in t.split(",") if c], default=[],
+                    help="only these chat directories, comma-separated (like 3,4)")
+    bm.add_argument("--limit", type=int, default=None, help="only the first N chats")
+    bm.add_argument("--no-baselines", action="store_true", help="the soul only (the baselines embed every chunk)")
+    bm.add_argument("--json", metavar="FILE")
+    bm.add_argument("--plot", metavar="PNG")
+    bm.set_defaults(bench_fn=cmd_beam)
     tp = bsub.add_parser("latency", help="search / exact scan / write latency vs store size, query embedding")
     tp.add_argument("--sizes", default="1000,10000,100000")
     tp.add_argument("--queries", type=int, default=200)

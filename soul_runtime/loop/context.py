@@ -20,11 +20,12 @@ value per token would fill the budget with short, barely relevant lines."""
 
 
 FULL_LINES = 6
-"""The most relevant memories are shown in full, the rest by their first sentence (at most SHORT_CHARS), so
-more of them fit the budget. A memory of several lines (code, a table, a list) that holds the question's words
-is shown by the lines that answer it instead, within SHORT_CHARS (:mod:`soul_runtime.loop.excerpt`): a code
-block by its ``max_connections=209`` line, a table by its heading and the row asked about."""
-SHORT_CHARS = 90
+"""The most relevant memories are shown in full, up to FULL_CHARS; the others, and a longer one, by the part
+that answers the question (:mod:`soul_runtime.loop.excerpt`) within SHORT_CHARS, so more of them fit the budget:
+a code block by its ``max_connections=209`` line, a table by its heading and the row asked about, a paragraph
+by the sentence that holds the question's words. A memory that holds none of them is shown by its opening."""
+FULL_CHARS = 400
+SHORT_CHARS = 200
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
@@ -38,16 +39,14 @@ def short_text(text: str, limit: int | None = None) -> str:
 def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False,
                 weights: dict[str, float] | None = None) -> str:
     """``[episodic ep-12] 3 March 2024: …``: an episode says when it happened (and, while that is recent,
-    how long before ``now``); facts and procedures are current and carry no date. A text of several lines
-    that holds the question's terms (``weights``, from :func:`query_weights`) is shown by its excerpt; else
-    ``short`` shows its first sentence."""
+    how long before ``now``); facts and procedures are current and carry no date. A text longer than its room
+    (FULL_CHARS, or SHORT_CHARS when ``short``) that holds the question's terms (``weights``, from
+    :func:`query_weights`) is shown by its excerpt; else by its opening."""
     text = it.text
-    structured = "\n" in text.strip()  # code, a table, a list: what a first sentence or a whole line serves worst
-    found = excerpt(text, weights, SHORT_CHARS) if weights and structured and len(text) > SHORT_CHARS else None
-    if found is not None:
-        text = found
-    elif short:
-        text = short_text(text)
+    room = SHORT_CHARS if short else FULL_CHARS
+    if len(text) > room:
+        found = excerpt(text, weights, room) if weights else None
+        text = found if found is not None else short_text(text, room)
     if it.store != "episodic" or not it.at:
         return f"[{it.store} {it.id}] {text}"
     rel = ago(it.at, now) if now is not None else ""
@@ -63,16 +62,21 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
                 ) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines.
-    The first FULL_LINES items are rendered in full, the others short: by the part that answers ``query``."""
-    excerpted = [it.text for it in recalled if len(it.text) > SHORT_CHARS and "\n" in it.text.strip()]
-    weights = query_weights(query, [it.text for it in recalled]) if query and excerpted else {}
+    The first FULL_LINES items are rendered in full, the others short: by the part that answers ``query``.
+    An episode whose sources are all shown by an episode already chosen is left out: one line per message said,
+    so the budget reaches more of what was said (the parts of a long message recalled together are shown
+    by the one that answers best)."""
+    weights = query_weights(query, [it.text for it in recalled]) if query else {}
     lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES, weights=weights)) for i, it in enumerate(recalled)]
     by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
     used, chosen = 0, []
+    shown: set[str] = set()
     for i, it, line in by_value:
         t = line_tokens(line)
-        if used + t <= budget:
+        episode = it.store == "episodic"
+        if used + t <= budget and not (episode and it.sources and shown.issuperset(it.sources)):
             chosen.append((i, it, line))
+            shown.update(it.sources if episode else ())
             used += t
     return [(it, line) for _, it, line in sorted(chosen, key=lambda x: x[0])]
 

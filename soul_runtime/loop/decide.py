@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soul_runtime.config import TurnConfig
+from soul_runtime.loop.fit import clip
 from soul_runtime.loop.guards import sanitize
 from soul_runtime.models.base import (
     ChatMessage,
@@ -96,7 +97,9 @@ def decide_observed(model: ModelIdentity, window: list[Message], earlier: tuple[
                     ) -> Steps[tuple[list[Decided], tuple[tuple[str, Usage], ...]]]:
     """One decision per message of ``window`` (one model call for the window), guards applied per message."""
     t0 = time.perf_counter()
-    obs = ObserveWindow(tuple(ObservedMessage(m.id, m.speaker, m.text, m.at, judge=not _too_short(m.text, cfg))
+    reads = cfg.observe_window_tokens * 4  # a model reads at most a window's worth of one message
+    obs = ObserveWindow(tuple(ObservedMessage(m.id, m.speaker, clip(m.text, reads), m.at,
+                                              judge=not _too_short(m.text, cfg))
                               for m in window), earlier, persona, cfg.history_for_extraction)
     if own_window(model):
         wd = yield Call("model", "decide_window", (obs,))
@@ -111,13 +114,13 @@ def decide_observed(model: ModelIdentity, window: list[Message], earlier: tuple[
         elif not d.persist:
             out.append(Decided(False, d.reason or "nothing worth keeping", d.categories))
         else:
-            ex = Exchange(user_text=m.text, reply_text="", speaker=m.speaker, message_ids=(m.id,), at=m.at,
+            ex = Exchange(user_text=clip(m.text, reads), reply_text="", speaker=m.speaker, message_ids=(m.id,), at=m.at,
                           persona=persona, history=tuple(history[-cfg.history_for_extraction:]))
             clean, dropped = sanitize(d.extraction, ex)
             reason = d.reason or "holds " + ", ".join(d.categories)
             out.append(Decided(True, reason + ("; guard: " + "; ".join(dropped) if dropped else ""), d.categories,
                                clean))
-        history.append(ChatMessage("user", m.text, m.id, m.speaker))
+        history.append(ChatMessage("user", clip(m.text, reads), m.id, m.speaker))
     timings["persist_decision"] = timings.get("persist_decision", 0.0) + (time.perf_counter() - t0) * 1000
     return out, used
 

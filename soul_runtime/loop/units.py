@@ -1,25 +1,22 @@
-"""Long messages become several units: one episode per informative piece, each indexed under its own words.
+"""Long messages become several units: every part of a message findable, by its own words and by meaning.
 
 A message longer than ``UNIT_AT`` characters, or one with code, a table or a log in it (what the model does
 not read, :func:`soul_runtime.text.prose`), holds more than one episode summary can show. Besides the model's
-episode of the message, the write path stores each informative unit of it as an episode of its own — dated like the message, sourced to it, its text shown as it was said —
-so that an identifier, a library version, a figure or a date in the middle of a long message is found by
-its own words and shown, not clipped away.
+episode of the message, the write path stores each unit of it as an episode of its own — dated like the
+message, sourced to it, its text shown as it was said — so that an identifier, a figure, a date or a sentence
+of prose in the middle of a long message is found and shown, not clipped away.
 
 Units: the message is cut at blank lines (a fenced code block stays one block), a block longer than
 ``UNIT_CHARS`` is cut at line ends, then sentence ends, then white space, and consecutive pieces are packed
 while they fit ``UNIT_CHARS`` (at most what an episode summary shows, ``max_episode_chars``); a block that ends
 in a colon introduces what follows it ("Measured p95 latency of ledger this week:" and its table), so it starts
-a unit. A
-unit is informative when it holds a figure or a date (a digit), an identifier (``snake_case``, ``a.b``,
-``key=value``, a path, backticks) or a decision ("propose", "agreed", "decided", "let us go with"). At most
-``MAX_UNITS`` units of a message are kept, the first ones.
+a unit. Every unit of a message is kept, up to ``MAX_UNITS`` (a message of ``max_text_chars`` fits).
 
-The units of a message share its vector (one embedding per message): the dense side finds the message, the
-lexical side the unit. That vector is computed from the opening of what the message is indexed under (its
-summary first, ``HEAD_CHARS`` characters, about 100 tokens of technical text, within the 128 MiniLM was
-tuned at), not from as much of it as the embedder takes: the rest of the message is found through its units,
-and the encoder's cost grows with every token it reads.
+Vectors: a message of up to ``OWN_VECTORS_UPTO`` characters gives each unit a vector of its own text, so the
+dense side finds the very part that answers. A longer message (a pasted document, a log, a long answer) is
+represented on the dense side by its opening (``HEAD_CHARS``, its summary first), which its units share; the
+rest of it is found through its units' words. This bounds the encoder's work per message, which grows with
+every token it reads, and keeps one long document from filling the dense candidates with its parts.
 """
 
 from __future__ import annotations
@@ -36,15 +33,12 @@ from soul_runtime.text import prose
 
 UNIT_AT = 800
 UNIT_CHARS = 400
-MAX_UNITS = 48
+MAX_UNITS = 5_000
 HEAD_CHARS = 320
+OWN_VECTORS_UPTO = 2_400
 
 _FENCE = re.compile(r"^\s*```")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-_INFORMATIVE = re.compile(r"\d|\w[_=./]\w|`|\b(?:propos|agree|decid|chose|let us go with|let's go with|we will use|"
-                          r"switch(?:ed)? to|migrat|deprecat)", re.I)
-
-
 def _blocks(text: str) -> list[str]:
     """Blank-line separated blocks; a fenced code block is one block whatever its blank lines."""
     out: list[str] = []
@@ -84,7 +78,7 @@ def _cut(block: str, size: int) -> list[str]:
 
 
 def split_units(text: str, size: int = UNIT_CHARS) -> list[str]:
-    """The units of ``text`` (see the module doc), informative or not."""
+    """The units of ``text`` (see the module doc)."""
     pieces: list[tuple[str, str]] = []  # (text, joiner to the previous piece)
     for block in _blocks(text):
         for i, piece in enumerate(_cut(block, size)):
@@ -99,21 +93,17 @@ def split_units(text: str, size: int = UNIT_CHARS) -> list[str]:
     return [u.strip() for u in out if u.strip()]
 
 
-def informative(unit: str) -> bool:
-    return bool(_INFORMATIVE.search(unit))
-
-
 def message_requests(req: WriteRequest, text: str) -> list[WriteRequest]:
     """The writes of a message: ``req`` (its model-made write) and, for a long or structured message whose own
     episode is kept (what a guard or the episode policy refused for the message is not stored by its units), the
-    episodes of its informative units, each written under its own turn key with the message's sources, date,
-    speaker and session, indexed under its own words. Such a message and its units share one vector, computed
-    from the opening of the message's key text (``HEAD_CHARS``)."""
+    episodes of its units, each written under its own turn key with the message's sources, date, speaker and
+    session, shown as said. Their vectors: see the module doc (``OWN_VECTORS_UPTO``)."""
     if len(text) <= UNIT_AT and prose(text) == text or not decide_episode(req.extraction).write:
         return [req]  # a short message of prose; or one whose own episode is not kept (a guard, chit-chat)
-    units = [u for u in split_units(text) if informative(u)][:MAX_UNITS]
-    head = replace(req, vector_text=clip(req.vector_text or index_key_text(req), HEAD_CHARS))
+    units = split_units(text)[:MAX_UNITS]
+    own = len(text) <= OWN_VECTORS_UPTO
+    head = req if own else replace(req, vector_text=clip(req.vector_text or index_key_text(req), HEAD_CHARS))
     return [head] + [replace(head, turn_key=f"{req.turn_key}{UNIT_KEY}{i + 1}",
                              extraction=Extraction(episode=u, event=True, extra_sources=req.extraction.extra_sources),
-                             key_context="")
+                             key_context="", vector_text=u if own else head.vector_text)
                      for i, u in enumerate(units)]

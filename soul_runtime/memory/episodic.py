@@ -207,7 +207,15 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
                                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", r)
                 self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (r[0], r[13] or r[3]))
                 self._log("add", r[0])
-            self.db.execute("UPDATE episodes SET unit = 1 WHERE instr(turn_key, ?) > 0", (UNIT_KEY,))
+            # a unit that shares its message's vector (the same vector as another row of its message)
+            heads: dict[tuple[str, bytes], int] = {}
+            for turn_key, vec in self.db.execute("SELECT turn_key, vector FROM episodes"):
+                heads[(str(turn_key or "").split(UNIT_KEY)[0], vec)] = heads.get(
+                    (str(turn_key or "").split(UNIT_KEY)[0], vec), 0) + 1
+            self.db.executemany("UPDATE episodes SET unit = 1 WHERE rowid = ?", [
+                (r[0],) for r in self.db.execute("SELECT rowid, turn_key, vector FROM episodes WHERE "
+                                                 "instr(turn_key, ?) > 0", (UNIT_KEY,))
+                if heads[(str(r[1]).split(UNIT_KEY)[0], r[2])] > 1])
             load_tables(self.db, data, ("sessions", "applied"))
         self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
         self.flush()

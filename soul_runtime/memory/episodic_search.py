@@ -11,7 +11,7 @@ from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.episodic_tokens import fts_tokens
 from soul_runtime.memory.layer_db import unpack
 from soul_runtime.memory.policy_episodic import (
-    hybrid_score,
+    fused_score,
     in_recall,
     later_figures_first,
     lexical_clauses,
@@ -56,8 +56,7 @@ class EpisodeSearch(EpisodeTable):
         ats, promoted_, superseded_, unit = np.array([(*h[2:5], h[6]) for h in hits] + [r[1:] for r in rows],
                                                      np.float64).reshape(len(ids), 4).T
         lex = np.array([h[1] for h in hits] + [0.0] * len(rows))  # lexical hits score > 0, the others 0
-        top_lex = float(lex.max()) or 1.0
-        scores = hybrid_score(np.array(sims + [dense[r[0]] for r in rows]), lex / top_lex, self.cfg, unit != 0)
+        scores = fused_score(np.array(sims + [dense[r[0]] for r in rows]), lex, self.cfg, unit != 0)
         scores = scores * recency_weight(ats, now, self.cfg)
         if scoped:  # the question names a time ("three sessions ago"): what happened then comes first
             scores = np.where([key in scoped for key in ids], 0.5 + 0.5 * scores, 0.5 * scores)

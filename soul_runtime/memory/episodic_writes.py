@@ -140,7 +140,7 @@ class EpisodeWrites(EpisodeTable):
             " vector, key_text, unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (req.now, req.actor, text, pack(list(sources)), pack(list(ex.entities)), pack(list(tags)),
              req.session, sidx, req.turn_key, np.asarray(vec, np.float32).tobytes(), key_text,
-             int(UNIT_KEY in req.turn_key)))
+             int(shares_vector(req))))
         key = int(cur.lastrowid or 0)
         for other in [k for k in scans if k != (req.session, _siblings(req.turn_key))]:
             del scans[other]  # a new row another message's units would have to see
@@ -224,6 +224,12 @@ def index_key_text(req: WriteRequest) -> str:
     parts = [detail] if detail and summary.rstrip(".…") in detail else [summary, detail]
     parts.append(req.key_context.strip())
     return " ".join(p for p in parts if p)[:4000]
+
+
+def shares_vector(req: WriteRequest) -> bool:
+    """Is ``req`` a unit of a long message that shares its message's vector (rather than one of its own text)?
+    Recall weighs such a unit's dense side by ``unit_dense_weight``."""
+    return UNIT_KEY in req.turn_key and bool(req.vector_text) and req.vector_text != req.extraction.episode
 
 
 def vector_text(req: WriteRequest) -> str:

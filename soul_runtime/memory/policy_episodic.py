@@ -81,11 +81,38 @@ def near_duplicate_terms(similarity: float, new: frozenset[str], old: frozenset[
     return similarity >= cfg.merge_similarity and bool(new) and len(new ^ old) <= max(0, (len(new | old) // 10))
 
 
-def hybrid_score(dense: Num, lexical: Num, cfg: MemoryConfig, unit: bool | np.ndarray = False) -> Num:
-    """Dense cosine (clipped at 0) and a max-normalised lexical score in [0, 1], blended by ``dense_weight``;
-    for a unit of a long message (``unit``), which shares its message's vector, by ``unit_dense_weight``."""
-    w = np.where(unit, cfg.unit_dense_weight, cfg.dense_weight) if np.any(unit) else cfg.dense_weight
-    out: Num = w * np.maximum(0.0, dense) + (1.0 - w) * lexical
+FUSED_TOP = 0.9
+MAGNITUDE = 0.25
+"""The share of the fused score that keeps how far apart the candidates' raw scores are (each search's score
+over its best): ranks order the candidates, this keeps a candidate that alone holds the question's rare words
+ahead of one that is merely first in the other ranking."""
+"""The fused score of an episode first in both rankings: a rank says which episode answers best, not how well,
+so a stored fact that answers the question (its words and its subject, 0.9 and up) is shown first."""
+
+
+def fused_score(dense: np.ndarray, lexical: np.ndarray, cfg: MemoryConfig, unit: bool | np.ndarray = False
+                ) -> np.ndarray:
+    """Reciprocal rank fusion of the dense and the lexical ranking of the same candidates, on [0, 1].
+
+    ``dense``: each candidate's cosine similarity; ``lexical``: its BM25 score (0 where the lexical search did
+    not find it). A candidate at rank r of a ranking scores ``1 / (rank_constant + r)`` there, weighted by
+    ``dense_weight`` (``unit_dense_weight`` for a unit that shares its message's vector) and the rest for the
+    lexical ranking; MAGNITUDE of it is weighed by the candidate's raw scores over the best ones; the result is
+    scaled so that a candidate first and best in both rankings scores FUSED_TOP. The two
+    searches' raw scores live on different scales (a cosine, an unbounded BM25): ranks compare them fairly. Ties
+    in a ranking go by position (the caller's order)."""
+    n = len(dense)
+    k = cfg.rank_constant
+    w = np.where(unit, cfg.unit_dense_weight, cfg.dense_weight) if np.any(unit) else np.full(n, cfg.dense_weight)
+    dense_rank = np.empty(n)
+    dense_rank[np.argsort(-np.asarray(dense, np.float64), kind="stable")] = np.arange(1, n + 1)
+    lex = np.asarray(lexical, np.float64)
+    lex_rank = np.empty(n)
+    lex_rank[np.argsort(-lex, kind="stable")] = np.arange(1, n + 1)
+    fused = (w / (k + dense_rank) + np.where(lex > 0, (1.0 - w) / (k + lex_rank), 0.0)) * (k + 1)
+    sims = np.maximum(0.0, np.asarray(dense, np.float64))
+    how_far = w * sims / (float(sims.max()) or 1.0) + (1.0 - w) * lex / (float(lex.max()) or 1.0)
+    out: np.ndarray = fused * (1.0 - MAGNITUDE + MAGNITUDE * how_far) * FUSED_TOP
     return out
 
 

@@ -1,0 +1,247 @@
+"""`soul bench beam DIR`: what a model is shown from memory of real long chats (BEAM), under a token budget.
+
+Each chat (:mod:`soul_runtime.bench.beam_data`) is observed by one soul session by session through the public
+write path (``Soul.observe``: offline model, the default embedder), then every probing question recalls
+``TurnConfig.recall_k`` items 30 days after the last session, packed into the budget exactly as for a turn
+(:func:`soul_runtime.loop.context.pack_memory`). Credited is exactly the text the model would be shown:
+
+* **evidence recall** — the share of the question's evidence message ids among the sources of the lines shown;
+* **key-phrase recall** — the share of the rubric's content words found among the words of the lines shown.
+
+Baselines in the same run, same budgets, the same token count for every line (chars/4 + 1 per line): BM25 over
+whole messages (the first that does not fit is shown clipped), BM25 over ~400-character sentence chunks of every
+message (what plain RAG shows), and dense retrieval over the same chunks with the same embedder. Also reported:
+messages refused, packings that failed, ingest rate, recall latency and the process's resident memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, load
+from soul_runtime.bench.locomo import BM25, take_within
+from soul_runtime.bench.longchat import chunks, rss_mib, take_clipped
+from soul_runtime.config import MemoryConfig, TurnConfig
+from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.errors import SoulError
+from soul_runtime.loop.context import line_tokens, pack_memory
+from soul_runtime.loop.soul import Soul
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.models.choice import make_model
+from soul_runtime.records import RecalledItem
+
+SYSTEMS = ("soul", "bm25_chunks", "dense_chunks", "bm25_messages")
+LABELS = {"soul": "soul-runtime (what a turn shows)", "bm25_chunks": "BM25 over ~400-character chunks",
+          "dense_chunks": "dense over the same chunks", "bm25_messages": "BM25 over whole messages"}
+ASK_AFTER = 30 * DAY
+Lines = Sequence[tuple[str, tuple[str, ...]]]
+
+
+def evidence_recall(q: Question, taken: Lines) -> float | None:
+    if not q.evidence:
+        return None
+    found = {s for _, srcs in taken for s in srcs}
+    return sum(1 for e in q.evidence if e in found) / len(q.evidence)
+
+
+def key_phrase_recall(q: Question, taken: Lines) -> float | None:
+    if not q.key_words:
+        return None
+    shown = set(content_words("\n".join(line for line, _ in taken)))
+    return sum(1 for w in q.key_words if w in shown) / len(q.key_words)
+
+
+METRICS = {"evidence_recall": evidence_recall, "key_phrase_recall": key_phrase_recall}
+
+
+class Tally:
+    """Every question's figures per system, budget and kind."""
+
+    def __init__(self) -> None:
+        self.vals: dict[tuple[str, int, str, str], list[float]] = {}
+        self.tok: dict[tuple[str, int], list[int]] = {}
+
+    def add(self, system: str, budget: int, q: Question, taken: Lines) -> None:
+        for name, metric in METRICS.items():
+            v = metric(q, taken)
+            if v is not None:
+                self.vals.setdefault((system, budget, q.kind, name), []).append(v)
+        self.tok.setdefault((system, budget), []).append(sum(line_tokens(line) for line, _ in taken))
+
+    def mean(self, system: str, budget: int, metric: str, kind: str | None = None) -> float | None:
+        vals = [v for (s, b, k, m), vs in self.vals.items() if s == system and b == budget and m == metric
+                and (kind is None or k == kind) for v in vs]
+        return round(statistics.fmean(vals), 4) if vals else None
+
+    def summary(self, system: str, budget: int) -> dict[str, Any]:
+        kinds = sorted({k[2] for k in self.vals if k[0] == system and k[1] == budget})
+        toks = self.tok.get((system, budget), [])
+        return {**{m: self.mean(system, budget, m) for m in METRICS},
+                "tokens_mean": round(statistics.fmean(toks), 1) if toks else None,
+                "by_kind": {kind: {m: self.mean(system, budget, m, kind) for m in METRICS} for kind in kinds}}
+
+
+class Baselines:
+    """The plain retrievers over one chat's raw messages: BM25 over messages and over chunks, dense over chunks."""
+
+    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128) -> None:
+        msgs = chat.messages
+        self.raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in msgs]
+        self.pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in msgs for c in chunks(m["text"])]
+        self.bm_msg, self.bm_chunk = BM25([t for t, _ in self.raw]), BM25([t for t, _ in self.pieces])
+        self.embedder = embedder
+        texts = [t for t, _ in self.pieces]
+        self.vectors = np.vstack([embedder.embed(texts[i:i + batch]) for i in range(0, len(texts), batch)]) \
+            if texts else np.zeros((0, embedder.dim), np.float32)
+
+    def ranked(self, question: str) -> dict[str, Lines]:
+        qv = self.embedder.embed([question])[0]
+        return {"bm25_messages": [self.raw[i] for i in np.argsort(-self.bm_msg.scores(question), kind="stable")],
+                "bm25_chunks": [self.pieces[i] for i in np.argsort(-self.bm_chunk.scores(question), kind="stable")],
+                "dense_chunks": [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]}
+
+
+def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str) -> Lines:
+    """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources."""
+    return [(line, it.sources) for it, line in pack_memory(items, budget, now, question)]
+
+
+def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
+               budgets: Sequence[int], baselines: Baselines | None, failures: list[str],
+               progress: Callable[[str, int, int], None] | None = None) -> list[float]:
+    """Every question of ``chat`` at every budget, the soul beside the baselines; the recall latencies (ms). A
+    packing that raises is counted in ``failures`` (and scored as showing nothing)."""
+    now = max(m["at"] for m in chat.messages) + ASK_AFTER
+    recall_ms = []
+    for qi, q in enumerate(chat.questions):
+        t1 = time.perf_counter()
+        items = recall(q.question, now)
+        recall_ms.append((time.perf_counter() - t1) * 1000)
+        ranked = baselines.ranked(q.question) if baselines else {}
+        for b in budgets:
+            try:
+                lines = shown(items, b, now, q.question)
+            except Exception as e:  # counted, never hidden: the floor is none
+                failures.append(f"{chat.chat_id} q{qi} @{b}: {type(e).__name__}: {e}")
+                lines = []
+            tally.add("soul", b, q, lines)
+            for system, order in ranked.items():
+                tally.add(system, b, q, take_clipped(order, b) if system == "bm25_messages" else take_within(order, b))
+        if progress:
+            progress(f"chat {chat.chat_id}: questions", qi + 1, len(chat.questions))
+    return recall_ms
+
+
+def ingest(chat: Chat, soul: Soul, refused: list[str], progress: Callable[[str, int, int], None] | None) -> float:
+    """Observe ``chat`` session by session; seconds taken."""
+    t0 = time.perf_counter()
+    for si, (name, batch) in enumerate(chat.sessions):
+        try:
+            soul.observe(list(batch), session=name)
+        except SoulError as e:  # counted, never hidden: the floor is none
+            refused.append(f"{chat.chat_id}/{name}: {type(e).__name__}: {e}")
+        if progress:
+            progress(f"chat {chat.chat_id}: ingest", si + 1, len(chat.sessions))
+    return time.perf_counter() - t0
+
+
+def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
+        progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
+        config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
+        chats: Sequence[str] | None = None, baselines: bool = True) -> dict[str, Any]:
+    """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids)."""
+    embedder = embedder or default_embedder()
+    turn = turn or TurnConfig()
+    model = make_model("offline")
+    budgets = sorted(set(budgets))
+    tally = Tally()
+    root = Path(workdir or tempfile.mkdtemp(prefix="beam-"))
+    loaded = [c for c in load(data) if not chats or c.chat_id in chats][:limit]
+    per_chat: list[dict[str, Any]] = []
+    refused: list[str] = []
+    failures: list[str] = []
+    ingest_s = 0.0
+    n_msgs = n_chars = 0
+    for chat in loaded:
+        mem = SoulMemory(root / chat.chat_id, embedder=embedder, config=config)
+        soul = Soul(f"beam-{chat.chat_id}", root / chat.chat_id, memory=mem, model=model)
+        took = ingest(chat, soul, refused, progress)
+        ingest_s += took
+        n_msgs += len(chat.messages)
+        n_chars += chat.chars
+        rss, peak = rss_mib()
+
+        def recall(q: str, at: float, m: SoulMemory = mem) -> list[RecalledItem]:
+            return m.recall(q, turn.recall_k, at=at)
+        base = Baselines(chat, embedder) if baselines else None
+        recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress)
+        st = mem.stats()
+        per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,
+                         "questions": len(chat.questions), "ingest_s": round(took, 2),
+                         "messages_per_s": round(len(chat.messages) / took, 2), "rss_mib": rss, "rss_peak_mib": peak,
+                         "episodes": st["episodes"], "facts": st["facts"],
+                         "recall_p50_ms": round(statistics.median(recall_ms), 2) if recall_ms else None})
+        soul.close()
+        mem.close()
+    res = summary(tally, budgets, turn)
+    res["details"] = {"chats": [c.chat_id for c in loaded], "questions": sum(len(c.questions) for c in loaded),
+                      "messages": n_msgs, "chars": n_chars, "refused": refused, "failed_packings": failures,
+                      "ingest_messages_per_s": round(n_msgs / ingest_s, 2) if ingest_s else None,
+                      "ingest_chars_per_s": round(n_chars / ingest_s) if ingest_s else None,
+                      "rss_peak_mib": max((c["rss_peak_mib"] for c in per_chat), default=None),
+                      "embedder": embedder.embedder_id, "model": model.label, "per_chat": per_chat}
+    return res
+
+
+def summary(tally: Tally, budgets: Sequence[int], turn: TurnConfig) -> dict[str, Any]:
+    """Every system's figures at every budget, and the soul's ratios to each baseline (overall and per kind)."""
+    head = turn.memory_tokens if turn.memory_tokens in budgets else budgets[len(budgets) // 2]
+    systems = [s for s in SYSTEMS if any(k[0] == s for k in tally.vals)]
+    res: dict[str, Any] = {"budgets": list(budgets), "headline_budget": head, "recall_k": turn.recall_k,
+                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in systems}}
+    ratios: dict[str, Any] = {}
+    for b in map(str, budgets):
+        soul = res["systems"]["soul"][b]
+        ratios[b] = {f"{m}_vs_{s}": _ratio(soul[m], res["systems"][s][b][m]) for s in systems[1:] for m in METRICS}
+        if "bm25_chunks" in systems:
+            ratios[b]["by_kind_vs_bm25_chunks"] = {
+                kind: {m: _ratio(v[m], res["systems"]["bm25_chunks"][b]["by_kind"].get(kind, {}).get(m))
+                       for m in METRICS} for kind, v in soul["by_kind"].items()}
+    res["ratios"] = ratios
+    return res
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def plot(res: dict[str, Any], path: str | Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"soul": "o-", "bm25_chunks": "s--", "dense_chunks": "d-.", "bm25_messages": "^:"}
+    for ax, metric in zip(axes, METRICS, strict=True):
+        xs = [int(b) for b in res["budgets"]]
+        for s, style in styles.items():
+            if s not in res["systems"]:
+                continue
+            ys = [res["systems"][s][str(x)][metric] for x in xs]
+            if all(y is not None for y in ys):
+                ax.plot(xs, ys, style, label=LABELS[s])
+        ax.set_xlabel("memory budget (tokens)")
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_title(f"BEAM chats: {metric.replace('_', ' ')}")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
