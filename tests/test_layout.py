@@ -2,10 +2,13 @@
 
 - the core — foundation (errors, config, records, clock, text, ...), ``embedding``, ``models``, ``memory``,
   ``loop`` — never imports ``ray`` or ``actors``;
-- ``actors`` (the Ray layer) sits on the core; only the modules of ``RAY_USERS`` talk to Ray;
+- the handles' API (``soul_runtime/soul_api.py``, ``soul_runtime/soul_args.py``: every handle method once, with
+  its argument checks) sits on the core, and the two transports that run it sit on both: ``actors`` (the Ray
+  layer; only the modules of ``RAY_USERS`` talk to Ray) and the HTTP client (``soul_runtime/http_client``, which
+  never imports Ray or ``actors`` either);
 - the applications sit above ``actors``: the HTTP service (``actors/service``), the command line
   (``soul_runtime/cli``) and the benchmarks (``soul_runtime/bench``); nothing below them imports them;
-- the front door (``soul_runtime/__init__.py``) names the core's types and loads ``actors`` lazily.
+- the front door (``soul_runtime/__init__.py``) names the core's types and loads a transport lazily.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
 API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily; it names the result types
 SERVICE = "actors.service"
+HANDLES = "soul_runtime.soul_api"  # soul_api.py and soul_args.py: the handles' methods and checks, once
+HTTP_CLIENT = "soul_runtime.http_client"
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
+NO_RAY = CORE | {HANDLES, HTTP_CLIENT}  # never import ray or actors
 APPLICATIONS = {SERVICE, "soul_runtime.cli", "soul_runtime.bench"}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
@@ -27,11 +33,13 @@ ALLOWED: dict[str, set[str]] = {
     "soul_runtime.models": {FOUNDATION},
     "soul_runtime.memory": {FOUNDATION, "soul_runtime.embedding"},
     "soul_runtime.loop": {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory"},
-    "actors": set(CORE),
-    SERVICE: {*CORE, "actors"},
-    "soul_runtime.bench": {*CORE, "actors", SERVICE, API},
-    "soul_runtime.cli": {*CORE, "actors", SERVICE, "soul_runtime.bench", API},
-    API: {FOUNDATION, "soul_runtime.loop", "actors"},
+    HANDLES: set(CORE),
+    "actors": {*CORE, HANDLES},
+    HTTP_CLIENT: {*CORE, HANDLES},
+    SERVICE: {*CORE, HANDLES, "actors"},
+    "soul_runtime.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, API},
+    "soul_runtime.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, "soul_runtime.bench", API},
+    API: {FOUNDATION, "soul_runtime.loop", HANDLES, "actors", HTTP_CLIENT},
 }
 
 
@@ -52,6 +60,8 @@ def _layer(module: str) -> str | None:
     if parts[0] != "soul_runtime":
         return None
     candidate = ".".join(parts[:2])
+    if candidate in ("soul_runtime.soul_api", "soul_runtime.soul_args"):
+        return HANDLES
     return candidate if candidate in ALLOWED else FOUNDATION
 
 
@@ -98,7 +108,7 @@ def test_imports_go_one_way() -> None:
 def test_the_core_never_imports_ray_or_the_ray_layer() -> None:
     bad = []
     for path in _sources():
-        if _layer(_module_name(path)) not in CORE:  # the front door (API) is not core: it hands off to actors
+        if _layer(_module_name(path)) not in NO_RAY:  # the front door (API) is not core: it hands off to actors
             continue
         for target in _imports(path):
             if target.split(".")[0] in ("ray", "actors"):
@@ -148,9 +158,10 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
 
 
 def test_nothing_below_the_applications_imports_them() -> None:
-    assert set(ALLOWED) == CORE | APPLICATIONS | {"actors", API}
+    assert set(ALLOWED) == NO_RAY | APPLICATIONS | {"actors", API}
     for layer, allowed in ALLOWED.items():
         if layer not in APPLICATIONS:
             assert not allowed & APPLICATIONS, layer
     assert _layer("actors.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
     assert _layer("soul_runtime.cli.main") == "soul_runtime.cli" and _layer("soul_runtime.tenants") == FOUNDATION
+    assert _layer("soul_runtime.soul_args") == HANDLES and _layer("soul_runtime.http_client.wire") == HTTP_CLIENT
