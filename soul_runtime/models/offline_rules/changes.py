@@ -41,7 +41,7 @@ _NOT_OLD = re.compile(r",?\s+(?:and\s+)?not\s+(?P<old>[^,]+)$", re.I)
 
 @dataclass(frozen=True)
 class Change:
-    context: str  # the words that name what changed ("checkout", "the design review")
+    context: str  # the words that name what changed ("checkout", "the quarterly audit")
     value: str  # the new value
     old_hint: str = ""  # the old value when named
     marked: bool = False  # an explicit marker ("actually", "correction", "not X")
@@ -70,7 +70,7 @@ def parse_change(clause: str, marked: bool = False) -> Change | None:
     if m and len(m.group("old").split()) <= 4:
         old, s = clean_value(m.group("old")), s[: m.start()]
     m = _TOOK_OVER.match(s)
-    if m:  # "Dimitri took over the roadmap from Clara": a new owner
+    if m:  # "<new> took over <thing> from <old>": a new owner
         return Change(m.group("ctx"), clean_value(m.group("new")), clean_value(m.group("old") or "") or old, marked, True)
     m = _SWAP.match(s)
     if m:

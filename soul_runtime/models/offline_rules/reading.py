@@ -5,8 +5,8 @@
   that names a change marks what follows as a correction, any other label or lead-in is only dropped.
 * Pronouns: "it" at the head of a clause is the thing the message (or the conversation) was last about;
   "he" / "she" the person last named.
-* Predicates: counts with units ("has 40 nodes"), transitive predicates ("requires Java 21", "targets
-  Node 20"), versions ("is version 4.1") and who owns a thing ("owned by", "belongs to", "X owns Y") read
+* Predicates: counts with units ("has 12 shards"), transitive predicates ("requires Rust 1.80", "targets
+  ARM64"), versions ("is version 2.7") and who owns a thing ("owned by", "belongs to", "X owns Y") read
   as (entity, attribute, value), the attribute named from the predicate, never from the value.
 """
 
@@ -40,7 +40,7 @@ _NOT_LABEL = re.compile(r"\b(?i:is|are|was|were|am|has|have|had|'s|'re|'m|i|we|y
 @memo
 def read_opening(text: str) -> tuple[str, str]:
     """(the text without its opening markers, the kind of correction they mark): "fix" for a label naming a
-    change ("Fix:", "Update —"), "no" for a negation or interjection ("no", "nope", "hmm, not quite"), ""."""
+    change (a label such as "Fix:"), "no" for a negation or interjection (such as "nope"), ""."""
     s, marked = text.strip().replace("\u2019", "'"), ""
     for _ in range(6):
         m = _NEGATION.match(s)
@@ -68,7 +68,7 @@ _LEAD_VERB = frozenset("meet met talked talk spoke speak ask asked say tell told
 
 
 def last_person(text: str) -> str:
-    """The person last named in ``text`` ("… our new designer, Mara Quist." → "Mara Quist"), else ''."""
+    """The person last named in ``text`` ("… our new analyst, Ilse Varga." → "Ilse Varga"), else ''."""
     found = ""
     for sentence in split_sentences(text):
         for m in _NAME.finditer(sentence):
@@ -127,7 +127,7 @@ def resolve_pronouns(clause: str, thing: str, person: str) -> str:
         m = rx.match(c)
         rest = c[m.end():] if m else ""
         if m and m.group("be") and not _PREDICATE.match(rest):
-            continue  # "it's 16", "it's Traefik": a bare value, resolved against the facts it may correct
+            continue  # "it's <value>": a bare value, resolved against the facts it may correct
         if m and not m.group("be") and not _VERB.match(rest):
             continue  # "it can be rewarding", "it sounds fun": no fact of a thing
         if m and name and not re.match(r"^(?:was|has been|had|isn't|is not|wasn't|not|no longer|never)\b", rest):
@@ -140,7 +140,7 @@ _BASE = {"has": "have", "does": "do", "goes": "go"}
 
 
 def as_first_person(clause: str) -> str:
-    """"He's based in Seville" → "I'm based in Seville", "she works on …" → "I work on …"; '' for other clauses."""
+    """"He's based in <place>" → "I'm based in <place>", "she works on …" → "I work on …"; '' for other clauses."""
     m = _THIRD.match(clause.strip().replace("\u2019", "'"))
     if not m or re.match(r"^(?:was|has been|had|isn't|is not|wasn't|not|no longer|never)\b", m.group("rest")):
         return ""

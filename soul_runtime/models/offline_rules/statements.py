@@ -67,7 +67,7 @@ def parse_statements(clause: str, subject: str) -> list[Statement]:
     """Facts stated in one clause; first person maps to ``subject`` (skipped when '')."""
     out = _statements(clause, subject)
     lead = _LEAD_IN.match(clause.strip())
-    if not out and lead:  # "Reminder, the VPN endpoint is …": a lead-in before the statement
+    if not out and lead:  # "<lead-in>, the <thing> is …": a lead-in before the statement
         out = _statements(clause.strip()[lead.end():], subject)
     if subject:
         out = [Statement(st.entity, st.attribute, re.sub(r"\b[Mm]y\b", subject + "'s", st.value), st.key) for st in out]
@@ -117,7 +117,7 @@ def _statements(clause: str, subject: str) -> list[Statement]:
             v = _value(re.sub(r"^(?i:to)\s+", "", m.group("val")))
             base = _PREF_BASE[m.group("verb").lower()]
             return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
-        m = _MY.match(s)  # "my favourite editor is Helix", "my dog's name is Max"
+        m = _MY.match(s)  # "my favourite font is Inter", "my dog's name is <name>"
         if m and _value(m.group("val")):
             val = re.sub(r"^(?:on|at|in)\s+(?=[A-Z0-9]|(?:mon|tues|wednes|thurs|fri|satur|sun)day)", "", m.group("val"))
             return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(trim_time(_named(val))))]
