@@ -343,19 +343,36 @@ export interface components {
             /** Items */
             items: components["schemas"]["PackedItem"][];
         };
+        /** ErrorDetail */
+        ErrorDetail: {
+            /**
+             * Type
+             * @description the error's class: InvalidInput, Unauthorized, NotFound, RuntimeBusy, ...
+             */
+            type: string;
+            /** Message */
+            message: string;
+        };
         /** ErrorOut */
         ErrorOut: {
-            /** Error */
-            error: {
-                [key: string]: string;
-            };
+            error: components["schemas"]["ErrorDetail"];
         };
         /** ForgetIn */
         ForgetIn: {
-            /** Ids */
+            /**
+             * Ids
+             * @description memory ids: ep-3, entity:attribute, task@v2
+             */
             ids?: string[] | null;
-            /** Query */
+            /**
+             * Query
+             * @description every memory whose text holds this phrase
+             */
             query?: string | null;
+        } | {
+            ids: unknown[];
+        } | {
+            query: string;
         };
         /** ForgetOut */
         ForgetOut: {
@@ -376,17 +393,23 @@ export interface components {
             speaker: string;
             /** Text */
             text: string;
-            /** Id */
+            /**
+             * Id
+             * @description the message's id, unique within the call
+             */
             id: string;
             /** At */
-            at?: number | string | null;
+            at?: (number | string) | null;
         };
         /** ObserveIn */
         ObserveIn: {
-            /** Messages */
+            /**
+             * Messages
+             * @description the messages, each id once
+             */
             messages: components["schemas"]["Message"][];
             /** At */
-            at?: number | string | null;
+            at?: (number | string) | null;
             /** Session */
             session?: string | null;
         };
@@ -425,17 +448,25 @@ export interface components {
              */
             tokens: number | null;
         };
+        /**
+         * Store
+         * @enum {string}
+         */
+        Store: "episodic" | "semantic" | "procedural";
         /** TurnIn */
         TurnIn: {
             /** Text */
             text: string;
-            /** User */
+            /**
+             * User
+             * @description who speaks (an id; default: user)
+             */
             user?: string | null;
             /**
              * At
-             * @description ISO-8601 or epoch seconds (default: now)
+             * @description epoch seconds, or an RFC 3339 date-time (default: now)
              */
-            at?: number | string | null;
+            at?: (number | string) | null;
             /**
              * Wait Writes
              * @default true
@@ -490,6 +521,35 @@ export interface operations {
                     };
                 };
             };
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     list_souls_v1_souls_get: {
@@ -512,7 +572,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -521,16 +581,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -539,7 +601,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -548,17 +621,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -566,7 +641,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -581,11 +656,11 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description at most 200 characters; the same key with the same body is answered once, with another body refused */
+                /** @description the same key with the same body is answered once (the first answer again), with another body refused (422) */
                 "Idempotency-Key"?: string | null;
             };
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -605,7 +680,7 @@ export interface operations {
                     "application/json": components["schemas"]["TurnOut"];
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -614,16 +689,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -632,7 +709,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -641,8 +729,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -650,7 +749,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
+            /** @description ModelError / ModelTimeout: the language model failed after its retries */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -659,7 +758,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -674,11 +773,11 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description at most 200 characters; the same key with the same body is answered once, with another body refused */
+                /** @description the same key with the same body is answered once (the first answer again), with another body refused (422) */
                 "Idempotency-Key"?: string | null;
             };
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -698,7 +797,7 @@ export interface operations {
                     "application/json": components["schemas"]["TurnOut"];
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -707,16 +806,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -725,7 +826,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -734,8 +846,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -743,7 +866,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
+            /** @description ModelError / ModelTimeout: the language model failed after its retries */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -752,7 +875,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -768,11 +891,12 @@ export interface operations {
             query: {
                 q: string;
                 k?: number;
-                store?: string[] | null;
+                /** @description these layers only (repeatable) */
+                store?: components["schemas"]["Store"][] | null;
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -792,7 +916,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -801,16 +925,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -819,7 +945,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -828,17 +965,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -846,7 +985,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -864,7 +1003,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -882,7 +1021,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -891,16 +1030,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -909,7 +1050,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -918,17 +1070,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -936,7 +1090,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -952,7 +1106,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
                 entity: string;
                 attribute: string;
@@ -972,7 +1126,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -981,16 +1135,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -999,7 +1155,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1008,17 +1175,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1026,7 +1195,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1040,14 +1209,14 @@ export interface operations {
     episodes_v1_souls__soul_id__episodes_get: {
         parameters: {
             query?: {
-                since?: string | null;
-                until?: string | null;
+                since?: (number | string) | null;
+                until?: (number | string) | null;
                 session?: string | null;
                 sessions_ago?: number | null;
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1065,7 +1234,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1074,16 +1243,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1092,7 +1263,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1101,17 +1283,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1119,7 +1303,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1137,7 +1321,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1155,7 +1339,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1164,16 +1348,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1182,7 +1368,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1191,17 +1388,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1209,7 +1408,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1227,7 +1426,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1245,7 +1444,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1254,16 +1453,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1272,7 +1473,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1281,17 +1493,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1299,7 +1513,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1315,7 +1529,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
                 seq: number;
             };
@@ -1334,7 +1548,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1343,16 +1557,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1361,7 +1577,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1370,17 +1597,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1388,7 +1617,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1404,7 +1633,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1422,7 +1651,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1431,16 +1660,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1449,7 +1680,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1458,17 +1700,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1476,7 +1720,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1492,7 +1736,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1508,7 +1752,7 @@ export interface operations {
                     "application/octet-stream": unknown;
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1517,16 +1761,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1535,7 +1781,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1544,17 +1801,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1562,7 +1821,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1578,7 +1837,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1600,7 +1859,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1609,16 +1868,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1627,7 +1888,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1636,17 +1908,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1654,7 +1928,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1670,7 +1944,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1688,7 +1962,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1697,16 +1971,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1715,7 +1991,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1724,17 +2011,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1742,7 +2031,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1757,11 +2046,11 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description at most 200 characters; the same key with the same body is answered once, with another body refused */
+                /** @description the same key with the same body is answered once (the first answer again), with another body refused (422) */
                 "Idempotency-Key"?: string | null;
             };
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1781,7 +2070,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForgetOut"];
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1790,16 +2079,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1808,7 +2099,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1817,17 +2119,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1835,7 +2139,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1853,13 +2157,14 @@ export interface operations {
                 /** @description tokens for memory lines */
                 budget?: number;
                 k?: number;
-                store?: string[] | null;
-                /** @description as of this time: ISO-8601 or epoch seconds (default: now) */
-                at?: string | null;
+                /** @description these layers only (repeatable) */
+                store?: components["schemas"]["Store"][] | null;
+                /** @description as of this time: epoch seconds or an RFC 3339 date-time (default: now) */
+                at?: (number | string) | null;
             };
             header?: never;
             path: {
-                /** @description the soul's id (letters, digits, '_.:@-'; at most 95 characters) */
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
                 soul_id: string;
             };
             cookie?: never;
@@ -1875,7 +2180,7 @@ export interface operations {
                     "application/json": components["schemas"]["ContextOut"];
                 };
             };
-            /** @description Bad Request */
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1884,16 +2189,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unauthorized */
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
             401: {
                 headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Not Found */
+            /** @description NotFound: an unknown turn or fact, or no such route */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1902,7 +2209,18 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Unprocessable Entity */
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1911,17 +2229,19 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Too Many Requests */
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Bad Gateway */
-            502: {
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1929,7 +2249,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Service Unavailable */
+            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
             503: {
                 headers: {
                     [name: string]: unknown;
