@@ -17,6 +17,7 @@ from soul_runtime.config import TurnConfig
 from soul_runtime.loop.fit import clip
 from soul_runtime.loop.guards import sanitize
 from soul_runtime.models.base import (
+    MODEL,
     ChatMessage,
     Exchange,
     LanguageModel,
@@ -27,7 +28,7 @@ from soul_runtime.models.base import (
     window_by_message,
 )
 from soul_runtime.records import Extraction, Message
-from soul_runtime.steps import Call, Steps
+from soul_runtime.steps import Steps
 from soul_runtime.text import estimate_tokens
 
 
@@ -59,7 +60,7 @@ def decide_exchange(model: ModelIdentity, exchange: Exchange, cfg: TurnConfig, t
     try:
         if _too_short(exchange.user_text, cfg) and not _answers_question(exchange):
             return Decided(False, f"shorter than {cfg.min_persist_chars} characters")
-        d = yield Call("model", "decide", (exchange,))
+        d = yield MODEL.decide(exchange)
         used = ((d.model or model.memory_model_id, d.usage),)
         if not d.persist:
             return Decided(False, d.reason or "nothing worth keeping", d.categories, usage=used)
@@ -102,7 +103,7 @@ def decide_observed(model: ModelIdentity, window: list[Message], earlier: tuple[
                                               judge=not _too_short(m.text, cfg))
                               for m in window), earlier, persona, cfg.history_for_extraction)
     if own_window(model):
-        wd = yield Call("model", "decide_window", (obs,))
+        wd = yield MODEL.decide_window(obs)
     else:
         wd = yield from window_by_message(obs, model.model_id)
     used = ((wd.model or model.memory_model_id, wd.usage),) if wd.usage.calls or wd.usage.input_tokens else ()
