@@ -7,7 +7,6 @@ default; docs/configuration.md lists them.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -65,13 +64,6 @@ class MemoryConfig:
     """Recall score of a fact that matches a query by the name of its subject alone (no word of its attribute or
     value): it is background about someone the question names, ranked after what matches what is asked."""
 
-    @property
-    def decay_days(self) -> float:
-        """Deprecated name of ``recall_horizon_days`` (kept for one more version)."""
-        warnings.warn("MemoryConfig.decay_days is deprecated: use recall_horizon_days", DeprecationWarning,
-                      stacklevel=2)
-        return self.recall_horizon_days
-
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
@@ -91,20 +83,6 @@ class MemoryConfig:
                      "max_episode_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
-
-
-_memory_config_init = MemoryConfig.__init__
-
-
-def _init_with_deprecated_names(self: MemoryConfig, *args: Any, decay_days: float | None = None, **kw: Any) -> None:
-    if decay_days is not None:
-        warnings.warn("MemoryConfig(decay_days=...) is deprecated: use recall_horizon_days", DeprecationWarning,
-                      stacklevel=2)
-        kw.setdefault("recall_horizon_days", decay_days)
-    _memory_config_init(self, *args, **kw)
-
-
-MemoryConfig.__init__ = _init_with_deprecated_names  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True, kw_only=True)

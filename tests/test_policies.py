@@ -223,11 +223,9 @@ def test_lexical_clauses_keep_rare_terms_and_pairs_within_a_budget() -> None:
     assert sum(wide[a] * wide[b] / 100_000 for a, b in got) <= 1_000
 
 
-def test_the_deprecated_decay_days_sets_the_recall_horizon() -> None:
-    with pytest.warns(DeprecationWarning, match="recall_horizon_days"):
-        cfg = MemoryConfig(decay_days=12)
-    assert cfg.recall_horizon_days == 12
-    with pytest.warns(DeprecationWarning):
-        assert cfg.decay_days == 12
-    assert "decay_days" not in SoulConfig(memory=cfg).to_dict()["memory"]
+def test_the_recall_horizon_round_trips_under_its_one_name() -> None:
+    cfg = MemoryConfig(recall_horizon_days=12)
+    assert SoulConfig(memory=cfg).to_dict()["memory"]["recall_horizon_days"] == 12
     assert SoulConfig.from_dict(SoulConfig(memory=cfg).to_dict()).memory == cfg
+    with pytest.raises(TypeError):
+        MemoryConfig(decay_days=12)  # type: ignore[call-arg]  # the old name is gone
