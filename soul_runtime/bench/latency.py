@@ -28,6 +28,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from soul_runtime.bench import fsyncs
 from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.embedding.fast import FastEmbedder
@@ -300,6 +301,8 @@ def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], 
     res["recall_stage_p50_ms"][s] = {name: _pct(v, 50) for name, v in stages.items()}
     res["recall_stage_p99_ms"][s] = {name: _pct(v, 99) for name, v in stages.items()}
     soul = Soul("bench", sdir, memory=mem, model=InstantModel())
+    synced: list[int | None] = []
+    timed_s = 0.0
     per_turn: list[float] = []
     overhead: list[float] = []
     overhead_cpu: list[float] = []
@@ -307,11 +310,14 @@ def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], 
     tstages: dict[str, list[float]] = {}
     for j, t in enumerate(turn_texts):
         e0 = emb.ms
+        if j == 3:
+            synced.append(fsyncs.current())
         c0, t0 = time.process_time(), time.perf_counter()
         r = soul.turn(t, user="bench", at=at + 30 * (j + 1))
         dt = (time.perf_counter() - t0) * 1000
         dc = (time.process_time() - c0) * 1000
         if j >= 3:  # the first turns warm caches and are not timed
+            timed_s += dt / 1000
             per_turn.append(dt)
             embed_ms.append(emb.ms - e0)
             overhead.append(dt - (emb.ms - e0))
@@ -322,8 +328,13 @@ def _soul_part(n: int, sdir: Path, emb: LookupEmbedder, queries: Sequence[str], 
             tstages.setdefault("checkpoint_and_other", []).append(dt - sum(tm.values()))
         if j % 20 == 0 or j + 1 == len(turn_texts):
             say(f"store {n}: turns", j + 1, len(turn_texts))
+    synced.append(fsyncs.current())
     soul.close()
     added = mem.episodic.stats()["episodes"] - before
+    first, last = synced[0], synced[-1]
+    res.setdefault("turns_per_s", {})[s] = round(len(per_turn) / timed_s, 2) if timed_s else None
+    res.setdefault("turn_fsyncs", {})[s] = round((last - first) / len(per_turn), 2) \
+        if first is not None and last is not None and per_turn else None
     mem.close()
     res["turn_p50_ms"][s], res["turn_p99_ms"][s] = _pct(per_turn, 50), _pct(per_turn, 99)
     res["turn_embed_p50_ms"][s] = _pct(embed_ms, 50)
@@ -356,7 +367,8 @@ def run(sizes: Sequence[int] = (1000, 10000, 100000), *, try_million: bool = Fal
     res: dict[str, Any] = {k: {} for k in (
         "search_p50_ms search_p99_ms exact_p50_ms exact_p99_ms index_recall_at_10 write_ms_per_episode write_p99_ms "
         "build_s ratios expansion_sweep expansion_search_needed index_save_ms bulk_load_per_s recall_p50_ms "
-        "recall_p99_ms recall_stage_p50_ms recall_stage_p99_ms turn_p50_ms turn_p99_ms turn_embed_p50_ms "
+        "recall_p99_ms recall_stage_p50_ms recall_stage_p99_ms turn_p50_ms turn_p99_ms turns_per_s turn_fsyncs "
+        "turn_embed_p50_ms "
         "turn_overhead_p50_ms turn_overhead_p99_ms turn_stages_ms recall_cpu_p50_ms recall_cpu_p99_ms "
         "turn_overhead_cpu_p50_ms turn_overhead_cpu_p99_ms").split()}
     res["load_avg_1min"] = loads = {"start": round(os.getloadavg()[0], 2)}  # the box may be shared: load per phase
@@ -503,6 +515,7 @@ def table(result: dict[str, Any]) -> Table:
             ("exact p50", "exact_p50_ms"), ("recall@10", "index_recall_at_10"), ("write p50", "write_ms_per_episode"),
             ("write p99", "write_p99_ms"), ("index save", "index_save_ms"), ("recall p50", "recall_p50_ms"),
             ("recall p99", "recall_p99_ms"), ("recall cpu p50", "recall_cpu_p50_ms"), ("turn p50", "turn_p50_ms"),
+            ("turn p99", "turn_p99_ms"), ("turns/s", "turns_per_s"), ("fsyncs/turn", "turn_fsyncs"),
             ("turn embed p50", "turn_embed_p50_ms"), ("overhead p50", "turn_overhead_p50_ms"),
             ("overhead p99", "turn_overhead_p99_ms"), ("overhead cpu p50", "turn_overhead_cpu_p50_ms"))
     for c, _ in cols:
@@ -565,7 +578,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     ap.add_argument("--embedder", choices=("default", "fast"), default="default",
                     help="default: MiniLM (real text embeddings); fast: the deterministic hashing embedder")
+    ap.add_argument("--data-dir", metavar="DIR",
+                    help="where the stores are written (default a fresh temp dir): a directory on the storage to "
+                         "measure, e.g. an NFS or EFS mount (with --storage shared)")
+    ap.add_argument("--storage", choices=("local", "shared"), default="local",
+                    help="the SQLite journal the stores use: local (WAL) or shared (rollback journal, for network "
+                         "file systems), as the runtime's storage setting")
+    ap.add_argument("--no-fsyncs", action="store_true",
+                    help="do not count fsyncs per turn (counting runs this benchmark again under a preloaded "
+                         "counter, soul_runtime.bench.fsyncs)")
     a = ap.parse_args(argv)
+    if not a.no_fsyncs:  # the stores write in this process: run it again with the counter preloaded
+        fsyncs.run_counted("soul_runtime.bench.latency", list(sys.argv[1:] if argv is None else argv),
+                           a.data_dir or tempfile.gettempdir())
+    from soul_runtime.memory.sqlite_db import use_storage
+    use_storage(a.storage)  # every store this process opens from now on
     if a.plot:
         from soul_runtime.bench.plotting import require
         require()
@@ -575,8 +602,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     res = run([int(x) for x in a.sizes.split(",") if x.strip()], try_million=a.million, queries=a.queries,
               progress=prog, locomo_dir=a.locomo, cache_dir=a.cache_dir, turns=a.turns,
-              reuse_stores=a.reuse_stores,
+              reuse_stores=a.reuse_stores, workdir=a.data_dir,
               embedder=FastEmbedder() if a.embedder == "fast" else None)
+    res["storage"] = a.storage
+    res["fsyncs_measured"] = fsyncs.current() is not None
+    fsyncs.done()
+    if a.data_dir:
+        from soul_runtime.bench.fsyncs import file_system
+        res["data_dir"], res["file_system"] = a.data_dir, file_system(a.data_dir)
     if a.json:
         write_file(a.json, json.dumps(res, indent=2), durable=False)
     if a.plot:
