@@ -224,7 +224,9 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
         env |= HEAD_ENV
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
            f"--ray-client-server-port={client_port}",
-           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}"]
+           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tdir}",
+           # a port of its own: Ray's fixed default (52365) is taken by any other head on the machine
+           f"--dashboard-agent-listen-port={_free_port(avoid=(port, client_port))}"]
     if node_ip:
         cmd.append(f"--node-ip-address={node_ip}")
         if node_ip in LOOPBACK_HOSTS:
