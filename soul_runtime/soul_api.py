@@ -10,7 +10,6 @@ are in :mod:`soul_runtime.soul_args`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -68,10 +67,6 @@ class Plans(Protocol):
     def import_(self, blob: bytes) -> Plan[None]: ...
 
 
-def _deprecated_trace_form() -> None:
-    warnings.warn("trace() without a turn id is deprecated: use traces(last=)", DeprecationWarning, stacklevel=3)
-
-
 class SoulApi:
     """A soul. Every method blocks until its answer is there.
 
@@ -115,12 +110,8 @@ class SoulApi:
                  sessions_ago: int | None = None) -> list[Episode]:
         return self._run(self._p.episodes(since, until, session, sessions_ago))
 
-    def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
-        """One turn's trace by its id. (Without an id: the last ``last`` traces, the deprecated form of
-        :meth:`traces`.)"""
-        if turn_id is None:
-            _deprecated_trace_form()
-            return self._run(self._p.traces(last))
+    def trace(self, turn_id: str) -> TurnTrace:
+        """One turn's trace by its id."""
         return self._run(self._p.trace(turn_id))
 
     def traces(self, last: int = 10) -> list[TurnTrace]:
@@ -188,11 +179,8 @@ class AsyncSoulApi:
                        sessions_ago: int | None = None) -> list[Episode]:
         return await self._run(self._p.episodes(since, until, session, sessions_ago))
 
-    async def trace(self, turn_id: str | None = None, last: int = 10) -> TurnTrace | list[TurnTrace]:
+    async def trace(self, turn_id: str) -> TurnTrace:
         """See :meth:`SoulApi.trace`."""
-        if turn_id is None:
-            _deprecated_trace_form()
-            return await self._run(self._p.traces(last))
         return await self._run(self._p.trace(turn_id))
 
     async def traces(self, last: int = 10) -> list[TurnTrace]:

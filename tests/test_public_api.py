@@ -59,7 +59,6 @@ def test_a_handle_reads_one_trace_by_id_and_the_last_ones(runtime: Any, soul_id:
            for i in range(3)]
     assert s.trace(ids[1]).turn_id == ids[1]
     assert [t.turn_id for t in s.traces(last=2)] == ids[1:]
-    with pytest.warns(DeprecationWarning, match="traces"):
-        assert [t.turn_id for t in s.trace(last=3)] == ids
+    assert [t.turn_id for t in s.traces(last=3)] == ids
     a = runtime.async_soul(soul_id)
     assert [t.turn_id for t in asyncio.run(a.traces(last=1))] == ids[2:]
