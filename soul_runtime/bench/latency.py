@@ -584,11 +584,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--storage", choices=("local", "shared"), default="local",
                     help="the SQLite journal the stores use: local (WAL) or shared (rollback journal, for network "
                          "file systems), as the runtime's storage setting")
-    ap.add_argument("--no-fsyncs", action="store_true",
-                    help="do not count fsyncs per turn (counting runs this benchmark again under a preloaded "
-                         "counter, soul_runtime.bench.fsyncs)")
+    ap.add_argument("--fsyncs", action="store_true",
+                    help="count the fsyncs per turn on the data dir (runs this benchmark again under a preloaded "
+                         "counter built with the system's C compiler, soul_runtime.bench.fsyncs)")
     a = ap.parse_args(argv)
-    if not a.no_fsyncs:  # the stores write in this process: run it again with the counter preloaded
+    if a.fsyncs:  # the stores write in this process: run it again with the counter preloaded
         fsyncs.run_counted("soul_runtime.bench.latency", list(sys.argv[1:] if argv is None else argv),
                            a.data_dir or tempfile.gettempdir())
     from soul_runtime.memory.sqlite_db import use_storage

@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from soul_runtime.bench import fsyncs
+
 Progress = Callable[[str, int, int], None]
 
 # ordinary things people tell an assistant; {n} keeps the texts of different souls and turns apart
@@ -366,6 +368,13 @@ def _phase(name: str, active: int, wall: float, lat: list[float], over: list[flo
             "overhead_p50_ms": round(percentile(over, 50), 2) if over else None}
 
 
+def _per(before: int | None, after: int | None, turns: int) -> float | None:
+    """A counter's increase per turn (None when it was not measured)."""
+    if before is None or after is None or not turns:
+        return None
+    return round((after - before) / turns, 2)
+
+
 def _calls_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, turns: int) -> dict[str, Any]:
     """The stand-in's calls between two of its stats (``per_turn``: per turn answered)."""
     if before is None or after is None:
@@ -380,8 +389,13 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         host_capacity: int | None = None, store_capacity: int | None = None, seed: int = 7,
         overhead_sample: int = 200, reactivate: int = 0, local_channels: bool = True,
         model: str = "offline", model_delays: Sequence[float] = (3.0,), wait_writes: Sequence[bool] | None = None,
-        sample_every_s: float = 1.0, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready). ``local_channels=False``:
+        sample_every_s: float = 1.0, progress: Progress | None = None, storage: str = "local",
+        count_fsyncs: bool = False) -> dict[str, Any]:
+    """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready). ``data_dir``: where the
+    souls live (default a fresh temp dir, removed after): a directory on the storage to measure, e.g. an NFS or
+    EFS mount with ``storage="shared"``; each phase then reports the fsyncs per turn the runtime made on it
+    (``count_fsyncs``, :mod:`soul_runtime.bench.fsyncs`), and the result names the data dir's file system.
+    ``local_channels=False``:
     every call through Ray (the runtime before its local channels, for comparison). ``model``: ``offline`` or
     ``stand-in`` (the Messages-API stand-in in a process of its own, at 0 s and at each of ``model_delays``
     seconds per call). ``wait_writes``: the values to run each level with (default: True for the offline model,
@@ -402,7 +416,14 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     embed_ms = embed_ms_per_text(embedder, rng)
     own_dir = data_dir is None
     path = Path(data_dir or tempfile.mkdtemp(prefix="soul-bench-scale-"))
-    opts: dict[str, Any] = {"embedder": embedder, "model": "offline", "local_channels": local_channels}
+    opts: dict[str, Any] = {"embedder": embedder, "model": "offline", "local_channels": local_channels,
+                            "storage": storage}
+    work = Path(tempfile.mkdtemp(prefix="soul-bench-fsyncs-"))
+    syncs = fsyncs.counter(path, work) if count_fsyncs else None
+    saved_env = {k: os.environ.get(k) for k in (syncs.env() if syncs else {})}
+
+    def synced() -> int | None:
+        return syncs.read() if syncs else None
     if host_capacity:
         opts["host_capacity"] = host_capacity
     if store_capacity:
@@ -430,6 +451,8 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         started = time.perf_counter()
         if progress:
             progress("starting the runtime", 0, 1)
+        if syncs:  # the local Ray this connect starts passes it to every actor process
+            os.environ.update(syncs.env())
         with soul_runtime.connect(data_dir=str(path), **opts) as rt:
             start_s = time.perf_counter() - started
             # phase 1: every soul's first turn (activation + first writes), on the instant stand-in
@@ -438,11 +461,14 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             errors: dict[str, int] = {}
             examples: dict[str, str] = {}
             calls0 = standin.stats() if standin else None
+            synced0 = synced()
             with sampler:
                 wall = asyncio.run(_drive(rt, [(sid, utterance(rng)) for sid in ids], max(active), lat, res,
                                           progress, "first turns", at0, errors=errors, examples=examples))
+            synced1 = synced()
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
             first = _phase("first turns", max(active), wall, lat, over)
+            first["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
             first["activations_per_s"] = first["turns_per_s"]
             first.update(errors=errors, error_examples=examples, runtime=sampler.report())
             if standin:
@@ -466,6 +492,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         procs0, host0, cpu0 = process_table(exclude=sampler.exclude), host_counters(rt), \
                             time.process_time()
                         calls0 = standin.stats() if standin else None
+                        synced0 = synced()
                         with sampler:
                             wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, label, clock,
                                                       wait_writes=wait, errors=errors, examples=examples))
@@ -473,6 +500,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         cpu = cpu_per_turn(procs0, process_table(exclude=sampler.exclude), len(jobs),
                                            time.process_time() - cpu0 - sampler.cpu_s)
                         calls1 = standin.settle() if standin else None  # the turns' memory work is done
+                        synced1 = synced()
                         clock += max(1e5, n_jobs + 1)
                         host1 = host_counters(rt)
                         stages: dict[str, list[float]] = {}
@@ -482,6 +510,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         phase["timings_p50_ms"] = {k: round(percentile(v, 50), 2) for k, v in sorted(stages.items())}
                         phase.update(wait_writes=wait, errors=errors, error_examples=examples)
                         phase["cpu_ms_per_turn"] = cpu
+                        phase["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
                         # every call a turn makes, and of those the ones that went over a local channel instead
                         # of Ray
                         phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
@@ -514,8 +543,16 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             procs = process_table(exclude=sampler.exclude)
             disk = dir_bytes(path)
             closed = closed_soul_bytes(path)
+            fs = fsyncs.file_system(path)
             stats = rt.stats()
     finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
         if standin is not None:
             try:
                 standin_info.update(standin.stats(timeout_s=10))
@@ -524,7 +561,6 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             standin_info["exit_code"] = standin.stop()
             standin_info["stopped"] = not standin.alive()
         if own_dir:
-            import shutil
             shutil.rmtree(path, ignore_errors=True)
     _vs_instant(phases)
     steady = [p for p in phases if p["phase"] == "turns"] or [first]
@@ -534,6 +570,8 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "souls": souls, "active": sorted(set(active)), "turns_per_soul": turns, "embedder": embedder, "local_channels": local_channels,
         "model": model, "model_delays_s": [d for d in delays if d is not None], "wait_writes": waits,
         "embed_ms_per_text": round(embed_ms, 3), "runtime_start_s": round(start_s, 2),
+        "data_dir": None if own_dir else str(path), "storage": storage, "file_system": fs,
+        "fsyncs_per_turn": best.get("fsyncs_per_turn"), "fsyncs_measured": syncs is not None,
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],
         "first_turns_per_s": first["turns_per_s"], "activations_per_s": first["activations_per_s"],
@@ -656,7 +694,8 @@ def summary_rows(res: dict[str, Any]) -> list[list[str]]:
         for p in res["phases"]:
             rows.append([p["phase"], str(p["active"]), str(p["turns"]), f"{p['turns_per_s']:.1f}",
                          f"{p['turn_p50_ms']:.0f}", f"{p['turn_p99_ms']:.0f}",
-                         "—" if p["overhead_p50_ms"] is None else f"{p['overhead_p50_ms']:.1f}"])
+                         "—" if p["overhead_p50_ms"] is None else f"{p['overhead_p50_ms']:.1f}",
+                         "—" if p.get("fsyncs_per_turn") is None else f"{p['fsyncs_per_turn']:.1f}"])
         return rows
     for p in res["phases"]:
         rt = p.get("runtime") or {}
@@ -682,7 +721,7 @@ def summary_columns(res: dict[str, Any]) -> list[str]:
     if res.get("model") == "stand-in":
         return ["phase", "model", "wait", "in flight", "turns", "turns/s", "×inst", "p50/p99 ms", "ovh ms", "errors",
                 "thr/MiB", "conns"]
-    return ["phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms"]
+    return ["phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms", "fsyncs/turn"]
 
 
 _TABLE_KINDS = ("SoulHost", "LayerShard", "RuntimeController")

@@ -241,13 +241,15 @@ def cmd_latency(args: argparse.Namespace, out: Console) -> int:
     argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
             "--embedder", args.embedder]
     for flag, value in (("--json", args.json), ("--plot", args.plot), ("--locomo", args.locomo),
-                        ("--cache-dir", args.cache_dir)):
+                        ("--cache-dir", args.cache_dir), ("--data-dir", args.data_dir), ("--storage", args.storage)):
         if value:
             argv += [flag, value]
     if args.million:
         argv.append("--million")
     if args.reuse_stores:
         argv.append("--reuse-stores")
+    if args.fsyncs:
+        argv.append("--fsyncs")
     return int(bench_latency.main(argv))
 
 
@@ -293,7 +295,8 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
                               reactivate=args.reactivate, local_channels=not args.ray_only, model=args.model,
                               model_delays=args.model_delay,
                               wait_writes=WAIT_WRITES[args.wait_writes] if args.wait_writes else None,
-                              progress=progress)
+                              progress=progress, data_dir=args.data_dir, storage=args.storage,
+                              count_fsyncs=args.fsyncs)
         if args.beside_offline and args.model == "stand-in":
             levels = [a for a in args.active if a >= 64] or list(args.active)
             off = bench_scale.run(souls=args.souls, active=levels, turns=1, embedder=args.embedder,
@@ -533,6 +536,19 @@ def cmd_serve(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _storage_args(p: argparse.ArgumentParser) -> None:
+    """The storage a benchmark writes to (docs/deploying.md: measuring a shared data dir)."""
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the souls' files go (default a fresh temp dir, removed after): a directory on the "
+                        "storage to measure, e.g. an NFS or EFS mount")
+    p.add_argument("--storage", choices=("local", "shared"), default="local",
+                   help="the runtime's storage setting: local (SQLite WAL) or shared (rollback journal, for a "
+                        "network file system)")
+    p.add_argument("--fsyncs", action="store_true",
+                   help="count the fsyncs per turn on the data dir (a shim preloaded into the processes that write, "
+                        "built with the system's C compiler: soul_runtime.bench.fsyncs)")
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
     CLI's subcommands."""
@@ -590,6 +606,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     tp.add_argument("--embedder", choices=("default", "fast"), default="default")
     tp.add_argument("--cache-dir", metavar="DIR", help="embedding cache (default ~/.cache/soul-runtime/bench)")
+    _storage_args(tp)
     tp.set_defaults(bench_fn=cmd_latency)
     cp = bsub.add_parser("cli", help="wall time of `soul` commands on the local runtime vs a Ray per command")
     cp.add_argument("--rounds", type=int, default=3, help="rounds of turn/facts/recall/stats/trace (default 3)")
@@ -665,6 +682,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                          "stand-in's")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight, a line per "
                                                   "model delay")
+    _storage_args(sp)
     sp.set_defaults(bench_fn=cmd_scale)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
     cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
