@@ -4,5 +4,6 @@ May import everything below it (``actors``, ``loop``, ``memory``, ``models``, ``
 imports ``bench``.
 """
 
-HTTP_CLIENTS = ("httpx", "aiohttp")
-"""The HTTP clients ``soul bench serve``'s callers may use (:mod:`soul_runtime.bench.serve`)."""
+HTTP_CLIENTS = ("httpx", "aiohttp", "soul")
+"""The HTTP clients ``soul bench serve``'s callers may use (:mod:`soul_runtime.bench.serve`); ``soul``: the project's
+own, ``soul_runtime.connect("http://…").async_soul(id).turn`` (:mod:`soul_runtime.http_client`)."""

@@ -10,8 +10,8 @@ instant model, more at low levels: at least ``min_turns`` a level), through
 
 * the Python async API (``rt.async_soul(id).turn``), the baseline, and
 * HTTP (``POST /v1/souls/{id}/turns`` with a tenant's key, M async HTTP clients of one connection each:
-  ``http_client`` ``httpx`` or ``aiohttp``; the callers run on the same cores as the service, and a lighter
-  client leaves more of them to it).
+  ``http_client`` ``httpx`` or ``aiohttp``, or ``soul``, the project's Python client (``async_soul(id).turn``
+  over HTTP); the callers run on the same cores as the service, and a lighter client leaves more of them to it).
 
 With one client the paths' turns alternate one by one (latency under the same conditions); with more, each path
 runs the level alone, one after the other, in two halves in mirrored order (throughput; each client's count of
@@ -308,6 +308,20 @@ async def _caller(stack: contextlib.AsyncExitStack, kind: str, base: str, key: s
     """One caller's HTTP client with one connection, as separate callers have: one shared client's pool costs the
     caller CPU per request that grows with the pool (httpx: 8.6 ms against 1.1 ms a request at 64)."""
     headers = {"Authorization": f"Bearer {key}"}
+    if kind == "soul":  # the Python API over HTTP: a turn is the async handle's turn()
+        from soul_runtime.http_client import HttpRuntime
+        rt = HttpRuntime(base, key, max_connections=1)
+        stack.push_async_callback(rt.aclose)
+
+        async def send_soul(method: str, path: str, body: Any) -> None:
+            parts = path.split("/")  # /v1/souls/{id}/turns
+            if method == "POST" and parts[-1] == "turns":
+                await rt.async_soul(parts[3]).turn(body["text"], wait_writes=body["wait_writes"])
+                return
+            r = await rt.async_sender().client.request(method, path, json=body)
+            if r.status_code != 200:
+                raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+        return send_soul
     if kind == "aiohttp":
         import aiohttp
         session = await stack.enter_async_context(aiohttp.ClientSession(
