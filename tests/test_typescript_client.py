@@ -1,18 +1,15 @@
 """The TypeScript client (``clients/typescript``) against a real ``soul serve``: its dev dependencies installed
 from its lock file (``npm ci``, unless they already are), built with ``tsc``, type-checked against types generated
 afresh from the running server's ``/openapi.json``, and its Node test suite (``node --test``) run against the
-server; any Node test failing fails here. Skipped only where ``node`` or ``npm`` is not installed."""
+server (any Node test failing fails here), and the built module run in headless Chromium. Skipped where ``node``
+or ``npm`` is not installed (the browser test also where Chromium is not)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.inspector_browser import CHROMIUM, chromium, served
+
 pytestmark = [pytest.mark.ray,
               pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")),
                                  reason="the TypeScript client's tests need Node.js >= 20 and npm on PATH")]
 
 PKG = Path(__file__).resolve().parent.parent / "clients" / "typescript"
-SOUL = shutil.which("soul")
 
 
 def _run(args: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -48,58 +46,12 @@ def built() -> Path:
     return PKG
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[dict[str, Any]]:
-    """``soul serve`` on a temp data dir with two tenants; stopped by its pid, its local runtime by ``soul down``."""
-    assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
-    base = Path(tempfile.mkdtemp(prefix="svts", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
-    env["SOUL_DATA_DIR"] = str(base / "data")
-
-    def soul(*args: str, check: bool = True) -> str:
-        p = subprocess.run([SOUL, *args], env=env, capture_output=True, text=True, timeout=180,
-                           stdin=subprocess.DEVNULL)
-        assert p.returncode == 0 or not check, f"soul {' '.join(args)}: {p.stdout}\n{p.stderr}"
-        return p.stdout
-
-    keys = [json.loads(soul("tenants", "add", t, "--json"))["key"] for t in ("acme", "beta")]
-    port = _free_port()
-    log_path = base / "serve.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed at teardown
-    # Serve's Python proxy, not HAProxy: HAProxy binds fixed ports of its own (stats, metrics) that another
-    # `soul serve` on the machine may hold; what the client sees does not depend on the ingress
-    proc = subprocess.Popen([SOUL, "serve", "--port", str(port), "--ingress", "proxy"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.monotonic()
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=10).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - t0 < 300, log_path.read_text()
-            time.sleep(0.5)
-        yield {"url": url, "key": keys[0], "other_key": keys[1], "log": log_path}
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-        log.close()
-        soul("down", check=False)
-        shutil.rmtree(base, ignore_errors=True)
+    """``soul serve`` on a temp data dir with two tenants (:func:`tests.inspector_browser.served`: Serve's Python
+    proxy ingress, Ray's start tried again on a loaded machine); stopped by its pid, its runtime by ``soul down``."""
+    with served(("acme", "beta")) as srv:
+        yield {"url": srv.url, "key": srv.keys["acme"], "other_key": srv.keys["beta"]}
 
 
 def test_client_compiles_against_the_running_servers_document(built: Path, server: dict[str, Any],
@@ -147,3 +99,39 @@ def test_node_suite_against_a_real_server(built: Path, server: dict[str, Any]) -
     counts = {k: int(v) for k, v in (line[2:].split(" ", 1) for line in p.stdout.splitlines()
                                      if line.startswith("# ") and line[2:].split(" ")[0] in ("tests", "pass", "fail"))}
     assert counts.get("fail") == 0 and counts.get("pass", 0) == counts.get("tests", -1) > 0, tail
+
+
+def test_the_built_module_in_a_browser(built: Path, server: dict[str, Any]) -> None:
+    """The built ESM in headless Chromium (the system's, through Playwright), on a page of the service's origin
+    (the module's files are answered by the page's router, not the service): a turn, a recall, an export and a
+    refusal as its class."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    dist = built / "dist"
+
+    def module(route: Any) -> None:
+        name = route.request.url.rsplit("/__client__/", 1)[1].split("?")[0]
+        if (dist / name).is_file():
+            route.fulfill(path=str(dist / name), content_type="text/javascript")
+        else:
+            route.fulfill(status=404)
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.route("**/__client__/**", module)
+        page.goto(server["url"] + "/healthz")
+        out = page.evaluate("""async (key) => {
+            const { SoulClient, NotFound } = await import("/__client__/index.js");
+            const soul = new SoulClient({ baseUrl: location.origin, apiKey: key })
+                .soul("browser-" + crypto.randomUUID().slice(0, 8));
+            const turn = await soul.turn("Our staging cluster is in Frankfurt.", { user: "Ana" });
+            const items = await soul.recall("staging cluster");
+            const blob = await soul.export();
+            const refused = await soul.trace(99).catch((e) => [e.name, e instanceof NotFound, e.status]);
+            return { turn: turn.turn_id, texts: items.map((i) => i.text), bytes: blob instanceof Uint8Array
+                     ? blob.length : -1, refused, agent: navigator.userAgent };
+        }""", server["key"])
+    assert out["turn"].startswith("browser-") and out["turn"].endswith("/1"), out
+    assert any("Frankfurt" in t for t in out["texts"]), out
+    assert out["bytes"] > 0 and out["refused"] == ["NotFound", True, 404], out
+    assert "Chrome" in out["agent"], out
