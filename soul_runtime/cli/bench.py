@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,6 +19,9 @@ from rich.table import Table
 from actors.service import INGRESSES
 from soul_runtime.bench import HTTP_CLIENTS, plotting
 from soul_runtime.owner_only import write_file
+
+if TYPE_CHECKING:
+    from soul_runtime.cli.main import Ctx
 
 README_START = "<!-- bench:locomo:start -->"
 README_END = "<!-- bench:locomo:end -->"
@@ -112,7 +115,8 @@ def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int],
         yield progress
 
 
-def cmd_locomo(args: argparse.Namespace, out: Console) -> int:
+def cmd_locomo(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     if args.plot:
         plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
@@ -152,7 +156,8 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
+def cmd_longchat(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import longchat as bench_longchat
     from soul_runtime.bench.longchat_data import write
     if args.make is not None:
@@ -201,7 +206,8 @@ def cmd_longchat(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_beam(args: argparse.Namespace, out: Console) -> int:
+def cmd_beam(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import beam as bench_beam
     with progress_bar(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
@@ -236,7 +242,8 @@ def cmd_beam(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_latency(args: argparse.Namespace, out: Console) -> int:
+def cmd_latency(ctx: Ctx) -> int:
+    args = ctx.args
     from soul_runtime.bench import latency as bench_latency
     argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
             "--embedder", args.embedder]
@@ -253,7 +260,8 @@ def cmd_latency(args: argparse.Namespace, out: Console) -> int:
     return int(bench_latency.main(argv))
 
 
-def cmd_embedders(args: argparse.Namespace, out: Console) -> int:
+def cmd_embedders(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import embedders as bench_embedders
     res = bench_embedders.compare_embedders(args.data)
     out.print(bench_embedders.format_table(res))
@@ -285,7 +293,8 @@ def _delays(text: str) -> list[float]:
 WAIT_WRITES = {"false": [False], "true": [True], "both": [False, True]}
 
 
-def cmd_scale(args: argparse.Namespace, out: Console) -> int:
+def cmd_scale(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     if args.plot:
         plotting.require()
     from soul_runtime.bench import scale as bench_scale
@@ -364,7 +373,8 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_claude(args: argparse.Namespace, out: Console) -> int:
+def cmd_claude(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import claude_path
     res: dict[str, Any] = {"turns": claude_path.bench_turns(args.turns, args.delay)}
     if args.data:
@@ -392,7 +402,8 @@ def cmd_claude(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_client(args: argparse.Namespace, out: Console) -> int:
+def cmd_client(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import client as bench_client
     with progress_bar(out, "starting") as progress:
         res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
@@ -408,7 +419,8 @@ def cmd_client(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_cli(args: argparse.Namespace, out: Console) -> int:
+def cmd_cli(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import cli_latency
     with out.status("starting…", spinner="dots") as status:
         res = cli_latency.run(args.rounds, baseline=not args.no_baseline, progress=lambda what: status.update(what))
@@ -442,7 +454,8 @@ def cmd_cli(args: argparse.Namespace, out: Console) -> int:
     return 1 if res["failures"] or res.get("left_behind") else 0
 
 
-def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
+def cmd_phrasing(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import phrasing
     from soul_runtime.embedding.base import default_embedder
     cases = phrasing.load(args.corpus)
@@ -466,7 +479,8 @@ def cmd_phrasing(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_english(args: argparse.Namespace, out: Console) -> int:
+def cmd_english(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import ordinary_english
     from soul_runtime.embedding.choice import make_embedder
     cases = ordinary_english.load(args.corpus)
@@ -496,7 +510,8 @@ def cmd_english(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_acts(args: argparse.Namespace, out: Console) -> int:
+def cmd_acts(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import dialogue_act, phrasing
     from soul_runtime.embedding.base import default_embedder
     cases = phrasing.load(args.corpus)
@@ -516,7 +531,8 @@ def cmd_acts(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, out: Console) -> int:
+def cmd_serve(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
     from soul_runtime.bench import serve as bench_serve
     try:
         delays = [float(x) for x in args.delays.split(",") if x.strip()]
@@ -702,4 +718,4 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     clp.add_argument("--json", metavar="FILE")
     clp.add_argument("--keep-logs", metavar="DIR", help="copy the head's logs here after each failed connect")
     clp.set_defaults(bench_fn=cmd_client)
-    bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx.args, ctx.out))
+    bench.set_defaults(fn=lambda ctx: ctx.args.bench_fn(ctx))  # every handler of the CLI takes its Ctx

@@ -8,11 +8,14 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.service import INGRESSES
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 from soul_runtime.tenants import TenantTable, check_tenant, souls_of
+
+if TYPE_CHECKING:
+    from soul_runtime.cli.main import Ctx
 
 SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json and MCP (/mcp/) over HTTP on Ray Serve, for the
 tenants of `soul tenants` (Authorization: Bearer KEY). Runs in the foreground until SIGINT/SIGTERM, then
@@ -26,14 +29,14 @@ clients): tools remember, recall, facts and forget. With --tenant the soul is th
 the HTTP API's); without, the runtime's soul of that id."""
 
 
-def _table(ctx: Any) -> TenantTable:
+def _table(ctx: Ctx) -> TenantTable:
     if not ctx.local_data():
         raise InvalidInput("tenants are kept in the data dir: run `soul tenants` where the data dir is visible "
                            "(on a cluster, on the head)")
     return TenantTable(ctx.data_dir)
 
 
-def cmd_tenants(ctx: Any) -> int:
+def cmd_tenants(ctx: Ctx) -> int:
     from soul_runtime.cli import render
     a = ctx.args
     table = _table(ctx)
@@ -104,7 +107,7 @@ def _wait_healthy(url: str, timeout: float, stop: threading.Event) -> None:
         raise RuntimeUnavailable(f"the service did not answer {url} within {timeout:.0f} s ({last})")
 
 
-def cmd_serve(ctx: Any) -> int:
+def cmd_serve(ctx: Ctx) -> int:
     from actors import local_runtime as bg
     a = ctx.args
     if not 1 <= a.replicas <= 64:
@@ -160,7 +163,7 @@ def cmd_serve(ctx: Any) -> int:
     return code
 
 
-def cmd_mcp(ctx: Any) -> int:
+def cmd_mcp(ctx: Ctx) -> int:
     import anyio
 
     from actors.service.mcp_tools import build_mcp, fixed_resolver
