@@ -75,9 +75,7 @@ def episodes(since: Any, until: Any, session: str | None, sessions_ago: int | No
 
 
 def traces(last: int) -> int:
-    if not isinstance(last, int) or isinstance(last, bool) or last < 1:
-        raise InvalidInput("last must be an int >= 1")
-    return last
+    return limits.check_int(last, "last", 1, limits.LAST_MAX)
 
 
 def forget_where(ids: Iterable[str] | None, query: str | None) -> tuple[list[str], str | None]:

@@ -491,6 +491,31 @@ def test_regression(world: World, valid_export: bytes, name: str) -> None:
     REGRESSIONS[name](world, valid_export)
 
 
+@pytest.mark.parametrize("n", [2**63, 2**64, -(2**63) - 1, 10**30, -1])
+def test_handle_integers_and_times_past_their_bounds_are_invalid_input(n: int) -> None:
+    """The checks every transport's handles make before anything is sent (soul_runtime/soul_args.py, on the
+    limits of soul_runtime/limits.py): an integer or a time past its bounds is InvalidInput, never a store's
+    error for a number it cannot bind."""
+    from soul_runtime import limits, soul_args
+    calls: list[Callable[[], object]] = [
+        lambda: soul_args.episodes(None, None, None, n), lambda: soul_args.recall("q", n, None, None),
+        lambda: soul_args.traces(n), lambda: soul_args.episodes(n, None, None, None),
+        lambda: soul_args.episodes(None, n, None, None), lambda: soul_args.recall("q", 10, n, None),
+        lambda: soul_args.turn("text", None, n, True), lambda: soul_args.observe([], n, None)]
+    for call in calls:
+        TRIED["handle integer past its bounds"] += 1
+        with pytest.raises(InvalidInput):
+            call()
+    with pytest.raises(InvalidInput):
+        soul_args.episodes(None, None, None, limits.SESSIONS_AGO_MAX + 1)
+    with pytest.raises(InvalidInput):
+        soul_args.traces(limits.LAST_MAX + 1)
+    assert soul_args.episodes(limits.TIME_MIN, limits.TIME_MAX, None, limits.SESSIONS_AGO_MAX)["sessions_ago"] \
+        == limits.SESSIONS_AGO_MAX
+    assert soul_args.recall("q", limits.K_MAX, None, None)[1] == limits.K_MAX
+    assert soul_args.traces(limits.LAST_MAX) == limits.LAST_MAX
+
+
 # ---- the same promise through the Ray runtime ------------------------------------------------------------------
 @pytest.mark.ray
 def test_ray_bad_text_and_bad_import_change_nothing(runtime: Any, soul_id: str) -> None:
