@@ -22,6 +22,7 @@ from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_erasure import EpisodeErasure
 from soul_runtime.memory.episodic_schema import MIGRATIONS
 from soul_runtime.memory.episodic_search import EpisodeSearch, _Hit, top_rounded
+from soul_runtime.memory.episodic_table import INDEXED
 from soul_runtime.memory.episodic_tokens import FTS_TOKENIZE, fts_tokens
 from soul_runtime.memory.episodic_writes import (
     MERGE_WINDOW,
@@ -108,10 +109,10 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
             changes = self.db.execute("SELECT seq, op, key FROM index_log WHERE seq > ? ORDER BY seq",
                                       (self.index.applied_seq,)).fetchall()
             self.index.replay(changes, self._vector_blob)
-            count = self.db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+            count = self.db.execute(f"SELECT COUNT(*) FROM episodes WHERE {INDEXED}").fetchone()[0]
             if len(self.index) == count:
                 return
-        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), last)
+        self.index.rebuild(self.db.execute(f"SELECT rowid, vector FROM episodes WHERE {INDEXED} ORDER BY rowid"), last)
         self.flush()
 
     def fence(self, epoch: int) -> None:
@@ -217,5 +218,6 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
                                                  "instr(turn_key, ?) > 0", (UNIT_KEY,))
                 if heads[(str(r[1]).split(UNIT_KEY)[0], r[2])] > 1])
             load_tables(self.db, data, ("sessions", "applied"))
-        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
+        self.index.rebuild(self.db.execute(f"SELECT rowid, vector FROM episodes WHERE {INDEXED} ORDER BY rowid"),
+                           self._last_seq())
         self.flush()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from soul_runtime.memory.episodic_table import EpisodeTable
+from soul_runtime.memory.episodic_table import INDEXED, EpisodeTable
 from soul_runtime.memory.erasure import Erased, ForgetQuery, compact, is_episode_id
 from soul_runtime.memory.layer_db import drop_applied, unpack
 from soul_runtime.memory.policy_episodic import in_recall, past_ttl
@@ -43,7 +43,8 @@ class EpisodeErasure(EpisodeTable):
             drop_applied(self.db, turn_keys, set(ids), q.with_texts(texts))
             self.db.execute("DELETE FROM index_log")
         compact(self.db, ("episodes_fts",))
-        self.index.rebuild(self.db.execute("SELECT rowid, vector FROM episodes ORDER BY rowid"), self._last_seq())
+        self.index.rebuild(self.db.execute(f"SELECT rowid, vector FROM episodes WHERE {INDEXED} ORDER BY rowid"),
+                           self._last_seq())
         self.flush()
         return Erased(ids, texts, sources)
 

@@ -18,6 +18,11 @@ from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.memory.vector_index import IndexParams, VectorIndex
 from soul_runtime.records import Episode
 
+INDEXED = "unit = 0"
+"""The episodes the vector index holds: a unit that shares its message's vector is found on the dense side
+through its message (the same vector, held once), so one long message cannot fill the dense candidates with
+copies of one vector; its own similarity is read from its stored vector when its words make it a candidate."""
+
 
 class EpisodeTable:
     """The state an open episodic store holds, and the row reads and bookkeeping its parts share."""

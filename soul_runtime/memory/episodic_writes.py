@@ -145,7 +145,8 @@ class EpisodeWrites(EpisodeTable):
         for other in [k for k in scans if k != (req.session, _siblings(req.turn_key))]:
             del scans[other]  # a new row another message's units would have to see
         self.db.execute("INSERT INTO episodes_fts (rowid, summary) VALUES (?, ?)", (key, key_text))
-        index_ops.append(("add", key, vec, self._log("add", key)))
+        if not shares_vector(req):  # a unit that shares its message's vector is not indexed again (INDEXED)
+            index_ops.append(("add", key, vec, self._log("add", key)))
         return MemoryWrite(Store.EPISODIC, Op.ADD, f"ep-{key}", reason,
                            {"summary": text, "sources": list(sources), "at": req.now})
 
