@@ -52,6 +52,8 @@ Stores = Annotated[list[Store] | None, Query(max_length=len(Store), description=
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorOut} for c in ERROR_STATUSES}
 """The error answers, for a route's ``responses`` (the document declares them on every operation anyway)."""
 MAX_BODY = 64 * 2**20
+RETRY_AFTER = "1"
+"""Seconds a client told ``429`` (the soul's host admits no more turns now) waits before it sends again."""
 
 
 class _In(BaseModel):
@@ -108,13 +110,12 @@ class TurnOut(BaseModel):
     recalled: list[dict[str, Any]]
     writes: list[dict[str, Any]]
     writes_pending: bool
+    model: str = Field(description="the model that answered")
+    offline: bool = Field(description="the answer came from the offline model")
 
 
-class ForgetOut(BaseModel):
-    turn_id: str
-    seq: int
+class ForgetOut(TurnOut):
     deleted: list[str]
-    writes: list[dict[str, Any]]
 
 
 
@@ -198,7 +199,8 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     def fail(request: Request, e: BaseException) -> JSONResponse:
         scope = getattr(request.state, "scope", None)
         code = status_of(e)
-        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {"Retry-After": RETRY_AFTER} if code == 429 \
+            else None
         return JSONResponse(error_body(e, scope, backend.data_dir), status_code=code, headers=headers)
 
     @app.exception_handler(SoulError)
@@ -258,10 +260,13 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     @app.get(v1 + "/{soul_id}/recall", tags=["souls"])
     async def recall(soul_id: SoulId, request: Request, q: Annotated[QueryText, Query()],
                      k: Annotated[int, Query(ge=1, le=limits.K_MAX)] = 10,
-                     store: Stores = None) -> dict[str, list[dict[str, Any]]]:
+                     store: Stores = None,
+                     at: Annotated[QueryTime | None, Query(description="recall as of this time: epoch seconds or an "
+                                                                        "RFC 3339 date-time (default: now)")] = None
+                     ) -> dict[str, list[dict[str, Any]]]:
         """What memory returns for a query (``store`` repeatable: episodic, semantic, procedural)."""
         s = await backend.souls(request)
-        return {"items": await s.recall(soul_id, q, k, None, layers(store))}
+        return {"items": await s.recall(soul_id, q, k, seconds(at), layers(store))}
 
     @app.get(v1 + "/{soul_id}/facts", tags=["souls"])
     async def facts(soul_id: SoulId, request: Request, entity: Annotated[Name | None, Query()] = None
@@ -332,10 +337,11 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
         return await s.import_(soul_id, blob)
 
     @app.delete(v1 + "/{soul_id}", tags=["souls"])
-    async def forget_all(soul_id: SoulId, request: Request) -> dict[str, Any]:
-        """Erase the soul's memory for good: every layer, its traces and buffer; its files are unlinked."""
+    async def forget_all(soul_id: SoulId, request: Request, store: Stores = None) -> dict[str, Any]:
+        """Erase the soul's memory for good: every layer (or the ``store`` ones), its traces and buffer; its files
+        are unlinked."""
         s = await backend.souls(request)
-        return {"erased": await s.forget_all(soul_id)}
+        return {"erased": await s.forget_all(soul_id, layers(store))}
 
     @app.post(v1 + "/{soul_id}/forget", tags=["souls"])
     async def forget(soul_id: SoulId, body: ForgetIn, request: Request, idempotency_key: KeyHeader = None
