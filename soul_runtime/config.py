@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from soul_runtime import limits
 from soul_runtime.errors import ConfigError, InvalidInput
 
 
@@ -107,7 +108,7 @@ class TurnConfig:
     """Observed messages judged in one memory call (``observe`` sends its batch in windows of this size)."""
     observe_window_tokens: int = 6000
     """A window also ends before its text passes this many tokens."""
-    max_text_chars: int = 2_000_000
+    max_text_chars: int = limits.TEXT_MAX
     """The longest message (characters) a turn or `observe` accepts; a long one is stored as units."""
     trace_keep: int = 10_000
     """Traces kept per soul (oldest dropped first)."""

@@ -33,8 +33,9 @@ ID_PATTERN = id_pattern(ID_MAX)
 SOUL_ID_PATTERN = id_pattern(SOUL_ID_MAX)
 
 # ---- texts ----------------------------------------------------------------------------
-TEXT_MAX = 100_000
-"""A turn's text, an observed message's text, a query (the runtime's ``check_text`` default)."""
+TEXT_MAX = 2_000_000
+"""A turn's text, an observed message's text (the runtime's ``TurnConfig.max_text_chars`` default: a long one is
+stored as units)."""
 QUERY_MAX = 1_000
 """A query in a URL (recall's ``q``), and a forget phrase: a URL of at most ~16 KB carries it in any script."""
 NAME_MAX = 200

@@ -29,7 +29,7 @@ def _time(at: Any) -> float | None:
 
 
 def turn(text: str, user: str | None, at: Any, wait_writes: bool) -> dict[str, Any]:
-    check_text(text, what="turn text")
+    check_text(text, what="turn text", max_chars=limits.TEXT_MAX)
     if not isinstance(wait_writes, bool):
         raise InvalidInput(f"wait_writes must be True or False, got {wait_writes!r}")
     return {"text": text, "user": user, "at": _time(at), "wait_writes": wait_writes}
