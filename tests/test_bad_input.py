@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from soul_runtime.config import MemoryConfig, SoulConfig, TurnConfig
 from soul_runtime.embedding.base import check_vectors
 from soul_runtime.errors import ConfigError, InvalidInput, NotFound, SoulError
+from soul_runtime.limits import TEXT_MAX
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.export import unpack_export
@@ -106,7 +107,7 @@ with_control = st.builds(lambda a, c, b: a + c + b, st.text(max_size=20),
                          st.sampled_from([chr(c) for c in range(32) if chr(c) not in "\t\n\r"] + ["\x7f"]),
                          st.text(max_size=20))
 blank = st.text(alphabet=" \t\n\r\u00a0\u2003", max_size=10)
-too_long = st.builds(lambda n, c: c * n, st.integers(100_001, 1_100_000), st.sampled_from(["a", "é", "😀", "ab "]))
+too_long = st.builds(lambda n, c: c * n, st.integers(TEXT_MAX + 1, TEXT_MAX + 100_000), st.sampled_from(["a", "é", "😀", "ab "]))
 over_budget = st.builds(lambda n: "word " * n, st.integers(6_500, 19_000))  # < max_text_chars, > context budget
 not_text = st.one_of(st.none(), st.integers(), st.floats(), st.lists(st.text(max_size=3), max_size=3),
                      st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
@@ -178,7 +179,7 @@ def bad_messages(draw: st.DrawFn) -> Any:
     elif how == "nondict":
         msgs[i] = draw(st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=2)))
     elif how == "text":
-        msgs[i]["text"] = draw(bad_text.filter(lambda t: not isinstance(t, str) or len(t) > 100_000 or not t.strip()
+        msgs[i]["text"] = draw(bad_text.filter(lambda t: not isinstance(t, str) or len(t) > TEXT_MAX or not t.strip()
                                                or t != t.encode("utf-8", "replace").decode("utf-8")
                                                or any(ord(c) < 32 and c not in "\t\n\r" or c == "\x7f" for c in t)))
     elif how == "speaker":

@@ -180,3 +180,25 @@ def test_units_share_one_near_duplicate_scan_that_sees_every_row_written_before_
     assert [w.op for w in again[0] if w.store.value == "episodic"] == [Op.UPDATE]
     assert set(next(e for e in mem.episodes() if e.summary == other).sources) == {"m1", "m2", "m3"}
     mem.close()
+
+
+def test_a_message_of_a_million_characters_is_stored_as_units_and_found(tmp_path: Path) -> None:
+    """A pasted log of a million characters is accepted (no size refusal below max_text_chars), stored as units
+    of its own words to its end, its size in the trace; the model reads a window's worth of it."""
+    from soul_runtime.config import TurnConfig
+
+    lines = [f"2024-03-{1 + i % 28:02d} 12:{i % 60:02d}:00 INFO worker-{i % 97} handled batch {i} in {i % 500} ms"
+             for i in range(20_000)]
+    log = "Here is the whole log of last night:\n" + "\n".join(lines)
+    log = log[:999_900].rsplit("\n", 1)[0] + "\nFINAL: the nightly export finished with checksum ab12cd34ef."
+    assert 990_000 < len(log) <= 1_000_000 <= TurnConfig().max_text_chars
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder())
+    soul = Soul("dev", tmp_path, memory=mem, model=OfflineModel())
+    soul.observe([{"speaker": "maya", "text": log, "id": "m1", "at": T0}])
+    assert mem.stats()["episodes"] > 2_000  # every part of it, not the first few
+    hits = mem.recall("nightly export checksum", 5, at=T0 + 60)
+    assert any("ab12cd34ef" in h.text and h.sources == ("m1",) for h in hits)
+    [trace] = soul.traces(last=1)
+    assert f"{len(log)} characters" in trace.query
+    soul.close()
+    mem.close()

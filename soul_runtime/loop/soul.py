@@ -474,7 +474,8 @@ class Soul:
             if len(reqs) > ahead:  # their vectors are computed while the next window is read
                 yield MEMORY.embed_ahead(reqs[ahead:])  # type: ignore[func-returns-value]  # the step, not None
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="observe", at=now,
-                          query=f"observe {len(msgs)} messages", request_id=request_id, persisted=bool(reqs),
+                          query=f"observe {len(msgs)} messages, {sum(len(m.text) for m in msgs)} characters",
+                          request_id=request_id, persisted=bool(reqs),
                           persist_reason=" | ".join(reasons)[:4000], timings_ms=timings, model=self.model.label,
                           usage=usage_report(used), mended=tuple(mended))
         try:
