@@ -27,7 +27,7 @@ import numpy as np
 
 from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, load
 from soul_runtime.bench.locomo import BM25, take_within
-from soul_runtime.bench.longchat import chunks, rss_mib, take_clipped
+from soul_runtime.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import SoulError
@@ -223,25 +223,5 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {"soul": "o-", "bm25_chunks": "s--", "dense_chunks": "d-.", "bm25_messages": "^:"}
-    for ax, metric in zip(axes, METRICS, strict=True):
-        xs = [int(b) for b in res["budgets"]]
-        for s, style in styles.items():
-            if s not in res["systems"]:
-                continue
-            ys = [res["systems"][s][str(x)][metric] for x in xs]
-            if all(y is not None for y in ys):
-                ax.plot(xs, ys, style, label=LABELS[s])
-        ax.set_xlabel("memory budget (tokens)")
-        ax.set_ylabel(metric.replace("_", " "))
-        ax.set_title(f"BEAM chats: {metric.replace('_', ' ')}")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_systems(res, path, LABELS, {"soul": "o-", "bm25_chunks": "s--", "dense_chunks": "d-.", "bm25_messages": "^:"},
+                 tuple(METRICS), "BEAM chats")

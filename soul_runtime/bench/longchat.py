@@ -242,20 +242,28 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
+    plot_systems(res, path, LABELS, {"soul": "o-", "bm25_chunks": "s--", "bm25_messages": "^:"},
+                 ("evidence_recall", "key_phrase_recall"), "long technical chats")
+
+
+def plot_systems(res: dict[str, Any], path: str | Path, labels: dict[str, str], styles: dict[str, str],
+                 metrics: Sequence[str], title: str) -> None:
+    """One panel per metric: each system's figure against the memory budget."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {"soul": "o-", "bm25_chunks": "s--", "bm25_messages": "^:"}
-    for ax, metric in zip(axes, ("evidence_recall", "key_phrase_recall"), strict=True):
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4))
+    for ax, metric in zip(axes, metrics, strict=True):
         xs = [int(b) for b in res["budgets"]]
         for s, style in styles.items():
+            if s not in res["systems"]:
+                continue
             ys = [res["systems"][s][str(x)][metric] for x in xs]
             if all(y is not None for y in ys):
-                ax.plot(xs, ys, style, label=LABELS[s])
+                ax.plot(xs, ys, style, label=labels[s])
         ax.set_xlabel("memory budget (tokens)")
         ax.set_ylabel(metric.replace("_", " "))
-        ax.set_title(f"long technical chats: {metric.replace('_', ' ')}")
+        ax.set_title(f"{title}: {metric.replace('_', ' ')}")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
