@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import time
+from pathlib import Path
 
 from soul_runtime.embedding.fast import FastEmbedder
 
@@ -29,3 +32,19 @@ def disk_hits(root: object, *words: str) -> dict[str, int]:
             if n:
                 hits[str(f.relative_to(str(root)))] = n
     return hits
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, limit_s: float = 300) -> None:
+    """Wait until the ``soul serve`` started as ``proc`` answers ``/healthz`` at ``url``; its log on failure."""
+    import httpx
+
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(url + "/healthz", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() - t0 < limit_s, log.read_text()
+        time.sleep(0.5)

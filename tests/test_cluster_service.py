@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from soul_runtime.errors import ConfigError
 from soul_runtime.idempotency import LEDGER_FILE, Ledger
 from soul_runtime.storage_modes import JOURNAL, journal_of, recorded_storage
+from tests.fakes import wait_healthy
 
 SOUL = shutil.which("soul")
 
@@ -89,7 +89,6 @@ def _soul(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def shared_server() -> Iterator[dict[str, Any]]:
-    import httpx
     base = Path(tempfile.mkdtemp(prefix="svs", dir="/tmp"))
     data = base / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
@@ -100,16 +99,7 @@ def shared_server() -> Iterator[dict[str, Any]]:
     proc = subprocess.Popen([SOUL, "serve", "--port", str(port), "--ingress", "proxy"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        assert proc.poll() is None, (base / "serve.log").read_text()
-        try:
-            if httpx.get(url + "/healthz", timeout=10).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() - t0 < 300, (base / "serve.log").read_text()
-        time.sleep(0.5)
+    wait_healthy(proc, url, base / "serve.log")
     try:
         yield {"url": url, "key": key, "env": env, "data": data, "base": base}
     finally:

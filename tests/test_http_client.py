@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain
 from soul_runtime.tenants import Scope
+from tests.fakes import wait_healthy
 from tests.test_service import SOUL, _env, _free_port, _soul
 
 pytestmark = pytest.mark.ray
@@ -57,16 +57,7 @@ def serve() -> Iterator[dict[str, Any]]:
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        t0 = time.monotonic()
-        while True:
-            assert proc.poll() is None, (base / "serve.log").read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=10).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - t0 < 300, (base / "serve.log").read_text()
-            time.sleep(0.5)
+        wait_healthy(proc, url, base / "serve.log")
         yield {"url": url, "key": key}
     finally:
         if proc.poll() is None:

@@ -25,6 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fakes import wait_healthy
+
 pytestmark = pytest.mark.ray
 
 SOUL = shutil.which("soul")
@@ -64,15 +66,7 @@ def server() -> Iterator[dict[str, Any]]:
                             stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
-    while True:
-        assert proc.poll() is None, (base / "serve.log").read_text()
-        try:
-            if httpx.get(url + "/healthz", timeout=10).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() - t0 < 300, (base / "serve.log").read_text()
-        time.sleep(0.5)
+    wait_healthy(proc, url, base / "serve.log")
     srv = {"url": url, "keys": keys, "env": env, "data": data, "proc": proc, "base": base,
            "start_s": round(time.monotonic() - t0, 1)}
     try:
