@@ -6,6 +6,11 @@ what came before or on a whole body: an ``Idempotency-Key`` sent again with anot
 (``IdempotencyConflict``), an import whose bytes are not an export or whose soul has memories already, and
 message ids that repeat within one observe call. Each is recognised by its error type and route, nothing
 wider; tests/test_service.py and tests/test_bad_input.py check those refusals themselves.
+
+One case is not checked: a body that is not a JSON object. Every request body this document declares is an
+object, so such a body is not schema-valid, yet schemathesis 4.32's coverage phase labels ``0`` as a positive
+body of an operation whose text may be 2,000,000 characters long (it fails to build a string that long under the
+text's pattern and falls back to ``0``). The server answers it 422, as it should.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ def stated_refusal(method: str, path: str, status: int, error: dict[str, str]) -
 
 @schemathesis.check
 def positive_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
+    body = getattr(case, "body", None)
+    if isinstance(body, (bool, int, float, str, list)):  # not an object: never valid here (see above)
+        return None
     try:
         return positive_data_acceptance(ctx, response, case)
     except Failure:

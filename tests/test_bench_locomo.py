@@ -56,7 +56,9 @@ def test_bench_runs_and_reports_every_system(tmp_path: Path) -> None:
     assert soul["evidence_recall"] > 0.5  # prefixed ids in the list file still match their evidence
     assert soul["answer_recall"] == 1.0  # the dog's name and the instrument are in the lines shown
     assert res["ceiling"]["full"]["answer_recall"] == 1.0
-    assert 0 < d["token_share"] <= 1
+    # the share is what the soul shows over the whole conversation's tokens; on a five-line chat with a budget
+    # of 200 its dated lines may hold more than the chat itself
+    assert d["token_share"] == pytest.approx(soul["tokens_mean"] / d["full_context_tokens_mean"], rel=1e-2)
     bench_locomo.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
     readme = tmp_path / "README.md"

@@ -283,7 +283,8 @@ def cmd_episodes(ctx: Ctx) -> int:
 def cmd_trace(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
     with ctx.runtime() as rt:
-        got = rt.soul(sid).trace(ctx.args.turn_id, last=ctx.args.last)
+        soul = rt.soul(sid)
+        got: Any = soul.trace(ctx.args.turn_id) if ctx.args.turn_id else soul.traces(last=ctx.args.last)
     if ctx.json:
         render.print_json(got)
     elif isinstance(got, list):
