@@ -13,10 +13,11 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from soul_runtime import telemetry
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
@@ -270,23 +271,26 @@ class LayerShard(ActorBase):
         return out
 
     # ---- batches: the recalls / writes of several souls in one call (from a host's ShardCalls) --------
-    def recall_batch(self, items: list[tuple[str, str, int, float, str | None]]) -> list[Any]:
-        """``recall`` for each item; one result (or the exception it raised) per item, in order."""
+    def recall_batch(self, items: list[tuple[Any, ...]]) -> list[Any]:
+        """``recall`` for each item ``(soul_id, query, k, now, task_class[, carrier])``; one result (or the exception
+        it raised) per item, in order."""
         if self.embedder is not None:
-            self._warm([q for _, q, _, _, _ in items])
+            self._warm([item[1] for item in items])
         out: list[Any] = []
-        for soul_id, query, k, now, task_class in items:
-            try:
-                out.append(self.recall(soul_id, query, k, now, task_class))
-            except Exception as e:  # goes back to its own caller only
-                out.append(e)
+        for soul_id, query, k, now, task_class, *carried in items:
+            with self._served("recall", soul_id, carried, len(items)):
+                try:
+                    out.append(self.recall(soul_id, query, k, now, task_class))
+                except Exception as e:  # goes back to its own caller only
+                    out.append(e)
         return out
 
-    def apply_batch(self, items: list[tuple[str, list[dict[str, Any]], dict[str, list[str]] | None]]) -> list[Any]:
-        """``apply`` for each item; one result (or the exception it raised) per item, in order."""
+    def apply_batch(self, items: list[tuple[Any, ...]]) -> list[Any]:
+        """``apply`` for each item ``(soul_id, requests, marks[, carrier])``; one result (or the exception it raised)
+        per item, in order."""
         if self.embedder is not None:
             keys = []
-            for _, reqs, _ in items:
+            for _, reqs, *_ in items:
                 for r in reqs:
                     try:
                         req = request_from_plain(r)
@@ -296,12 +300,22 @@ class LayerShard(ActorBase):
                         keys.append(vector_text(req))
             self._warm(keys)
         out: list[Any] = []
-        for soul_id, reqs, marks in items:
-            try:
-                out.append(self.apply(soul_id, reqs, marks))
-            except Exception as e:  # goes back to its own caller only
-                out.append(e)
+        for soul_id, reqs, marks, *carried in items:
+            with self._served("write", soul_id, carried, len(items)):
+                try:
+                    out.append(self.apply(soul_id, reqs, marks))
+                except Exception as e:  # goes back to its own caller only
+                    out.append(e)
         return out
+
+    def _served(self, what: str, soul_id: str, carried: list[Any], batch: int) -> Any:
+        """The span of one item of a batch, a child of the caller's context when the item carried one (its
+        trailing element, :class:`~actors.shard_client.ShardCalls` adds it when traces are on); else nothing."""
+        if not carried or not carried[0]:
+            return nullcontext()
+        return telemetry.span(f"store {what} {self.layer.value}", parent=telemetry.context_of(carried[0]),
+                              kind="server", attributes={"soul.id": soul_id, "soul.layer": self.layer.value,
+                                                         "soul.shard": self.name, "soul.batch_items": batch})
 
     def _warm(self, texts: list[str]) -> None:
         """Embed the texts of a batch in one model call; the stores then find them in the embedder's cache."""

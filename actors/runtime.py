@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from soul_runtime import soul_args
+from soul_runtime import soul_args, telemetry
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError
 from soul_runtime.owner_only import make_dir, warn_if_loose
@@ -278,6 +278,19 @@ def _same(answer: Any) -> Any:
     return answer
 
 
+def _traced(ref: Routed) -> tuple[Routed, Any]:
+    """A call of the soul's order (turn, observe, forget_where) as a span of this process (``soul OP``, a child of
+    the current context) whose context goes to the host in the call's payload; the call as it is, and no span,
+    when traces are off."""
+    if ref.method != "run" or telemetry.tracer() is None:
+        return ref, None
+    op, seq, rid, payload = ref.args
+    span = telemetry.start(f"soul {op}", kind="client", attributes={"soul.id": ref.soul_id, "soul.op": op,
+                                                                    "soul.request_id": rid})
+    carried = telemetry.carrier(telemetry.context_with(span))
+    return Routed(ref.soul_id, ref.method, (op, seq, rid, {**payload, telemetry.CARRIER_KEY: carried})), span
+
+
 class SoulHandle(SoulApi):
     """A soul on the runtime over Ray. Every method blocks until its answer is there (at most ``timeout``
     seconds).
@@ -295,7 +308,14 @@ class SoulHandle(SoulApi):
     def _run(self, plan: Plan[T]) -> T:
         ref = plan.call
         if isinstance(ref, Routed):
-            return plan.then(self._router.run(ref, self.timeout))
+            ref, span = _traced(ref)
+            try:
+                answer = self._router.run(ref, self.timeout)
+            except BaseException as e:
+                telemetry.end(span, error=e)
+                raise
+            telemetry.end(span)
+            return plan.then(answer)
         if isinstance(ref, list):  # store reads in flight while the owner's call runs
             owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
             got = iter(raycalls.get([r for r in ref if not isinstance(r, Routed)], timeout=self.timeout))
@@ -312,7 +332,19 @@ class AsyncSoulHandle(AsyncSoulApi):
         self._router = rt.router
 
     def _await(self, ref: Any) -> Any:
-        return self._router.run_async(ref) if isinstance(ref, Routed) else ref
+        if not isinstance(ref, Routed):
+            return ref
+        ref, span = _traced(ref)
+        return self._router.run_async(ref) if span is None else self._spanned(ref, span)
+
+    async def _spanned(self, ref: Routed, span: Any) -> Any:
+        try:
+            answer = await self._router.run_async(ref)
+        except BaseException as e:
+            telemetry.end(span, error=e)
+            raise
+        telemetry.end(span)
+        return answer
 
     async def _run(self, plan: Plan[T]) -> T:
         import asyncio

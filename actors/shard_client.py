@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from soul_runtime import telemetry
 from soul_runtime.batching import AsyncBatcher
 
 from . import raycalls
@@ -17,6 +18,7 @@ from .transport import DirectTransport, Reply, Transport
 
 SHARD_CHANNEL_METHODS = ("recall_batch", "apply_batch")
 """What a store shard serves on its local channel (:meth:`actors.layer_shard.LayerShard.serve_channel`)."""
+SPAN_NAMES = {"recall_batch": "recall", "apply_batch": "write"}
 
 
 class StoreLocator:
@@ -93,7 +95,18 @@ class ShardCalls:
 
     async def call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
         """``item``'s answer from the shard holding the soul's layer (``method`` is ``recall_batch`` or
-        ``apply_batch``), in a batch with the other items sent to it meanwhile."""
+        ``apply_batch``), in a batch with the other items sent to it meanwhile. When traces are on the call is a
+        span (``recall LAYER`` / ``write LAYER``) and the item carries its context to the shard (a trailing
+        element)."""
+        if telemetry.tracer() is None:
+            return await self._call(layer, soul_id, method, item)
+        name = self.stores.name(layer, soul_id)
+        with telemetry.span(f"{SPAN_NAMES.get(method, method)} {layer}", kind="client",
+                            attributes={"soul.id": soul_id, "soul.layer": layer, "soul.shard": name,
+                                        "rpc.method": method}):
+            return await self._call(layer, soul_id, method, (*item, telemetry.carrier()))
+
+    async def _call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
         name = self.stores.name(layer, soul_id)
         b = self._batchers.get((name, method))
         if b is None:

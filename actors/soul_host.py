@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from soul_runtime import telemetry
 from soul_runtime.errors import InvalidInput, RuntimeBusy, SoulError, StaleOwner, TurnFailed
 from soul_runtime.loop.erase import forget_soul_steps, forget_where_steps
 from soul_runtime.loop.soul import Soul, TurnResult
@@ -50,6 +51,7 @@ from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
+from .turn_spans import Calls, TurnSpans
 
 
 @dataclass
@@ -93,6 +95,9 @@ class SoulHost(ActorBase):
         self._opening = 0  # activations being opened (in ``active`` without a soul yet)
         self.in_progress = 0
         self.metrics = Metrics.create()
+        self.traced = Calls() if telemetry.tracer() is not None else None  # the calls' spans, when traces are on
+        self._committed = self.metrics.model_usage if self.traced is None else \
+            self.traced.hook(self.metrics.model_usage)
         self.clock = clock
         self._ticker: asyncio.Task[None] | None = None
         self.start(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
@@ -118,8 +123,10 @@ class SoulHost(ActorBase):
         self._work.add(task)
         task.add_done_callback(self._work.discard)
 
-    async def _drive(self, steps: Steps[Any], soul: Soul) -> Any:
-        return await drive_async(steps, {"model": self.model, "memory": soul.memory}, self.pool, self._spawned)
+    async def _drive(self, steps: Steps[Any], soul: Soul, spans: TurnSpans | None = None) -> Any:
+        targets = {"model": self.model, "memory": soul.memory} if spans is None else \
+            spans.targets(self.model, soul.memory)
+        return await drive_async(steps, targets, self.pool, self._spawned)
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -146,7 +153,7 @@ class SoulHost(ActorBase):
             d = soul_dir(self.cfg.data_dir, soul_id)
             memory = RemoteMemory(soul_id, self.calls, d if self.cfg.storage == "local" else None)
             soul = await self._in_pool(lambda: Soul(soul_id, d, memory=memory, model=self.model,
-                                                    config=self.cfg.soul, on_commit=self.metrics.model_usage,
+                                                    config=self.cfg.soul, on_commit=self._committed,
                                                     recover=False))
             try:
                 await self._drive(soul.recover_steps(), soul)
@@ -341,6 +348,20 @@ class SoulHost(ActorBase):
 
     async def _run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]
                    ) -> TurnResult:
+        carried = payload.get(telemetry.CARRIER_KEY) if isinstance(payload, dict) else None
+        spans = None if self.traced is None else self.traced.begin(op, soul_id, request_id, carried)
+        try:
+            res = await self._run_traced(soul_id, op, seq, request_id, payload, spans)
+        except BaseException as e:
+            if self.traced is not None and spans is not None:
+                self.traced.end(spans, error=e)
+            raise
+        if self.traced is not None and spans is not None:
+            self.traced.end(spans, res)
+        return res
+
+    async def _run_traced(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any],
+                          spans: TurnSpans | None) -> TurnResult:
         t0 = time.perf_counter()
         async with self._hold(soul_id) as act, self._superseded(soul_id, act):
             act.last_used = self.clock()
@@ -357,7 +378,7 @@ class SoulHost(ActorBase):
                                            seq=seq, at=payload.get("at"))
             else:
                 raise InvalidInput(f"unknown operation {op!r}")
-            res: TurnResult = await self._drive(steps, soul)
+            res: TurnResult = await self._drive(steps, soul, spans)
         self.metrics.turn(op, time.perf_counter() - t0)
         return res
 

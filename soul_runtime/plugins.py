@@ -12,7 +12,8 @@ arguments (``model_args`` / ``embedder_args``, a dict of str: keyword arguments)
 Every failure is one :class:`~soul_runtime.errors.ConfigError` that says what is wrong.
 
 The settings a model or embedder reads from the environment reach every actor: :func:`settings_env` is
-what a client forwards (and what the local runtime's fingerprint covers).
+what a client forwards (and what the local runtime's fingerprint covers), the OpenTelemetry variables
+(``OTEL_*``, :mod:`soul_runtime.telemetry`) with them.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from soul_runtime.errors import ConfigError, SoulError
 MODEL_GROUP = "soul_runtime.models"
 EMBEDDER_GROUP = "soul_runtime.embedders"
 
-SETTINGS_PREFIXES = ("SOUL_MODEL", "SOUL_EMBEDDER", "SOUL_ANTHROPIC_", "SOUL_OPENAI_", "ANTHROPIC_", "OPENAI_")
-"""Environment variables with these prefixes are model or embedder settings: a client forwards them to every
-actor. ``SOUL_MODEL_ENV`` (itself forwarded) names more, comma-separated, for a model that reads others."""
+SETTINGS_PREFIXES = ("SOUL_MODEL", "SOUL_EMBEDDER", "SOUL_ANTHROPIC_", "SOUL_OPENAI_", "ANTHROPIC_", "OPENAI_",
+                     "OTEL_")
+"""Environment variables with these prefixes are model or embedder settings, or OpenTelemetry's (``OTEL_``: every
+actor exports its spans where the client does): a client forwards them to every actor. ``SOUL_MODEL_ENV`` (itself
+forwarded) names more, comma-separated, for a model that reads others."""
 EXTRA_ENV = "SOUL_MODEL_ENV"
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -121,8 +124,8 @@ def build(name: str, factory: Callable[..., Any], args: Mapping[str, str], base:
 
 
 def settings_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The model and embedder settings in ``environ`` (default: this process's): the variables with one of
-    :data:`SETTINGS_PREFIXES`, and those ``SOUL_MODEL_ENV`` names."""
+    """The model, embedder and OpenTelemetry settings in ``environ`` (default: this process's): the variables with
+    one of :data:`SETTINGS_PREFIXES`, and those ``SOUL_MODEL_ENV`` names."""
     env = os.environ if environ is None else environ
     extra = {n.strip() for n in env.get(EXTRA_ENV, "").split(",") if n.strip()}
     return {k: v for k, v in env.items() if k.startswith(SETTINGS_PREFIXES) or k in extra}

@@ -40,6 +40,7 @@ from .contract import (
     refusal,
     seconds,
 )
+from .request_spans import add_request_spans
 from .souls_api import TenantSouls, Unauthorized, error_body, status_of
 
 SoulId = Annotated[str, Path(description="the soul's id: letters, digits, '_.:@-', starting with a letter or digit",
@@ -195,6 +196,7 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
                               "layers of each soul, per tenant (Authorization: Bearer KEY).")
 
     app.add_middleware(KeyFirst, backend=backend)
+    add_request_spans(app)  # when traces are on: outside KeyFirst, so a refused key is a span too
 
     def fail(request: Request, e: BaseException) -> JSONResponse:
         scope = getattr(request.state, "scope", None)
