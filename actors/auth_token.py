@@ -6,6 +6,9 @@ exists, writes ``~/.ray/auth_token`` with the process umask (0644 under the usua
 0600; :func:`secure_after_start` checks it afterwards and sets 0600 on a file this start
 created if it is looser anyway. A token file that existed before with a looser mode is
 reported in one warning line, not changed.
+A Ray already loaded in a process keeps the auth settings it first read; :func:`reload_in_ray` makes it
+read them again, so a connect uses the token its environment names now (the local runtime's own), not a
+stray ``~/.ray/auth_token`` read earlier.
 Nothing here imports ray.
 """
 
@@ -15,6 +18,7 @@ import logging
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,6 +39,15 @@ def token_file(env: Mapping[str, str] | None = None) -> Path | None:
         return None
     path = e.get("RAY_AUTH_TOKEN_PATH", "").strip()
     return Path(path).expanduser() if path else default_token_path()
+
+
+def token_source(env: Mapping[str, str] | None = None) -> str:
+    """Where this environment's token comes from, for an error message (never the token itself)."""
+    e = os.environ if env is None else env
+    if e.get("RAY_AUTH_TOKEN", "").strip():
+        return "the RAY_AUTH_TOKEN variable"
+    path = token_file(e)
+    return f"the file {path}" if path is not None else "none"
 
 
 def new_token_file(path: str | os.PathLike[str], token: str | None = None) -> Path:
@@ -64,3 +77,21 @@ def secure_after_start(path: Path | None, existed_before: bool) -> str | None:
             f"anyone who reads it can reach every soul: chmod {FILE_MODE:o} {path}")
     log.warning(line)
     return line
+
+
+def reload_in_ray() -> bool:
+    """Make a Ray already loaded in this process read its auth settings from the environment again.
+
+    Ray 2.60 reads ``RAY_AUTH_MODE`` into its process-wide config when it is imported, and caches the
+    first token it loads (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``) for
+    the life of the process; neither follows a later change of the environment. A process that imported
+    Ray, or read a token, before it set the variables of the head it connects to (the local runtime's
+    :func:`actors.local_cluster.client_env`) would otherwise offer no token, or a stray one, and be
+    refused (``InvalidAuthToken``). Call it before a connect, never while connected. Imports nothing:
+    False (nothing to do) when Ray is not loaded."""
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is None:
+        return False
+    raylet.Config.initialize("")
+    raylet.AuthenticationTokenLoader.instance().reset_cache()
+    return True

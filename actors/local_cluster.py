@@ -320,6 +320,30 @@ def ping_client_server(client_address: str, timeout: float = 5.0, *, bearer: str
                                      f"{e.details()}") from e
 
 
+GCS_PING_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A driver's first call to the GCS (an empty ``GetClusterIdRequest``), checked against the token like any other."""
+
+
+def gcs_refusal(gcs_address: str, timeout: float = 5.0, *, bearer: str | None) -> str | None:
+    """What the GCS at ``HOST:PORT`` says when it refuses the token ``bearer`` (None: no token offered), or None
+    when it does not refuse it (accepted, or not reachable: ``ray.init`` reports that itself). Imports grpc, not ray."""
+    import grpc
+
+    host, _, port = gcs_address.rpartition(":")
+    if not port.isdigit() or not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
+        return None
+    with grpc.insecure_channel(gcs_address) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+            channel.unary_unary(GCS_PING_METHOD)(b"", timeout=timeout,
+                                                 metadata=(("authorization", f"Bearer {bearer}"),) if bearer else None)
+        except grpc.FutureTimeoutError:
+            return None
+        except grpc.RpcError as e:
+            return f"{e.code().name}: {e.details()}" if e.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    return None
+
+
 def wait_for_client_server(client_address: str, wait_s: float, probe: Probe, *, setting: str = "",
                            warn: bool = True, probe_timeout: float = 5.0, sleep: Callable[[float], None] | None = None,
                            clock: Callable[[], float] | None = None) -> int:

@@ -58,7 +58,10 @@ def fingerprint() -> str:
 def attach(data_dir: str, *, replace: bool = False) -> tuple[str, bool]:
     """(address for ``connect``, started now) of the data dir's local head, started when needed.
 
-    Sets this process's Ray auth variables for the head's token."""
+    Sets this process's Ray auth variables for the head's token: its own token file, never a token of the
+    user's (``RAY_AUTH_TOKEN``, which Ray prefers to any file, is dropped from this process's environment; a
+    ``~/.ray/auth_token`` is not read). A Ray already loaded here reads them again at the connect
+    (:func:`actors.auth_token.reload_in_ray`)."""
     from soul_runtime.errors import RuntimeUnavailable
 
     from . import local_cluster as lc
@@ -67,6 +70,7 @@ def attach(data_dir: str, *, replace: bool = False) -> tuple[str, bool]:
                                        resources={"soul_slot": 16}, replace=replace)
     except (RuntimeError, ValueError) as e:
         raise RuntimeUnavailable(f"could not start the local runtime: {str(e).splitlines()[0]}") from None
+    os.environ.pop("RAY_AUTH_TOKEN", None)
     os.environ.update(lc.client_env(info))
     return info.gcs_address, started
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import ray
 import ray.exceptions
 
-from soul_runtime.errors import RuntimeUnavailable, SoulError, TurnFailed
+from soul_runtime.errors import AuthError, RuntimeUnavailable, SoulError, TurnFailed
 from soul_runtime.owner_only import private_umask
 
 from . import auth_token
@@ -83,6 +83,7 @@ def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
         started = init(address, namespace=namespace, env_vars=env_vars, resources=resources)
         return attach(started)
     from . import client_session
+    auth_token.reload_in_ray()  # the token this environment names now, not one Ray read before
     return client_session.open_session(address, attach, _init_kwargs(namespace, env_vars),
                                        client_session.CLIENT_ATTEMPTS if client_attempts is None
                                        else client_attempts)
@@ -108,6 +109,7 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
     retried)."""
     if ray.is_initialized():
         return False
+    auth_token.reload_in_ray()  # Ray's auth settings as the environment has them now (say the local runtime's token)
     kwargs = _init_kwargs(namespace, env_vars)
     if address is None:
         kwargs.update(include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 2, _node_ip_address=LOOPBACK)
@@ -122,8 +124,23 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
     if address.startswith("ray://"):
         return start(address, lambda started: started, namespace=namespace, env_vars=env_vars)
     from .client_session import ray_init
+    if address != "auto":
+        check_token(address)
     ray_init(address, kwargs)
     return False
+
+
+def check_token(gcs_address: str) -> None:
+    """AuthError at once when the GCS at ``gcs_address`` refuses the token this process's Ray would offer it
+    (``ray.init`` itself retries a refused token for about 20 s, then says only that it failed to connect)."""
+    from .local_cluster import gcs_refusal, process_bearer
+    mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
+    bearer = process_bearer() if mode == "token" else None  # an explicit address never turns token auth on
+    refusal = gcs_refusal(gcs_address, bearer=bearer)
+    if refusal is not None:
+        source = ("none (RAY_AUTH_MODE is not 'token')" if mode != "token" else
+                  auth_token.token_source() if bearer else f"none found ({auth_token.token_source()})")
+        raise AuthError(f"Ray at {gcs_address} refused this process's token ({refusal}); the token offered: {source}")
 
 
 def shutdown() -> None:
