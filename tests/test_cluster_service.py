@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from actors.service.idempotency import LEDGER_FILE, Ledger
 from soul_runtime.errors import ConfigError
-from soul_runtime.idempotency import LEDGER_FILE, Ledger
 from soul_runtime.storage_modes import JOURNAL, journal_of, recorded_storage
 from tests.fakes import wait_healthy
 

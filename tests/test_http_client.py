@@ -24,11 +24,11 @@ import httpx
 import pytest
 
 import soul_runtime
+from actors.service.tenants import Scope
 from soul_runtime.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain
-from soul_runtime.tenants import Scope
 from tests.fakes import wait_healthy
 from tests.test_service import SOUL, _env, _free_port, _soul
 

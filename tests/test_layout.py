@@ -163,5 +163,5 @@ def test_nothing_below_the_applications_imports_them() -> None:
         if layer not in APPLICATIONS:
             assert not allowed & APPLICATIONS, layer
     assert _layer("actors.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
-    assert _layer("soul_runtime.cli.main") == "soul_runtime.cli" and _layer("soul_runtime.tenants") == FOUNDATION
+    assert _layer("soul_runtime.cli.main") == "soul_runtime.cli" and _layer("soul_runtime.limits") == FOUNDATION
     assert _layer("soul_runtime.soul_args") == HANDLES and _layer("soul_runtime.http_client.wire") == HTTP_CLIENT

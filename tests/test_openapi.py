@@ -29,9 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.service.http_api import Backend, build_app
+from actors.service.tenants import TenantTable
 from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
-from soul_runtime.tenants import TenantTable
 from soul_runtime.text import check_id, check_text
 from tests.test_service import _client, server  # noqa: F401  (the real `soul serve` fixture)
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.service.idempotency import Ledger
 from actors.service.souls_api import IdempotencyConflict, Unauthorized, error_body, status_of
+from actors.service.tenants import MAX_SOUL_ID, Scope, TenantTable, Whole, check_tenant, key_hash
 from soul_runtime import errors
 from soul_runtime.cli.main import main
-from soul_runtime.idempotency import Ledger
-from soul_runtime.tenants import MAX_SOUL_ID, Scope, TenantTable, Whole, check_tenant, key_hash
 
 
 def _mode(p: Path) -> int:

@@ -20,11 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as Asgi
 
+from actors.service.idempotency import Ledger, digest
+from actors.service.tenants import Scope, TenantTable
 from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, SoulError
-from soul_runtime.idempotency import Ledger, digest
 from soul_runtime.records import Store
-from soul_runtime.tenants import Scope, TenantTable
 
 from .contract import (
     ERROR_STATUSES,

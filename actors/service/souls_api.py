@@ -1,5 +1,5 @@
 """One tenant's souls, as the HTTP routes and the MCP tools use them: the runtime's async handles behind the
-tenant's :class:`~soul_runtime.tenants.Scope`, answers as JSON-ready data with the tenant prefix taken off,
+tenant's :class:`~actors.service.tenants.Scope`, answers as JSON-ready data with the tenant prefix taken off,
 and errors from the project's tree mapped to HTTP statuses with messages that name only the tenant's ids."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import msgpack
 
+from actors.service.idempotency import Ledger
+from actors.service.tenants import Scope, Whole
 from soul_runtime.errors import InvalidInput, NotFound, SoulError
-from soul_runtime.idempotency import Ledger
 from soul_runtime.records import to_plain
-from soul_runtime.tenants import Scope, Whole
 
 log = logging.getLogger("soul_runtime.service")
 

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.idempotency import Ledger
+from actors.service.idempotency import Ledger
+from actors.service.tenants import Scope, souls_of
 from soul_runtime.records import LAYERS
-from soul_runtime.tenants import Scope, souls_of
 
 from .. import raycalls
 from ..layer_shard import soul_dir

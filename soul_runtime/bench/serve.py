@@ -258,7 +258,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
 
             from actors.runtime import connect
             from actors.service import serve_app
-            from soul_runtime.tenants import TenantTable
+            from actors.service.tenants import TenantTable
             rt = connect(address, data_dir=data, embedder=embedder)
             key = TenantTable(data).add("bench")
             port = _free_port()

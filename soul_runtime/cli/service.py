@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors.service import INGRESSES
+from actors.service.tenants import TenantTable, check_tenant, souls_of
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
-from soul_runtime.tenants import TenantTable, check_tenant, souls_of
 
 if TYPE_CHECKING:
     from soul_runtime.cli.main import Ctx
