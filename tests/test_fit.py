@@ -181,7 +181,7 @@ def _consistent(mem: SoulMemory, ids: set[str]) -> None:
     for f in mem.facts():
         assert set(f.sources) <= ids
     mem.procedures()
-    assert isinstance(mem.recall("gateway p95 latency", 10, now=T0 + 10_000), list)
+    assert isinstance(mem.recall("gateway p95 latency", 10, at=T0 + 10_000), list)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -40,14 +40,18 @@ def test_the_in_process_memory_and_the_handles_take_the_same_arguments(method: s
     assert hasattr(AsyncSoulHandle, method)
 
 
-def test_the_deprecated_forms_work_and_warn(tmp_path: Path) -> None:
+def test_recall_and_forget_where_take_only_the_handles_arguments(tmp_path: Path) -> None:
+    """The in-process memory takes the time of a recall as ``at`` and a targeted forget as ``ids``/``query``,
+    as the handles do; the older ``now=`` and ``forget_where(ForgetQuery)`` forms are gone."""
     m = SoulMemory(tmp_path / "s", embedder=FastEmbedder())
-    with pytest.warns(DeprecationWarning, match="at="):
-        assert m.recall("anything", 3, now=1_700_000_000.0) == []
-    with pytest.warns(DeprecationWarning, match="ids= and query="):
-        got = m.forget_where(ForgetQuery.make(["ep-1"], None))
+    assert "now" not in inspect.signature(SoulMemory.recall).parameters
+    with pytest.raises(TypeError):
+        m.recall("anything", 3, now=1_700_000_000.0)  # type: ignore[call-arg]
+    assert m.recall("anything", 3, at=1_700_000_000.0) == []
+    got = m.forget_where(["ep-1"])
     assert set(got) == {"episodic", "semantic", "procedural"}
     assert m.forget_where(ids=["ep-1"]) == got
+    assert m.forget_matching(ForgetQuery.make(["ep-1"], None)) == got
     m.close()
 
 

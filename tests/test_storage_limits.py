@@ -69,7 +69,7 @@ def _serves_again(soul: Soul, mem: SoulMemory) -> None:
     r = soul.turn("After the storage came back: the cache hit rate is 97% with marker back1.", user="dev",
                   at=T0 + 10**6)
     assert r.seq == soul.state.last_seq
-    assert any("back1" in it.text for it in mem.recall("cache hit rate marker back1", 5, now=T0 + 10**6 + 1))
+    assert any("back1" in it.text for it in mem.recall("cache hit rate marker back1", 5, at=T0 + 10**6 + 1))
 
 
 def test_a_failed_transaction_raises_the_cause_not_the_rollback() -> None:

@@ -55,7 +55,7 @@ def test_a_long_message_is_found_and_shown_by_each_of_its_units(tmp_path: Path) 
     for query, phrase in (("fastapi version pinned for billing", "fastapi==0.110.2"),
                           ("gateway p95 latency", "41 ms"), ("client timeout", "timeout=17"),
                           ("when does sprint 12 end", "14 February 2026")):
-        hits = mem.recall(query, 5, now=T0 + 3600)
+        hits = mem.recall(query, 5, at=T0 + 3600)
         assert any(phrase in h.text and h.sources == ("m1",) for h in hits), (query, [h.text for h in hits])
     # prose is a unit too: a sentence of it is found by its own words
     assert any("dashboards look calm" in h.text and h.sources == ("m1",)

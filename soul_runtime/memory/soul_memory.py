@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -134,14 +133,10 @@ class SoulMemory:
 
     # ---- reads -----------------------------------------------------------------------
     def recall(self, query: str, k: int = 10, at: Any = None, stores: Iterable[str] | None = None, *,
-               task_class: str | None = None, timings: dict[str, float] | None = None,
-               now: Any = None) -> list[RecalledItem]:
+               task_class: str | None = None, timings: dict[str, float] | None = None) -> list[RecalledItem]:
         """The three layers' best ``k`` for ``query``, as of ``at`` (None: now). ``timings``: if given,
         milliseconds per stage are added to it (the episodic layer's embed, dense, lexical and score; semantic;
-        procedural; merge). ``now`` is the deprecated name of ``at``."""
-        if now is not None:
-            warnings.warn("SoulMemory.recall(now=...) is deprecated: use at=", DeprecationWarning, stacklevel=2)
-            at = now if at is None else at
+        procedural; merge)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1 or k > 1000:
             raise InvalidInput(f"k must be an int in 1..1000, got {k!r}")
         t = time.time() if at is None else to_timestamp(at)
@@ -191,15 +186,9 @@ class SoulMemory:
         row, history, idempotency record, FTS segment, index entry, WAL frame or free page is left."""
         return {s.value: self._layer(s).erase() for s in parse_stores(stores)}
 
-    def forget_where(self, ids: Iterable[str] | ForgetQuery | None = None, query: str | None = None
-                     ) -> dict[str, Erased]:
+    def forget_where(self, ids: Iterable[str] | None = None, query: str | None = None) -> dict[str, Erased]:
         """Delete single memories in every layer: these ids (``ep-3``, ``tendril:database``, ``deploy@v2``) and
-        every memory whose text contains the phrase ``query``. What each layer erased, by layer. (A
-        :class:`ForgetQuery` as ``ids`` is the deprecated form.)"""
-        if isinstance(ids, ForgetQuery):
-            warnings.warn("SoulMemory.forget_where(ForgetQuery) is deprecated: pass ids= and query=",
-                          DeprecationWarning, stacklevel=2)
-            return self.forget_matching(ids)
+        every memory whose text contains the phrase ``query``. What each layer erased, by layer."""
         return self.forget_matching(ForgetQuery.make(ids, query))
 
     def forget_matching(self, q: ForgetQuery) -> dict[str, Erased]:
