@@ -84,7 +84,7 @@ def _setup() -> Any | None:
         return None
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # the application has set none: ours
         from importlib.metadata import entry_points
-        provider = TracerProvider(resource=Resource.create())
+        provider = TracerProvider(resource=Resource.create({"process.pid": os.getpid()}))  # + the variables'
         for name in _exporter_names(os.environ):
             found = list(entry_points(group="opentelemetry_traces_exporter", name=name))
             try:
@@ -98,9 +98,9 @@ def _setup() -> Any | None:
 
 
 def flush(timeout_ms: int = 10_000) -> bool:
-    """Export the spans this process still holds (a process about to stop). True when there was nothing to do or
-    all went."""
-    if tracer() is None:
+    """Export the spans this process still holds (a process about to stop, when it skips the exit handlers). True
+    when there was nothing to do or all went."""
+    if not _decided or _tracer is None:
         return True
     from opentelemetry import trace
     force = getattr(trace.get_tracer_provider(), "force_flush", None)

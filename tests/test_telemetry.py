@@ -132,6 +132,39 @@ def test_a_turn_is_a_span_with_its_stages_and_shard_calls_under_the_callers_trac
     assert all(len(children(finished, s)) == 1 for s in asked)
 
 
+def test_an_http_request_is_a_span_under_its_traceparent_current_while_the_route_runs(spans: Any) -> None:
+    """The service's own request spans (FastAPI versions without ``fastapi.telemetry``; the installed one's native
+    spans are off here: no global tracer provider is set in this process)."""
+    import secrets
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    from actors.service.request_spans import RequestSpans
+    app = FastAPI()
+    seen: list[dict[str, str] | None] = []
+
+    @app.get("/v1/souls/{soul_id}")
+    async def read(soul_id: str) -> dict[str, str]:
+        seen.append(telemetry.carrier())  # what a runtime call made here would carry to the host
+        if soul_id == "broken":
+            raise RuntimeError("boom")
+        return {"soul": soul_id}
+    app.add_middleware(RequestSpans)
+    trace_id, parent = secrets.token_hex(16), secrets.token_hex(8)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert c.get("/v1/souls/maya", headers={"traceparent": f"00-{trace_id}-{parent}-01"}).status_code == 200
+        assert c.get("/v1/souls/broken").status_code == 500
+    ok, failed = spans.get_finished_spans()
+    assert ok.name == "GET /v1/souls/{soul_id}" and ok.kind is SpanKind.SERVER
+    assert f"{ok.context.trace_id:032x}" == trace_id and f"{ok.parent.span_id:016x}" == parent
+    assert ok.attributes["http.route"] == "/v1/souls/{soul_id}" and ok.attributes["http.response.status_code"] == 200
+    assert seen[0] is not None and seen[0]["traceparent"].split("-")[2] == f"{ok.context.span_id:016x}"
+    assert failed.parent is None and f"{failed.context.trace_id:032x}" != trace_id  # no traceparent: a new trace
+    assert failed.status.status_code is StatusCode.ERROR
+
+
 def test_the_otel_variables_travel_to_the_actors_with_the_model_settings() -> None:
     from soul_runtime.plugins import settings_env
     env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
@@ -183,3 +216,217 @@ def test_without_the_variables_or_the_package_nothing_of_opentelemetry_is_import
     assert "loaded: []" in p.stdout
     if case == "blocked":
         assert "OpenTelemetry SDK is not installed" in p.stderr
+
+
+# ---- across processes: a real `soul serve` exporting to a collector of the test's ------------------------------
+
+class Collector:
+    """An OTLP/HTTP trace receiver on 127.0.0.1 (what a platform's collector is to the runtime): every span of every
+    export request, decoded from its protobuf, with its resource's ``service.name`` and ``process.pid``."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+        self.spans: list[tuple[str, int, Any]] = []
+        self.paths: set[str] = set()
+        lock = threading.Lock()
+        me = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 — http.server's name
+                import gzip
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                got = []
+                for rs in req.resource_spans:
+                    res = {a.key: a.value for a in rs.resource.attributes}
+                    service = res["service.name"].string_value if "service.name" in res else ""
+                    pid = res["process.pid"].int_value if "process.pid" in res else 0
+                    got += [(service, pid, s) for ss in rs.scope_spans for s in ss.spans]
+                with lock:
+                    me.spans += got
+                    me.paths.add(self.path)
+                out = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, name="otlp-collector", daemon=True).start()
+
+    def trace(self, trace_id: bytes) -> list[tuple[str, int, Any]]:
+        return [x for x in list(self.spans) if x[2].trace_id == trace_id]
+
+    def wait(self, ready: Any, what: str, limit_s: float = 120) -> None:
+        """Until ``ready()`` holds (the processes export every 0.2 s: OTEL_BSP_SCHEDULE_DELAY), at most
+        ``limit_s``: a liveness bound, not a measure."""
+        import time
+        t0 = time.monotonic()
+        while not ready():
+            assert time.monotonic() - t0 < limit_s, (what, sorted({s.name for _, _, s in self.spans}))
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def traced_server() -> Any:
+    """A `soul serve` (and its local runtime) started with the OTEL_* variables pointing at a :class:`Collector`."""
+    import json
+    import shutil
+    import signal
+    import tempfile
+
+    from tests.fakes import wait_healthy
+    from tests.test_service import _env, _free_port, _soul
+
+    collector = Collector()
+    base = Path(tempfile.mkdtemp(prefix="ot", dir="/tmp"))
+    env = _env(SOUL_DATA_DIR=str(base / "data"), OTEL_TRACES_EXPORTER="otlp", OTEL_SERVICE_NAME="soul-test",
+               OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="200")
+    env = {k: v for k, v in env.items() if not k.startswith("OTEL_") or k in (
+        "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_BSP_SCHEDULE_DELAY")}
+    key = json.loads(_soul(env, "tenants", "add", "acme", "--json").stdout)["key"]
+    port = _free_port()
+    log = open(base / "serve.log", "w")  # noqa: SIM115 - closed at teardown
+    soul = shutil.which("soul")
+    assert soul
+    proc = subprocess.Popen([soul, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url, base / "serve.log")
+        yield {"url": url, "key": key, "env": env, "collector": collector}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+        _soul(env, "down", check=False)
+        collector.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+SERVER, CLIENT = 2, 3  # the protobuf's SpanKind values
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in span.attributes:
+        v = a.value
+        out[a.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
+    return out
+
+
+def tree(spans: list[tuple[str, int, Any]]) -> tuple[dict[bytes, Any], dict[bytes, list[Any]]]:
+    """Spans by id, and the children of each span id."""
+    by: dict[bytes, Any] = {s.span_id: s for _, _, s in spans}
+    kids: dict[bytes, list[Any]] = {}
+    for _, _, s in spans:
+        kids.setdefault(s.parent_span_id, []).append(s)
+    return by, kids
+
+
+def check_turn(spans: list[tuple[str, int, Any]], client: Any) -> set[int]:
+    """Under ``client`` (the caller's ``soul turn`` span): the host's turn span with its stages, the shard calls
+    under recall and write, and each shard's own span under its call. Returns the pids the spans came from."""
+    by, kids = tree(spans)
+    pid = {s.span_id: p for _, p, s in spans}
+    (turn,) = kids[client.span_id]
+    assert turn.name == "soul.turn" and turn.kind == SERVER
+    a = attrs(turn)
+    assert a["soul.turn_id"].endswith("/2") and a["soul.tokens.total"] > 0 and a["gen_ai.request.model"]
+    stages = {s.name: s for s in kids[turn.span_id]}
+    assert set(stages) == {"buffer_read", "recall", "assemble", "inference", "decide", "write", "commit"}, stages
+    shard_calls = kids.get(stages["recall"].span_id, []) + kids.get(stages["write"].span_id, [])
+    assert {s.name.split()[0] for s in shard_calls} == {"recall", "write"}, [s.name for s in shard_calls]
+    for call in shard_calls:
+        assert call.kind == CLIENT
+        (served,) = kids[call.span_id]
+        assert served.kind == SERVER and served.name == f"store {call.name}"
+        assert pid[served.span_id] != pid[turn.span_id]  # a store shard's process
+    return {pid[client.span_id], pid[turn.span_id]} | {pid[s.span_id] for c in shard_calls for s in kids[c.span_id]}
+
+
+@pytest.mark.ray
+def test_an_http_turn_with_a_traceparent_is_one_trace_from_the_request_to_the_store_shards(
+        traced_server: dict[str, Any]) -> None:
+    import secrets
+
+    import httpx
+    col: Collector = traced_server["collector"]
+    headers = {"Authorization": f"Bearer {traced_server['key']}"}
+    with httpx.Client(base_url=traced_server["url"], headers=headers, timeout=120) as c:
+        r = c.post("/v1/souls/maya/turns", json={"text": TURNS[0], "at": T0})  # no traceparent: a trace of its own
+        assert r.status_code == 200, r.text
+        trace_id, parent = secrets.token_bytes(16), secrets.token_bytes(8)
+        r = c.post("/v1/souls/maya/turns", json={"text": TURNS[1], "at": T0 + 60},
+                   headers={"traceparent": f"00-{trace_id.hex()}-{parent.hex()}-01"})
+        assert r.status_code == 200, r.text
+
+    def complete() -> bool:
+        names = {s.name for _, _, s in col.trace(trace_id)}
+        return {"POST /v1/souls/{soul_id}/turns", "soul turn", "soul.turn", "commit",
+                "store recall episodic", "store write episodic"} <= names
+    col.wait(complete, "the traced turn's spans")
+    spans = col.trace(trace_id)
+    assert col.paths == {"/v1/traces"} and {svc for svc, _, _ in spans} == {"soul-test"}
+    by, kids = tree(spans)
+    (request,) = kids[parent]  # the HTTP request's span is the traceparent's child
+    assert request.name == "POST /v1/souls/{soul_id}/turns" and request.kind == SERVER
+    a = attrs(request)
+    assert a["http.response.status_code"] == 200 and a["http.route"] == "/v1/souls/{soul_id}/turns"
+    (client,) = [s for _, _, s in spans if s.name == "soul turn"]
+    assert client.kind == CLIENT
+    up = client  # the runtime call is made within the request (under FastAPI's spans of the route's operations)
+    while up.parent_span_id != parent:
+        up = by[up.parent_span_id]
+    assert up is request
+    pids = check_turn(spans, client)
+    assert len(pids) >= 3  # the service's replica, the soul's host and the store shards: one trace
+    assert attrs(kids[client.span_id][0])["soul.turn_id"].endswith(r.json()["turn_id"])  # the tenant's soul
+
+
+@pytest.mark.ray
+def test_a_turn_over_ray_from_a_client_process_is_one_trace_to_the_store_shards(traced_server: dict[str, Any]
+                                                                                ) -> None:
+    """`soul turn` (a driver on the local runtime, the variables set): its own ``soul turn`` span roots the trace
+    of the host's turn and the shard calls."""
+    from tests.test_service import _soul
+    col: Collector = traced_server["collector"]
+    env = traced_server["env"]
+    for i, text in enumerate(TURNS):
+        _soul(env, "turn", "lee", text, "--at", str(T0 + 60 * i))
+
+    def roots() -> list[Any]:
+        return [s for _, _, s in list(col.spans) if s.name == "soul turn" and not s.parent_span_id
+                and attrs(s).get("soul.id") == "lee"]
+
+    def complete() -> bool:
+        found = roots()
+        if len(found) < 2:
+            return False
+        names = {s.name for _, _, s in col.trace(found[-1].trace_id)}
+        return {"soul.turn", "commit", "store recall episodic", "store write episodic"} <= names
+    col.wait(complete, "the CLI turns' spans")
+    second = max(roots(), key=lambda s: s.start_time_unix_nano)
+    pids = check_turn(col.trace(second.trace_id), second)
+    assert len(pids) >= 3  # the CLI, the soul's host and the store shards

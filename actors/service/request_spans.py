@@ -1,8 +1,13 @@
 """Each HTTP request as an OpenTelemetry span, when traces are on (:mod:`soul_runtime.telemetry`): a child of the
 request's ``traceparent`` (W3C; a new trace without one), current while the request runs, so the runtime calls it
-makes (``soul turn`` …) and, through them, the host's and the store shards' spans are in the same trace."""
+makes (``soul turn`` …) and, through them, the host's and the store shards' spans are in the same trace.
+
+FastAPI makes these spans itself since it has ``fastapi.telemetry``; :class:`RequestSpans` does it on the versions
+before."""
 
 from __future__ import annotations
+
+import importlib.util
 
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,9 +53,11 @@ class RequestSpans:
 
 
 def add_request_spans(app: Starlette) -> bool:
-    """Add :class:`RequestSpans` to the app (outside the middleware added so far) when traces are on; True when
-    added."""
-    if telemetry.tracer() is None:
+    """When traces are on, set up this process's tracer (the global provider, from the variables) before the first
+    request, and have each request be a span: FastAPI's own (``fastapi.telemetry``, which makes them with the global
+    provider: the request, its route's operations) where the installed FastAPI has them, else :class:`RequestSpans`
+    added to the app (outside the middleware added so far). True when added."""
+    if telemetry.tracer() is None or importlib.util.find_spec("fastapi.telemetry") is not None:
         return False
     app.add_middleware(RequestSpans)
     return True

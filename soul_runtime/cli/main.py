@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from actors import local_runtime as background
+from soul_runtime import telemetry
 from soul_runtime.cli import render
 from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
@@ -559,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Ctx(args)
         code = int(args.fn(ctx))
         if ctx.quick_exit and argv is None:  # skip Ray's driver shutdown (~0.3 s): the actors are detached and
-            sys.stdout.flush()  # the GCS notices the driver is gone by itself
+            telemetry.flush()  # the GCS notices the driver is gone by itself; the exit handlers are skipped too
+            sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
         return code
