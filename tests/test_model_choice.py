@@ -29,15 +29,44 @@ UM = "tests.user_models"
 
 # ---- models ------------------------------------------------------------------
 
-def test_built_in_models() -> None:
+def test_built_in_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert isinstance(make_model("offline"), OfflineModel)
-    assert isinstance(make_model("auto", env={}), OfflineModel)
+    assert isinstance(make_model("auto"), OfflineModel)
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
-        make_model("anthropic", env={})
+        make_model("anthropic")
     with pytest.raises(ConfigError, match="offline model takes no model_args.*found no ANTHROPIC_API_KEY"):
-        make_model("auto", env={}, args={"model": "claude-x-1"})
+        make_model("auto", args={"model": "claude-x-1"})
     with pytest.raises(ConfigError, match="does not take model_args"):
-        make_model("auto", env={}, args={"prefix": "x"})
+        make_model("auto", args={"prefix": "x"})
+    with pytest.raises(ConfigError, match="offline model takes no model_args"):
+        make_model("offline", args={"prefix": "x"})
+
+
+def test_the_built_in_models_are_published_as_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The installed metadata registers offline, anthropic and openai in the group a user's model uses, with the
+    targets pyproject.toml and choice.PUBLISHED name; each target makes its model (the entry point or, in a source
+    tree that was not installed, the same target by import path)."""
+    import importlib.metadata
+    import tomllib
+
+    from soul_runtime import plugins
+    from soul_runtime.models.choice import PUBLISHED
+    from soul_runtime.models.claude import AnthropicModel
+    from soul_runtime.models.openai_chat import OpenAIChatModel
+    installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=plugins.MODEL_GROUP)
+                 if ep.dist is not None and ep.dist.name == "soul-runtime"}
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert installed == PUBLISHED == declared["project"]["entry-points"][plugins.MODEL_GROUP]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("SOUL_OPENAI_MODEL", "local-1")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    kinds = {"offline": OfflineModel, "anthropic": AnthropicModel, "openai": OpenAIChatModel}
+    for name, target in PUBLISHED.items():
+        assert isinstance(make_model(name), kinds[name])
+        by_path = plugins.build(name, plugins.load_factory(target, group=plugins.MODEL_GROUP, what="model"), {},
+                                object, "model")
+        assert isinstance(by_path, kinds[name])
 
 
 def test_a_model_by_import_path_class_or_factory_with_its_args() -> None:
@@ -104,7 +133,7 @@ def test_entry_points_register_short_names(tmp_path: Path, monkeypatch: pytest.M
     assert isinstance(make_model("echo"), user_models.EchoModel)
     emb = make_embedder("trigram", args={"dim": "16"})
     assert (emb.embedder_id, emb.dim) == ("user-trigram-16", 16)
-    with pytest.raises(ConfigError, match=r"registered: echo\)"):
+    with pytest.raises(ConfigError, match=r"registered: anthropic, echo, offline, openai\)"):
         make_model("ohce")
     with pytest.raises(ConfigError, match="loading entry point 'tests.user_models:NoSuchThing' failed"):
         make_embedder("broken")

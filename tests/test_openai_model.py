@@ -295,7 +295,8 @@ def test_options_are_validated(kw: dict[str, object]) -> None:
         OpenAIChatModel(model_id=MODEL, base_url="http://127.0.0.1:9/v1", **kw)  # type: ignore[arg-type]
 
 
-def test_settings_from_the_environment_and_model_args(api: ChatCompletionsServer) -> None:
+def test_settings_from_the_environment_and_model_args(api: ChatCompletionsServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="SOUL_OPENAI_MODEL"):
         model_from_settings({"OPENAI_BASE_URL": api.api_url})
     with pytest.raises(ConfigError, match=r"does not take model_args \['temperature'\]"):
@@ -304,13 +305,15 @@ def test_settings_from_the_environment_and_model_args(api: ChatCompletionsServer
         model_from_settings({"SOUL_OPENAI_TIMEOUT_S": "soon"}, {"model": MODEL, "base_url": api.api_url})
     env = {"OPENAI_BASE_URL": api.api_url, "SOUL_OPENAI_MODEL": MODEL, "SOUL_OPENAI_MEMORY_MODEL": "mem-1",
            "SOUL_OPENAI_TIMEOUT_S": "7.5", "SOUL_OPENAI_MAX_RETRIES": "1"}
-    m = make_model("openai", env=env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    m = make_model("openai")
     assert isinstance(m, OpenAIChatModel) and (m.model_id, m.memory_model_id, m.timeout_s, m.max_retries) == (
         MODEL, "mem-1", 7.5, 1)
     api.push(chat_text("via env"))
     assert m.reply(request()).text == "via env"
     assert api.requests[0].headers.get("authorization") == "Bearer no-key"  # a local server needs no key
-    other = make_model("openai", env=env, args={"model": "other-2", "api_key": KEY})  # model_args win
+    other = make_model("openai", args={"model": "other-2", "api_key": KEY})  # model_args win
     assert (other.model_id, other.memory_model_id) == ("other-2", "mem-1")
     api.push(chat_text("via args"))
     other.reply(request())
