@@ -379,8 +379,8 @@ class LayerShard(ActorBase):
 
     def on_stop(self) -> int:
         """Stop (see :mod:`actors.introspection`; the channel is closed first): the retention ticker, then every
-        open store is closed (vector indices saved) and the closing thread ends. Returns how many stores were
-        closed."""
+        open store is closed (vector indices saved), the closing thread ends and the spans not yet exported go.
+        Returns how many stores were closed."""
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None
@@ -390,4 +390,5 @@ class LayerShard(ActorBase):
         for soul_id in souls:
             self._close(soul_id)
         self._closer.stop()
+        telemetry.flush()  # the spans not yet exported go before the actor is killed
         return len(souls)

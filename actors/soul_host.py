@@ -284,6 +284,7 @@ class SoulHost(ActorBase):
             await close()
         self._closing_pool.shutdown(wait=True)
         self.pool.shutdown(wait=False)
+        telemetry.flush()  # the spans not yet exported go before the actor is killed
         return n
 
     async def passivate(self, soul_id: str) -> bool:

@@ -40,7 +40,7 @@ T0 = 1_780_000_000
 TURNS = ("Maya ships the Orca release on Friday; her manager is Lee.", "When does Maya ship the Orca release?")
 
 
-async def turns_in_process(data_dir: Path, texts: tuple[str, ...] = TURNS) -> list[Any]:
+async def turns_in_process(data_dir: Path, texts: tuple[str, ...] = TURNS, wait_writes: bool = True) -> list[Any]:
     """``texts`` as turns of one soul through the client's async handle, a soul host and the three store shards,
     all plain objects of this process (the calls go through the direct transport instead of Ray)."""
     conf = {"data_dir": str(data_dir), "model": "offline", "embedder": "fast", "hosts": 1, "episodic_shards": 1,
@@ -51,7 +51,7 @@ async def turns_in_process(data_dir: Path, texts: tuple[str, ...] = TURNS) -> li
     host.calls = ShardCalls(host.stores, transport=DirectTransport(shards))
     router = Router(["soul-host-0"], "souls", transport=DirectTransport({"soul-host-0": host}))
     handle = AsyncSoulHandle(types.SimpleNamespace(router=router), "maya")  # type: ignore[arg-type]
-    out = [await handle.turn(t, at=T0 + 60 * i) for i, t in enumerate(texts)]
+    out = [await handle.turn(t, at=T0 + 60 * i, wait_writes=wait_writes) for i, t in enumerate(texts)]
     await host.stop()
     for s in shards.values():
         s.stop()
@@ -130,6 +130,23 @@ def test_a_turn_is_a_span_with_its_stages_and_shard_calls_under_the_callers_trac
     asked = children(finished, recall_2)
     assert {s.name for s in asked} >= {"recall episodic"}
     assert all(len(children(finished, s)) == 1 for s in asked)
+
+
+def test_a_turn_answered_before_its_writes_has_its_memory_works_spans_under_it(spans: Any, tmp_path: Path) -> None:
+    """``wait_writes=False``: the turn's span ends at the reply; its decision, writes and commit (while the next
+    turn waits for them) are still its children, the trace's totals on its commit."""
+    results = asyncio.run(turns_in_process(tmp_path, wait_writes=False))
+    assert all(r.writes_pending for r in results)
+    finished = spans.get_finished_spans()
+    turns = sorted((s for s in finished if s.name == "soul.turn"), key=lambda s: s.start_time)
+    assert [t.attributes["soul.turn_id"] for t in turns] == [r.turn_id for r in results]
+    for turn in turns:
+        assert turn.attributes["soul.writes_pending"] is True
+        kids = {s.name: s for s in children(finished, turn)}
+        assert {"buffer_read", "recall", "assemble", "inference", "decide", "write", "commit"} <= set(kids)
+        assert kids["commit"].end_time >= turn.end_time >= kids["inference"].end_time
+        assert kids["commit"].attributes["soul.turn_id"] == turn.attributes["soul.turn_id"]
+        assert kids["commit"].attributes["soul.usage.calls"] == 2  # the reply and the memory decision
 
 
 def test_an_http_request_is_a_span_under_its_traceparent_current_while_the_route_runs(spans: Any) -> None:
