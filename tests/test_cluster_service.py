@@ -68,7 +68,7 @@ def test_the_ledger_reads_the_data_dirs_storage_and_converts_an_old_wal_ledger(t
 def test_one_journal_mapping() -> None:
     """The souls' databases (memory.sqlite_db) and the ledger name the same journal for each storage."""
     from soul_runtime.memory import sqlite_db
-    assert sqlite_db.JOURNAL == JOURNAL == {"local": "wal", "shared": "delete"}
+    assert sqlite_db.JOURNAL is JOURNAL and JOURNAL == {"local": "wal", "shared": "delete"}  # one mapping
 
 
 # ---- a real `soul serve` on a shared-storage data dir ------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from soul_runtime.errors import ConfigError, StorageError
 from soul_runtime.owner_only import create_file, private_umask, write_file
+from soul_runtime.storage_modes import JOURNAL  # local: WAL; shared: a rollback journal
 
 Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 512
@@ -36,10 +37,6 @@ MMAP_SIZE = 2**30
 WAL_LIMIT = 64 * 1024
 """The WAL is truncated to this after a checkpoint instead of keeping its high-water size on disk."""
 
-JOURNAL = {"local": "wal", "shared": "delete"}
-"""``local``: WAL (readers never block the writer; its index lives in shared memory, so every process
-must be on one host). ``shared``: a rollback journal, valid on network file systems (no shared memory;
-POSIX locks on the file), for a data dir on shared storage that actors on several nodes open in turn."""
 _storage = ["local"]
 
 
