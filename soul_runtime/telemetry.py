@@ -31,6 +31,7 @@ log = logging.getLogger("soul_runtime.telemetry")
 
 _lock = threading.Lock()
 _tracer: Any = None
+_provider: Any = None
 _decided = False
 
 
@@ -56,9 +57,10 @@ def use_provider(provider: Any | None) -> None:
     """Trace with ``provider`` (a ``TracerProvider``) in this process from now on, whatever the variables say (an
     application that keeps its provider apart from the global one; tests). None: decide again from the variables
     on next use."""
-    global _tracer, _decided
+    global _tracer, _provider, _decided
     with _lock:
         _tracer = None if provider is None else provider.get_tracer(SCOPE)
+        _provider = provider
         _decided = provider is not None
 
 
@@ -71,6 +73,7 @@ def _exporter_names(environ: Mapping[str, str]) -> list[str]:
 
 
 def _setup() -> Any | None:
+    global _provider
     if not wanted():
         return None
     try:
@@ -94,6 +97,7 @@ def _setup() -> Any | None:
             except Exception as e:  # noqa: BLE001 — traces are an aid: the runtime runs without them
                 log.warning("trace exporter %r could not be made: %s: %s", name, type(e).__name__, e)
         trace.set_tracer_provider(provider)
+    _provider = trace.get_tracer_provider()
     return trace.get_tracer(SCOPE)
 
 
@@ -102,8 +106,7 @@ def flush(timeout_ms: int = 10_000) -> bool:
     when there was nothing to do or all went."""
     if not _decided or _tracer is None:
         return True
-    from opentelemetry import trace
-    force = getattr(trace.get_tracer_provider(), "force_flush", None)
+    force = getattr(_provider, "force_flush", None)
     return bool(force(timeout_ms)) if force is not None else True
 
 
