@@ -170,14 +170,13 @@ def test_client_task_and_detached_actor_found_from_second_client(head: lc.HeadIn
     assert second["count"] == 2  # same detached actor, state kept across client disconnects
 
 
-def test_client_without_token_is_refused_fast(head: lc.HeadInfo, home: str) -> None:
-    # Ray's own retry loop (5 + 10 + 15 s by default, ~30 s) shortened to ~3 s by these two knobs.
+def test_client_without_token_is_refused(head: lc.HeadInfo, home: str) -> None:
+    # Ray's own retry loop (5 + 10 + 15 s by default, ~30 s) shortened to ~3 s by these two knobs. The probe's
+    # answer is the head's own refusal of the token (its message), not a time-out: the times are printed.
     env = _env({"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1"}, home)
     out = _client("probe", head.client_address, env)
     assert out["probe"] == "AuthError" and "Invalid or missing authentication token" in out["probe_msg"]
-    assert out["probe_s"] < 5
     assert out["init_error"] == "builtins.ConnectionError" and out["msg"] == "ray client connection timeout"
-    assert out["fail_s"] < 15
     wrong = Path(home) / "wrong_token"
     wrong.write_text("0" * 64)
     out = _client("probe", head.client_address, _env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong),
@@ -189,7 +188,7 @@ def test_client_without_token_is_refused_fast(head: lc.HeadInfo, home: str) -> N
 def test_probe_unreachable_is_runtime_unavailable(home: str) -> None:
     out = _client("probe", "ray://127.0.0.1:1", _env({"RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1",
                                                       "RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1"}, home))
-    assert out["probe"] == "RuntimeUnavailable" and out["probe_s"] < 3
+    assert out["probe"] == "RuntimeUnavailable" and "nothing accepts connections" in out["probe_msg"], out
 
 
 # ---- many clients: soul_runtime.connect() over Ray Client ---------------------------------------------
@@ -283,7 +282,8 @@ def test_fresh_head_clients_connect_and_a_dead_session_server_is_retried(
     assert failed["error"].startswith("RuntimeUnavailable: ") and "could not open a session" in failed["error"]
     assert "attempts in" in failed["error"] and "GRPC_ENABLE_FORK_SUPPORT=0" in failed["error"]
     assert _crashes(crash) - before >= 2 and failed["retries"] == _crashes(crash) - before - 1
-    assert failed["fail_s"] < 30, failed  # Ray alone took 30-45 s to report the first failure
+    # the failure is the connect's own account of its attempts, not Ray's (which took 30-45 s to report the first)
+    assert "Failed to reconnect" not in failed["error"] and "grace period" not in failed["error"], failed
 
     [single] = _connect_clients(info, home, data, ["f4"], attempts=1)
     assert "error" in single and single["retries"] == 0
@@ -382,21 +382,24 @@ def _lose_session(head: lc.HeadInfo, home: str, data: str, soul: str, attempts: 
 
 def test_a_session_lost_while_connecting_is_retried(head: lc.HeadInfo, home: str, tmp_path: Path) -> None:
     """The session server of a client dies after its session opened, before connect() found the actors:
-    connect() notices within 15 s, says why at warning, and connects again; the turn then runs, once.
-    With one attempt, connect() raises that cause within 15 s."""
+    connect() notices it from the session's own streams (not from Ray's reconnect giving up after its grace
+    period), says why at warning, and connects again; the turn then runs, once. With one attempt, connect()
+    raises that cause."""
     data = str(tmp_path / "data")
     out, stderr = _lose_session(head, home, data, "l0", 3)
     assert "error" not in out and out["turn_seq"] == 1, (out, stderr[-3000:])  # the turn ran, once
     # The head's proxy ends the session's log stream at once but holds back the data stream's error for the
     # reconnect grace period (30 s), and a call that reaches it later waits 30 s for the dead server: before
     # connect() watched the streams it heard 30.1-30.6 s late in about half the runs; now 0.03-0.25 s.
-    assert out["retries"] == 1 and out["warned_after_s"] < 15, out
+    assert out["retries"] == 1 and out["warned_after_s"] is not None, out
     assert "failed (attempt 1 of 3" in stderr and "retrying" in stderr
     assert "session server for this client is gone" in stderr or "dropped" in stderr
+    assert "reconnection grace period" not in stderr  # noticed by the connect's watch, not by Ray's reconnect
 
     out, stderr = _lose_session(head, home, data, "l1", 1)
     assert out["error"].startswith("RuntimeUnavailable: ") and "lost while connecting" in out["error"], out
-    assert out["error_after_s"] < 15 and out["retries"] == 0, out
+    assert out["error_after_s"] is not None and out["retries"] == 0, out
+    assert "reconnection grace period" not in out["error"], out
 
 
 def test_stop_head_leaves_no_process(head: lc.HeadInfo) -> None:  # keep last: stops the module's head
