@@ -447,3 +447,31 @@ def test_a_turn_over_ray_from_a_client_process_is_one_trace_to_the_store_shards(
     second = max(roots(), key=lambda s: s.start_time_unix_nano)
     pids = check_turn(col.trace(second.trace_id), second)
     assert len(pids) >= 3  # the CLI, the soul's host and the store shards
+
+
+def test_the_variables_alone_set_up_the_process_and_name_its_exporters() -> None:
+    """``OTEL_TRACES_EXPORTER=console`` (an exporter found by its entry point), nothing else done by the program:
+    the turns' spans come out of this process with its service name, exported at exit."""
+    import json
+    script = textwrap.dedent("""
+        import asyncio, tempfile
+        from pathlib import Path
+        from actors import raycalls
+        raycalls.get_actor = lambda name, namespace: name
+        from tests.test_telemetry import turns_in_process
+        asyncio.run(turns_in_process(Path(tempfile.mkdtemp())))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="souls-here")
+    p = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    decoder, out, at = json.JSONDecoder(), [], p.stdout.find("{")
+    while at >= 0:  # the console exporter prints one JSON object per span
+        span, end = decoder.raw_decode(p.stdout, at)
+        out.append(span)
+        at = p.stdout.find("{", end)
+    names = [x["name"] for x in out]
+    assert names.count("soul.turn") == 2 and names.count("soul turn") == 2 and "store write episodic" in names
+    assert {x["resource"]["attributes"]["service.name"] for x in out} == {"souls-here"}
+    assert len({x["context"]["trace_id"] for x in out}) == 2  # each turn its own trace (no caller's span)
+
