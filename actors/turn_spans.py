@@ -67,6 +67,7 @@ class TurnSpans:
         self.ctx = telemetry.context_with(self.span)
         self.steps: list[tuple[str, str, int, int]] = []  # (target, method, start ns, end ns), in order
         self.ended = False
+        self.seen_commit = False
 
     def targets(self, model: Any, memory: Any) -> dict[str, Any]:
         """The call's steps' targets, each call to them a span."""
@@ -78,6 +79,7 @@ class TurnSpans:
     def committed(self, trace: TurnTrace) -> None:
         """The soul committed ``trace`` (its acknowledgement point, on a host thread): the stages placed from its
         timings, and ``commit``."""
+        self.seen_commit = True
         now = time.time_ns()
         timings = trace.timings_ms
         for stage, before in (("buffer_read", ("memory", "recall")), ("assemble", ("model", "reply"))):
@@ -156,17 +158,22 @@ class Calls:
         self.open: dict[tuple[str, str], TurnSpans] = {}
 
     def begin(self, op: str, soul_id: str, request_id: str, carrier: dict[str, str] | None) -> TurnSpans:
-        spans = self.open[(soul_id, request_id)] = TurnSpans(op, soul_id, request_id, carrier)
+        """A call's spans; a call of a request already in progress here (asked for again: a straggler of a batch,
+        a retry) is a span of its own, and the commit stays the first one's."""
+        spans = TurnSpans(op, soul_id, request_id, carrier)
+        self.open.setdefault((soul_id, request_id), spans)
         return spans
 
     def end(self, spans: TurnSpans, result: Any = None, error: BaseException | None = None) -> None:
         """The call answered: its spans are forgotten unless its writes are still to come; so are those of the
-        soul's earlier calls (this call waited for their memory work, which committed or failed)."""
+        soul's earlier calls that answered before their writes (this call waited for that memory work: it committed
+        or failed)."""
         spans.finish(result, error)
-        for key in [k for k, v in list(self.open.items()) if k[0] == spans.soul_id and v is not spans]:
+        for key in [k for k, v in list(self.open.items()) if k[0] == spans.soul_id and v is not spans and v.ended]:
             self.open.pop(key, None)
-        if result is None or not result.writes_pending:
-            self.open.pop((spans.soul_id, spans.request_id), None)
+        key = (spans.soul_id, spans.request_id)
+        if self.open.get(key) is spans and (result is None or not result.writes_pending or spans.seen_commit):
+            self.open.pop(key, None)  # else its commit forgets them
 
     def hook(self, then: Callable[[TurnTrace], None]) -> Callable[[TurnTrace], None]:
         """A soul's commit hook: ``then(trace)``, and the spans of the call that committed told."""

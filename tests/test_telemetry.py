@@ -149,6 +149,38 @@ def test_a_turn_answered_before_its_writes_has_its_memory_works_spans_under_it(s
         assert kids["commit"].attributes["soul.usage.calls"] == 2  # the reply and the memory decision
 
 
+def test_a_hosts_open_calls_are_forgotten_once_answered_and_committed_in_either_order(spans: Any) -> None:
+    """The host's book of traced calls (actors.turn_spans.Calls): a call's commit finds its spans whether it comes
+    before or after the answer, a request asked for again while in progress leaves the commit to the first call,
+    and nothing stays once a call has answered and committed."""
+    from actors.turn_spans import Calls
+    from soul_runtime.loop.trace import TurnTrace
+    calls, committed = Calls(), []
+    hook = calls.hook(committed.append)
+
+    def trace(rid: str, seq: int) -> TurnTrace:
+        return TurnTrace(turn_id=f"maya/{seq}", seq=seq, soul_id="maya", kind="turn", at=T0, query="q",
+                         request_id=rid, usage={"calls": 2, "by_model": {"m-1": {"calls": 2}}})
+
+    def result(seq: int, pending: bool) -> Any:
+        return types.SimpleNamespace(turn_id=f"maya/{seq}", seq=seq, model="m-1", writes_pending=pending)
+    first = calls.begin("turn", "maya", "r1", None)
+    again = calls.begin("turn", "maya", "r1", None)  # the same request asked for again (a batch's straggler)
+    hook(trace("r1", 1))
+    calls.end(again, result(1, True))
+    assert calls.open == {("maya", "r1"): first}  # the first call's, answered and committed: not yet answered
+    calls.end(first, result(1, True))
+    assert calls.open == {}
+    late = calls.begin("turn", "maya", "r2", None)  # answered before its writes, committed after
+    calls.end(late, result(2, True))
+    assert calls.open == {("maya", "r2"): late}
+    hook(trace("r2", 2))
+    assert calls.open == {} and [t.seq for t in committed] == [1, 2]
+    commits = [s for s in spans.get_finished_spans() if s.name == "commit"]
+    assert [s.attributes["soul.turn_id"] for s in commits] == ["maya/1", "maya/2"]
+    assert all(s.attributes["gen_ai.request.model"] == "m-1" for s in commits)
+
+
 def test_an_http_request_is_a_span_under_its_traceparent_current_while_the_route_runs(spans: Any) -> None:
     """The service's own request spans (FastAPI versions without ``fastapi.telemetry``; the installed one's native
     spans are off here: no global tracer provider is set in this process)."""
