@@ -13,6 +13,7 @@ from soul_runtime.config import SoulConfig
 
 from .body_limit import BodyLimit
 from .context_api import add_context_route
+from .cors import add_cors
 from .http_api import Backend, build_app
 from .inspector import mount_inspector
 from .mcp_tools import build_mcp, http_endpoint, http_resolver
@@ -20,9 +21,10 @@ from .souls_api import TenantSouls
 
 
 def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local",
-                  embedder: str | None = None) -> FastAPI:
+                  embedder: str | None = None, cors_origins: tuple[str, ...] = ()) -> FastAPI:
     """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
-    Ray cluster the replica runs in); ``storage`` and ``embedder`` as the data dir was first served with."""
+    Ray cluster the replica runs in); ``storage`` and ``embedder`` as the data dir was first served with;
+    ``cors_origins``: the other origins whose pages may call it from a browser (:mod:`.cors`; none by default)."""
 
     def connect() -> Any:
         from ..runtime import connect as connect_runtime
@@ -48,4 +50,5 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
     # a body larger than the runtime's longest message could need: 413 naming the limit (body_limit)
     chars = SoulConfig().turn.max_text_chars  # the runtime's message limit, as this replica connects with it
     app.add_middleware(BodyLimit, max_text_chars=lambda: chars)
+    add_cors(app, cors_origins)  # outermost: its headers on every answer, the body limit's 413 too
     return mount_inspector(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import time
@@ -116,6 +117,8 @@ def cmd_serve(ctx: Ctx) -> int:
         raise InvalidInput("--max-ongoing must be in 1..100000")
     if not 1 <= a.port <= 65535:
         raise InvalidInput("--port must be in 1..65535")
+    from actors.service.cors import ENV, check_origins, parse_env
+    cors = check_origins(a.cors_origin) if a.cors_origin else parse_env(os.environ.get(ENV))
     if ctx.address is None and _listening(a.host, a.port):
         raise InvalidInput(f"port {a.port} on {a.host} is in use (another `soul serve`?); choose another --port")
     stop = threading.Event()
@@ -134,7 +137,7 @@ def cmd_serve(ctx: Ctx) -> int:
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
             ingress = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
                                       replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder,
-                                      ingress=a.ingress)
+                                      ingress=a.ingress, cors_origins=cors)
             try:
                 _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300,
                               stop)
@@ -144,7 +147,7 @@ def cmd_serve(ctx: Ctx) -> int:
         code = 0
         if not stop.is_set():
             ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
-                      "ingress": ingress, "start_seconds": round(time.perf_counter() - t0, 1)},
+                      "ingress": ingress, "cors_origins": list(cors), "start_seconds": round(time.perf_counter() - t0, 1)},
                      f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json; {a.replicas} replica(s), "
                      f"up to {a.max_ongoing} requests each, {ingress} ingress) in {time.perf_counter() - t0:.0f} s; "
                      "Ctrl-C stops")
@@ -203,6 +206,10 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
                          "server; proxy: Serve's Python proxy actor, which hands each request to a replica as Ray "
                          "calls (a hop that costs more CPU and latency); auto (default): haproxy when a binary is "
                          "found (ray[serve] brings one on Linux), else proxy")
+    sp.add_argument("--cors-origin", action="append", metavar="URL",
+                    help="let web pages of this origin (scheme://host[:port], or * for any) call the API from a "
+                         "browser; repeat for more (env SOUL_CORS_ORIGINS, comma-separated; default: none, the "
+                         "inspector at /ui/ is same-origin)")
     sp.add_argument("--replace", action="store_true",
                     help="stop the service another `soul serve` left on the runtime (one that was killed) first")
     sp = add("mcp", cmd_mcp, "serve one soul over MCP on stdio (for desktop agents)", description=MCP_HELP)
