@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+from collections.abc import Sequence
 from typing import Any
 
 from ray import serve
@@ -38,6 +40,14 @@ actor that hands every request to a replica as Ray calls: a hop that costs each 
 (docs/benchmarks.md, "The HTTP service"). A stopping replica stays in HAProxy's table for 2 s (Serve's default, 30 s,
 would hold every stop that long) before it drains its requests in flight."""
 PROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+HAPROXY_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+                 "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT")
+"""With HAProxy, Serve listens on four more ports of the head node besides the service's, each fixed by Serve: HAProxy's
+stats page and Prometheus exporter (8404 and 9101, on every interface), and the HTTP and gRPC ports of the fallback
+proxy HAProxy hands requests to while no replica is up (8500 and 9500). A second service on the same machine (another
+data dir's runtime) could not start its HAProxy, and its fallback proxy shared the first one's port (Serve's proxy
+binds with SO_REUSEPORT): the kernel then handed requests of one service to the other's. Unless ``soul serve``'s
+environment sets them, each is a port that is free on the node when the service starts (:func:`node_ports`)."""
 RUNNING = "the running Serve's"
 """What :func:`start` reports when Serve already ran on the runtime: its controller keeps the ingress it has."""
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -56,11 +66,30 @@ def haproxy_binary() -> str | None:
         return shutil.which("haproxy")
 
 
-def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.0.0.1") -> dict[str, str]:
+def node_ports(n: int = len(HAPROXY_PORTS)) -> list[int]:
+    """``n`` distinct TCP ports free on every interface of this node now (the OS's choice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def node_probe() -> tuple[str | None, list[int]]:
+    """What :func:`start` asks the runtime's node: :func:`haproxy_binary` and :func:`node_ports`."""
+    return haproxy_binary(), node_ports()
+
+
+def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.0.0.1",
+                free_ports: Sequence[int] = ()) -> dict[str, str]:
     """The Serve controller's environment for ``ingress``: the caller's own ``RAY_SERVE_*`` settings with the
     ingress's (``haproxy`` and ``proxy`` decide ``RAY_SERVE_ENABLE_HA_PROXY``; ``auto`` takes the caller's value of
     it, else HAProxy when ``binary`` is found and the replicas are reachable: one node, or a host that is not a
-    loopback address, since HAProxy reaches a replica on another node at that node's address)."""
+    loopback address, since HAProxy reaches a replica on another node at that node's address). With HAProxy, each of
+    :data:`HAPROXY_PORTS` the caller does not set is one of ``free_ports``, in order, when given."""
     from soul_runtime.errors import ConfigError, InvalidInput
     if ingress not in INGRESSES:
         raise InvalidInput(f"ingress must be one of {', '.join(INGRESSES)}, got {ingress!r}")
@@ -80,44 +109,57 @@ def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.
         use = wanted == "1" if wanted is not None else binary and not local_only
     else:
         use = ingress == "haproxy"
-    return {**THROUGHPUT_ENV, **(HAPROXY_ENV if use else PROXY_ENV), **user,
+    ports = {name: str(p) for name, p in zip(HAPROXY_PORTS, free_ports, strict=False) if name not in user} \
+        if use else {}
+    return {**THROUGHPUT_ENV, **(HAPROXY_ENV if use else PROXY_ENV), **ports, **user,
             "RAY_SERVE_ENABLE_HA_PROXY": "1" if use else "0"}
 
 
 class SoulService:
     def __init__(self, data_dir: str, namespace: str = "souls", storage: str = "local",
-                 embedder: str | None = None) -> None:
+                 embedder: str | None = None, cors_origins: tuple[str, ...] = ()) -> None:
         self.data_dir, self.namespace, self.storage, self.embedder = data_dir, namespace, storage, embedder
+        self.cors_origins = cors_origins
 
     def __serve_build_asgi_app__(self) -> Any:
         from .app import build_service
-        return build_service(self.data_dir, self.namespace, storage=self.storage, embedder=self.embedder)
+        return build_service(self.data_dir, self.namespace, storage=self.storage, embedder=self.embedder,
+                             cors_origins=self.cors_origins)
 
 
 def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICAS,
-                max_ongoing: int = MAX_ONGOING, storage: str = "local", embedder: str | None = None) -> Any:
+                max_ongoing: int = MAX_ONGOING, storage: str = "local", embedder: str | None = None,
+                cors_origins: Sequence[str] = ()) -> Any:
     """The bound Serve application. ``storage`` and ``embedder``: the runtime's settings of these names (a replica
     joins the runtime with them: a data dir keeps the embedder it was first served with; None: ``SOUL_EMBEDDER``, else
-    the default)."""
+    the default). ``cors_origins``: the other origins whose pages may call the service from a browser (checked here,
+    see :mod:`.cors`)."""
+    from .cors import check_origins
+    origins = check_origins(cors_origins)
     dep: Any = serve.deployment(serve.ingress()(SoulService), name=DEPLOYMENT, num_replicas=replicas,
                            max_ongoing_requests=max_ongoing, max_queued_requests=-1,
                            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
                            graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
-    return dep.bind(data_dir, namespace, storage, embedder)
+    return dep.bind(data_dir, namespace, storage, embedder, origins)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
-    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?}`` (``storage``: ``shared`` for a
-    data dir on a volume every node mounts, as the runtime's ``storage`` setting; ``embedder`` as the runtime's)."""
+    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?, cors_origins?}`` (``storage``:
+    ``shared`` for a data dir on a volume every node mounts, as the runtime's ``storage`` setting; ``embedder`` as the
+    runtime's; ``cors_origins``: a list of origins, as ``soul serve --cors-origin``)."""
+    from soul_runtime.errors import InvalidInput
+    origins = args.get("cors_origins") or []
+    if isinstance(origins, str) or not isinstance(origins, list):
+        raise InvalidInput(f"cors_origins must be a list of origins, got {origins!r}")
     return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
                        int(args.get("max_ongoing", MAX_ONGOING)), str(args.get("storage", "local")),
-                       args.get("embedder"))
+                       args.get("embedder"), [str(o) for o in origins])
 
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
           max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
-          embedder: str | None = None, ingress: str = "auto") -> str:
+          embedder: str | None = None, ingress: str = "auto", cors_origins: Sequence[str] = ()) -> str:
     """Start Serve's ingress on host:port and deploy the app; returns the ingress that runs (``haproxy`` or
     ``proxy``, see :func:`ingress_env`; :data:`RUNNING` when Serve already ran on the runtime, for another app:
     its controller keeps its ingress and port) once it is up. Refused when the runtime already serves this app
@@ -130,9 +172,9 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
             raise InvalidInput("this runtime serves the HTTP API already (another `soul serve`, or one that was "
                                "killed); stop that one first, or pass --replace")
         stop()
-    binary = ray.get(ray.remote(num_cpus=0)(haproxy_binary).remote()) is not None  # on the runtime's nodes
+    found, free = ray.get(ray.remote(num_cpus=0)(node_probe).remote())  # on the runtime's node
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    env = ingress_env(ingress, binary=binary, nodes=nodes, host=host)
+    env = ingress_env(ingress, binary=found is not None, nodes=nodes, host=host, free_ports=free)
     try:
         ray.get_actor(CONTROLLER, namespace="serve")
         running = True
@@ -140,8 +182,8 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
         running = False
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30},
                 controller_options={"runtime_env": {"env_vars": env}})
-    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder), name=APP_NAME, route_prefix="/",
-              blocking=False)
+    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins), name=APP_NAME,
+              route_prefix="/", blocking=False)
     return RUNNING if running else "haproxy" if env["RAY_SERVE_ENABLE_HA_PROXY"] == "1" else "proxy"
 
 

@@ -1,0 +1,158 @@
+"""Two ``soul serve`` on one machine at once, each on its own data dir (its own local runtime, Serve and HAProxy):
+both start and answer, each with its own tenants. Serve's HAProxy also listens on a stats port and a Prometheus
+port, fixed by Serve; the service gives each HAProxy ports of its own, so the second no longer fails to start.
+
+The first is started with ``--cors-origin``: through its real ingress (HAProxy, the replica), a page of that origin
+gets its preflight and its answers with the CORS headers, any other origin none; the second, started without,
+sends none to anyone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes import wait_healthy
+
+pytestmark = pytest.mark.ray
+
+SOUL = shutil.which("soul")
+PAGE = "http://page.test:5173"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _haproxy_ports(serve_port: int) -> set[int]:
+    """Every port the haproxy whose configuration binds ``serve_port`` binds."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "haproxy":
+                continue
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            conf = Path(args[args.index("-f") + 1]).read_text()
+        except (OSError, ValueError, IndexError):
+            continue
+        ports = {int(p) for p in re.findall(r"^\s*bind\s+\S*:(\d+)\b", conf, re.M)}
+        if serve_port in ports:
+            return ports
+    return set()
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[list[dict[str, Any]]]:
+    assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
+    base = Path(tempfile.mkdtemp(prefix="two", dir="/tmp"))
+    started: list[dict[str, Any]] = []
+    try:
+        for i, cors in enumerate((["--cors-origin", PAGE], [])):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
+            env["SOUL_DATA_DIR"] = str(base / f"data{i}")
+            add = subprocess.run([SOUL, "tenants", "add", "acme", "--json"], env=env, capture_output=True, text=True,
+                                 timeout=120, stdin=subprocess.DEVNULL, check=True)
+            port = _free_port()
+            log = base / f"serve{i}.log"
+            with open(log, "w") as out:
+                proc = subprocess.Popen([SOUL, "serve", "--port", str(port), *cors], env=env, stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            started.append({"url": f"http://127.0.0.1:{port}", "port": port, "proc": proc, "log": log, "env": env,
+                            "key": json.loads(add.stdout)["key"]})
+        for s in started:  # started side by side, then each waited for
+            wait_healthy(s["proc"], s["url"], s["log"])
+        yield started
+    finally:
+        for s in started:
+            if s["proc"].poll() is None:
+                s["proc"].send_signal(signal.SIGTERM)
+        for s in started:
+            try:
+                s["proc"].wait(120)
+            except subprocess.TimeoutExpired:
+                s["proc"].kill()
+            subprocess.run([SOUL, "down"], env=s["env"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _listening_ports(data_dir: str) -> set[int]:
+    """The ports every process of the data dir's local runtime (its head, workers, HAProxy) listens on."""
+    from actors.listening_ports import listeners
+    from actors.local_cluster import head_status
+    from actors.local_runtime import state_dir
+    status = head_status(state_dir(data_dir))
+    assert status is not None and status["running"], data_dir
+    return {s.port for s in listeners(status["pids_alive"])}
+
+
+def test_ports_not_set_are_free_ones_with_haproxy_only() -> None:
+    from actors.service.serve_app import HAPROXY_ENV, HAPROXY_PORTS, ingress_env, node_ports
+    free = node_ports()
+    assert len(set(free)) == len(HAPROXY_PORTS) and all(p > 0 for p in free)
+    env = ingress_env("haproxy", binary=True, free_ports=free)
+    assert {k: env[k] for k in HAPROXY_PORTS} == {k: str(p) for k, p in zip(HAPROXY_PORTS, free, strict=True)}
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == HAPROXY_ENV["RAY_SERVE_ENABLE_HA_PROXY"]
+    assert not set(HAPROXY_PORTS) & set(ingress_env("proxy", binary=True, free_ports=free))
+    os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = "18404"  # the operator's own choice stays
+    try:
+        assert ingress_env("haproxy", binary=True, free_ports=free)["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
+    finally:
+        del os.environ["RAY_SERVE_HAPROXY_STATS_PORT"]
+
+
+def test_two_services_side_by_side_each_with_its_own_tenants(services: list[dict[str, Any]]) -> None:
+    a, b = services
+    shared = _listening_ports(a["env"]["SOUL_DATA_DIR"]) & _listening_ports(b["env"]["SOUL_DATA_DIR"])
+    assert not shared, shared  # a port both listen on (SO_REUSEPORT) hands one's requests to the other
+    for s, other in ((a, b), (b, a)):
+        assert httpx.get(s["url"] + "/healthz", timeout=30).json() == {"status": "ok"}
+        for _ in range(10):
+            mine = httpx.get(s["url"] + "/v1/souls", headers={"Authorization": f"Bearer {s['key']}"}, timeout=60)
+            assert mine.status_code == 200, (s["url"], mine.text)
+            theirs = httpx.get(s["url"] + "/v1/souls", headers={"Authorization": f"Bearer {other['key']}"},
+                               timeout=60)
+            assert theirs.status_code == 401  # another data dir's key
+    if sys.platform.startswith("linux"):  # ray[serve] brings haproxy there: each service's binds ports of its own
+        pa, pb = _haproxy_ports(a["port"]), _haproxy_ports(b["port"])
+        assert len(pa) >= 3 and len(pb) >= 3 and not pa & pb, (pa, pb)  # the service's, stats, Prometheus
+
+
+def test_cors_through_a_real_service(services: list[dict[str, Any]]) -> None:
+    a, b = services
+    preflight = {"Origin": PAGE, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization,content-type,idempotency-key"}
+    pre = httpx.options(a["url"] + "/v1/souls/maya/turns", headers=preflight, timeout=60)
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == PAGE, (pre.status_code,
+                                                                                          pre.headers)
+    turn = httpx.post(a["url"] + "/v1/souls/maya/turns", json={"text": "Hello, I am Maya."}, timeout=120,
+                      headers={"Origin": PAGE, "Authorization": f"Bearer {a['key']}", "Idempotency-Key": "t-1"})
+    assert turn.status_code == 200, turn.text
+    assert turn.headers["access-control-allow-origin"] == PAGE
+    assert "retry-after" in turn.headers["access-control-expose-headers"].lower()
+
+    def cors(r: httpx.Response) -> dict[str, str]:
+        return {k: v for k, v in r.headers.items() if k.lower().startswith("access-control-")}
+
+    other = httpx.get(a["url"] + "/v1/souls", timeout=60,
+                      headers={"Origin": "http://elsewhere.test", "Authorization": f"Bearer {a['key']}"})
+    assert other.status_code == 200 and cors(other) == {}
+    assert cors(httpx.options(a["url"] + "/v1/souls/maya/turns", timeout=60,
+                              headers={**preflight, "Origin": "http://elsewhere.test"})) == {}
+    assert cors(httpx.options(b["url"] + "/v1/souls/maya/turns", headers=preflight, timeout=60)) == {}
+    plain = httpx.get(b["url"] + "/v1/souls", headers={"Origin": PAGE, "Authorization": f"Bearer {b['key']}"},
+                      timeout=60)
+    assert plain.status_code == 200 and cors(plain) == {}
