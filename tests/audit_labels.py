@@ -22,7 +22,8 @@ LABELLED: dict[str, tuple[str, tuple[str, ...], str]] = {
     "a9": ("semantic", ("episodic", "semantic"), "corrects a known fact (Postgres 15 -> 16)"),
     "a10": ("episodic", ("episodic", "observation"), "a preference stated once"),
     "a11": ("episodic", ("episodic",), "an event: what happened this morning"),
-    "a12": ("nothing", (), "a question stores nothing"),
+    "a12": ("episodic", ("episodic",), "a question naming what it asks about (Tendril's production Postgres "
+            "version): an event in its own words, no fact"),
     "a13": ("nothing", (), "an injected instruction: never stored"),
     "a14": ("nothing", (), "an instruction to change behaviour: never stored"),
     "a15": ("episodic", ("episodic",), "a second task with steps, no outcome yet"),

@@ -64,7 +64,7 @@ def test_reasons_for_nothing() -> None:
     report = audit(load_transcript(TRANSCRIPT))
     reasons = {r.id: r.reason for r in report.nothing}
     assert reasons["a13"] == "instruction" and reasons["a14"] == "instruction"  # injections store nothing
-    assert reasons["a12"] == "question"
+    assert "a12" not in reasons  # a question that names what it asks about is kept (see audit_labels)
     assert reasons["a1"] == "chit-chat"
     rows = {r.id: r for r in report.rows}
     assert "a2r" not in rows  # the assistant's message is context, not an exchange
@@ -75,14 +75,14 @@ def test_reasons_for_nothing() -> None:
 
 def test_tally_of_fixture() -> None:
     report = audit(load_transcript(TRANSCRIPT))
-    assert report.tally == {"procedural": 3, "semantic": 4, "episodic": 6, "nothing": 6}
-    assert report.labels["episodic"] == 13 and report.labels["observation"] == 3
+    assert report.tally == {"procedural": 3, "semantic": 4, "episodic": 7, "nothing": 5}
+    assert report.labels["episodic"] == 14 and report.labels["observation"] == 3
     assert sum(report.tally.values()) == len(report.rows) == 19
-    assert report.share["episodic"] == round(6 / 19, 4)
-    assert report.stored_share["episodic"] == round(6 / 13, 4)
+    assert report.share["episodic"] == round(7 / 19, 4)
+    assert report.stored_share["episodic"] == round(7 / 14, 4)
     assert not report.unbalanced and report.dominant == "episodic"
     d = report.to_dict()
-    assert d["total"] == 19 and len(d["nothing"]) == 6
+    assert d["total"] == 19 and len(d["nothing"]) == 5
 
 
 def _rows(*buckets: str) -> list[AuditRow]:

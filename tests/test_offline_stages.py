@@ -77,7 +77,13 @@ def test_the_episode_says_what_happened_and_sets_the_kind() -> None:
     a = offline._Analysis()
     rest, leftover = offline._clauses(r, a)
     offline._episode(r, a, rest, leftover, "", False)
-    assert a.question and not a.event and a.episode == ""
+    # a question that names what it asks about is kept, in its own words
+    assert a.question and a.event and a.episode == "Maya asked: Which Postgres version does Tendril run in production?"
+    r = offline._reading(ex("What's my favourite colour?"))
+    a = offline._Analysis()
+    rest, leftover = offline._clauses(r, a)
+    offline._episode(r, a, rest, leftover, "", False)
+    assert a.question and not a.event and a.episode == ""  # too few words to say what it is about
     r = offline._reading(ex("lol, what a week it has been"))
     a = offline._Analysis()
     rest, leftover = offline._clauses(r, a)

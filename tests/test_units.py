@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from soul_runtime.loop.soul import Soul
-from soul_runtime.loop.units import HEAD_CHARS, OWN_VECTORS_UPTO, UNIT_CHARS, split_units
+from soul_runtime.loop.units import HEAD_CHARS, OWN_VECTORS_UPTO, SCRAP_CHARS, UNIT_MAX, split_units
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.offline import OfflineModel
 from tests.fakes import HashEmbedder
@@ -36,7 +36,8 @@ class CountingEmbedder(HashEmbedder):
 
 def test_units_are_small_keep_code_fences_and_cover_the_text() -> None:
     units = split_units(LONG)
-    assert all(len(u) <= UNIT_CHARS for u in units)
+    assert all(len(u) <= UNIT_MAX for u in units)
+    assert all(len(u) >= SCRAP_CHARS for u in units)
     fenced = "```python\ndef make_client(env):\n\n    return Client(env, timeout=17, pool_size=9)\n```"
     assert any(fenced in u for u in units)  # its blank line does not cut a fenced block
     joined = " ".join(units).split()

@@ -8,9 +8,11 @@ of prose in the middle of a long message is found and shown, not clipped away.
 
 Units: the message is cut at blank lines (a fenced code block stays one block), a block longer than
 ``UNIT_CHARS`` is cut at line ends, then sentence ends, then white space, and consecutive pieces are packed
-while they fit ``UNIT_CHARS`` (at most what an episode summary shows, ``max_episode_chars``); a block that ends
-in a colon introduces what follows it ("Measured p95 latency of ledger this week:" and its table), so it starts
-a unit. Every unit of a message is kept, up to ``MAX_UNITS`` (a message of ``max_text_chars`` fits).
+while they fit ``UNIT_CHARS``; a block that ends in a colon introduces what follows it ("Measured p95 latency of
+ledger this week:" and its table), so it starts a unit. A scrap of under ``SCRAP_CHARS`` left alone ("4.", a
+lone heading or line of code) joins a neighbour, up to ``UNIT_MAX`` (what an episode shows, ``max_episode_chars``):
+a unit that short holds too few words to be found for what it is about, and lexical scoring, which favours short
+texts, would rank it above the passages it belongs to. Every unit of a message is kept, up to ``MAX_UNITS`` (a message of ``max_text_chars`` fits).
 
 Vectors: a message of up to ``OWN_VECTORS_UPTO`` characters gives each unit a vector of its own text, so the
 dense side finds the very part that answers. A longer message (a pasted document, a log, a long answer) is
@@ -32,7 +34,9 @@ from soul_runtime.records import Extraction, WriteRequest
 from soul_runtime.text import prose
 
 UNIT_AT = 800
-UNIT_CHARS = 400
+UNIT_CHARS = 360
+UNIT_MAX = 400
+SCRAP_CHARS = 40
 MAX_UNITS = 5_000
 HEAD_CHARS = 320
 OWN_VECTORS_UPTO = 2_400
@@ -90,7 +94,20 @@ def split_units(text: str, size: int = UNIT_CHARS) -> list[str]:
             out[-1] += joiner + piece
         else:
             out.append(piece)
-    return [u.strip() for u in out if u.strip()]
+    units = [u.strip() for u in out if u.strip()]
+    i = 0
+    while i < len(units):  # a scrap ("4.", a lone heading or code line) joins a neighbour it fits beside
+        u = units[i]
+        if len(units) > 1 and len(u) < SCRAP_CHARS:
+            nxt = i + 1 if i + 1 < len(units) and len(u) + 1 + len(units[i + 1]) <= UNIT_MAX else None
+            if nxt is not None:
+                units[i:i + 2] = [u + "\n" + units[i + 1]]
+                continue
+            if i and len(units[i - 1]) + 1 + len(u) <= UNIT_MAX:
+                units[i - 1:i + 1] = [units[i - 1] + "\n" + u]
+                continue
+        i += 1
+    return units
 
 
 def message_requests(req: WriteRequest, text: str) -> list[WriteRequest]:

@@ -477,6 +477,12 @@ def _tasks(r: _Reading, a: _Analysis, rest: str) -> tuple[str, bool]:
     return outcome, save
 
 
+ASKED_WORDS = 4
+"""A question naming at least this many distinct content words ("how do I point the Alpaca sandbox's webhook
+at my Docker container?") is kept as an event, in its own words: what it names (a tool, a service, an error, a
+preference stated on the way) is what the speaker works on. Fewer ("how was your weekend?") is small talk."""
+
+
 def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome: str, save: bool) -> None:
     """Stage 5, the episode: the line kept of the message (what its facts and task leave out, the task's own
     lines, an elliptic answer with the question it answers), then the message's kind and entities."""
@@ -516,7 +522,13 @@ def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome:
         parts.append(episode.episode_text(text, name, at=when, addressee=addressee) or f"{name}: {_render(a.facts)}.")
     a.episode = rules.cap(" ".join(p for p in parts if p), 2 * episode.LIMIT)
     a.event = bool(a.facts or a.task or a.episode)
-    a.question = not a.event and any(rules.is_question(s) and len(rules.content_words(s)) >= 2 for s in rules.split_sentences(text))
+    asked = any(rules.is_question(s) and len(rules.content_words(s)) >= 2 for s in rules.split_sentences(text))
+    if asked and not a.event and len(set(rules.content_words(text))) >= ASKED_WORDS:
+        a.episode = rules.cap(f"{name} asked: {rules.strip_fillers(rules.collapse(text))}", 2 * episode.LIMIT)
+        a.event = True  # what was asked about is kept: the things a question names say what the speaker works on
+        a.question = True
+    else:
+        a.question = asked and not a.event
     a.chit = not a.event and not a.question
     found = rules.entities(text) + [f.display_entity for f in a.facts] + [subject] * (subject.lower() not in rules.GENERIC_SPEAKERS)
     firsts = {e.lower(): e for e in reversed(found) if e}  # the first spelling of each, in order of appearance
