@@ -48,6 +48,7 @@ def test_the_built_in_models_are_published_as_entry_points(monkeypatch: pytest.M
     targets pyproject.toml and choice.PUBLISHED name; each target makes its model (the entry point or, in a source
     tree that was not installed, the same target by import path)."""
     import importlib.metadata
+
     import tomllib
 
     from soul_runtime import plugins
