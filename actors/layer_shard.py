@@ -9,6 +9,7 @@ Ray may retry them after a restart.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -29,7 +30,7 @@ from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
-from soul_runtime.memory.sqlite_db import use_storage
+from soul_runtime.memory.sqlite_db import storage_error, use_storage
 from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
 
@@ -242,7 +243,7 @@ class LayerShard(ActorBase):
         if self._absent(soul_id):  # nothing stored in this layer yet: do not create a store to read it
             self.metrics.recall(self.layer.value, time.perf_counter() - t0)
             return []
-        with self._soul(soul_id) as st:
+        with self._reading(soul_id), self._soul(soul_id) as st:
             if self.layer is Store.EPISODIC:
                 out = st.recall(query, k, now)
             elif self.layer is Store.SEMANTIC:
@@ -330,8 +331,20 @@ class LayerShard(ActorBase):
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
                           "is_empty"}:
             raise AttributeError(method)
-        with self._soul(soul_id) as st:
+        with self._reading(soul_id), self._soul(soul_id) as st:
             return getattr(st, method)(*args, **kwargs)
+
+    @contextmanager
+    def _reading(self, soul_id: str) -> Iterator[None]:
+        """A read's failure of the storage as the :class:`StorageError` a write's is (naming the file and its cause):
+        "database is locked" when another process holds the file past SQLite's busy timeout, which the caller's
+        retry policy waits out (actors/retry.py), as it does for a turn."""
+        try:
+            yield
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.IntegrityError):
+            raise
+        except sqlite3.DatabaseError as e:
+            raise storage_error(e, soul_dir(self.data_dir, soul_id) / f"{self.layer.value}.sqlite") from e
 
     def forget(self, soul_id: str) -> int:
         """Erase this layer of a soul: its files are unlinked and recreated empty."""

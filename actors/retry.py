@@ -3,9 +3,13 @@ process still has locked: one policy for every caller."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from soul_runtime.errors import StorageError
+
+log = logging.getLogger("soul_runtime.routing")
 
 LOCK_HELD = ("database is locked",)
 """SQLite's words (SQLITE_BUSY) for a database another connection holds a lock on, past its busy timeout."""
@@ -50,6 +54,29 @@ def lock_held(err: BaseException) -> bool:
     """Did the call fail because another process holds a lock on a database it needed (SQLITE_BUSY after the
     busy timeout), rather than for a fault of the storage (disk full, I/O error, read-only)?"""
     return isinstance(err, StorageError) and any(m in str(err) for m in LOCK_HELD)
+
+
+class LockWait:
+    """One call's wait for a lock another process holds on the soul's database (:func:`lock_held`), from its first
+    refusal on ``clock``: a turn's on its owner and a read's on the soul's store shard wait alike."""
+
+    def __init__(self, policy: RetryPolicy, clock: Callable[[], float], what: str) -> None:
+        self.policy, self.clock, self.what = policy, clock, what
+        self.first: float | None = None
+
+    def pause(self, err: BaseException) -> float:
+        """The pause before the next try after ``err`` (a refusal for a held lock); the StorageError, naming
+        ``lease_wait_s``, once that has passed. The first refusal is logged (a warning with ``lock_wait``)."""
+        now = self.clock()
+        first = self.first = now if self.first is None else self.first
+        pause = self.policy.lock_pause(first, now)
+        if pause is None:
+            raise StorageError(f"{err} (still locked after {now - first:.0f} s more of tries: lease_wait_s)") from None
+        if first == now:
+            log.warning("%s: %s; trying again for up to %.0f s (an old owner's lock, held until its lease expires "
+                        "on a network file system)", self.what, err, self.policy.lease_wait_s,
+                        extra={"lock_wait": self.policy.lease_wait_s})
+        return pause
 
 
 DEFAULT = RetryPolicy()

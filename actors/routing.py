@@ -51,7 +51,6 @@ from soul_runtime.errors import (
     RuntimeUnavailable,
     SoulError,
     StaleOwner,
-    StorageError,
     TurnFailed,
 )
 from soul_runtime.steps import Call, Pause, run_steps, run_steps_async
@@ -197,7 +196,7 @@ class Router:
         answer."""
         retry = self.retry
         busy: float | None = None  # when the owner first answered busy
-        locked: float | None = None  # when a try first failed on a lock another process holds
+        locked = retry_policy.LockWait(retry, self.clock, f"{call.method} of {call.soul_id}")
         busy_n = 0
         attempt = -1
         while attempt + 1 < retry.attempts:
@@ -241,17 +240,7 @@ class Router:
                 elif isinstance(err, (StaleOwner, OutOfOrder)):  # superseded activation: it reactivates
                     continue
                 elif retry_policy.lock_held(err):  # another process holds the soul's database: wait its lock out
-                    now = self.clock()
-                    locked = now if locked is None else locked
-                    pause = retry.lock_pause(locked, now)
-                    if pause is None:
-                        raise StorageError(f"{err} (still locked after {now - locked:.0f} s more of tries: "
-                                           "lease_wait_s)") from None
-                    if locked == now:
-                        log.warning("%s of %s: %s; trying again for up to %.0f s (an old owner's lock, held until "
-                                    "its lease expires on a network file system)", call.method, call.soul_id, err,
-                                    retry.lease_wait_s, extra={"lock_wait": retry.lease_wait_s})
-                    yield Pause(pause)
+                    yield Pause(locked.pause(err))
                     attempt -= 1
                 elif isinstance(err, SoulError):
                     raise err from None

@@ -22,13 +22,14 @@ from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, 
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 
-from . import client_session, raycalls
+from . import client_session, raycalls, shard_reads
 from . import retry as retry_policy
 from .controller import host_name
 from .placement import store_name
 from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir, host_concurrency
 from .shard_client import StoreLocator
+from .shard_reads import ShardRead
 
 if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
     from soul_runtime.loop.soul import TurnResult  # attaching to running actors imports neither
@@ -191,11 +192,14 @@ class Runtime:
 
 class _Plans:
     """The soul's calls over Ray: to the actor that holds the soul (ordered with its other calls, see
-    actors/routing.py) or straight to the store shards (reads)."""
+    actors/routing.py) or straight to the store shards (reads, see actors/shard_reads.py)."""
 
     def __init__(self, rt: Runtime, soul_id: str) -> None:
         self.rt = rt
         self.soul_id = soul_id
+
+    def shard(self, read: ShardRead) -> Any:
+        return self.rt.store(read.layer, read.soul_id)
 
     def _owner(self, method: str, *args: Any) -> Routed:
         return Routed(self.soul_id, method, args)
@@ -214,12 +218,12 @@ class _Plans:
         query, k, when, layers = soul_args.recall(query, k, at, stores)
         now = soul_args.now(when)
         from soul_runtime.memory.soul_memory import merge_recalls
-        refs = [raycalls.call(self.rt.store(s.value, self.soul_id), "recall", self.soul_id, query, k, now)
+        refs = [ShardRead(s.value, self.soul_id, "recall", (self.soul_id, query, k, now))
                 for s in (LAYERS if layers is None else layers)]
         return Plan(refs, lambda lists: merge_recalls(lists, k))
 
-    def _read(self, layer: str, method: str, *args: Any, **kw: Any) -> Any:
-        return raycalls.call(self.rt.store(layer, self.soul_id), "read", self.soul_id, method, *args, **kw)
+    def _read(self, layer: str, method: str, *args: Any, **kw: Any) -> ShardRead:
+        return ShardRead(layer, self.soul_id, "read", (self.soul_id, method, *args), kw)
 
     def facts(self, entity: str | None) -> Plan[list[Fact]]:
         return Plan(self._read("semantic", "facts", entity), list)
@@ -301,7 +305,8 @@ class SoulHandle(SoulApi):
 
     def __init__(self, rt: Runtime, soul_id: str, timeout: float | None = 600.0) -> None:
         self.id = soul_id
-        self._p = _Plans(rt, soul_id)
+        self._p = plans = _Plans(rt, soul_id)
+        self._shard = plans.shard
         self._router = rt.router
         self.timeout = timeout
 
@@ -316,11 +321,13 @@ class SoulHandle(SoulApi):
                 raise
             telemetry.end(span)
             return plan.then(answer)
-        if isinstance(ref, list):  # store reads in flight while the owner's call runs
+        reads = [r for r in (ref if isinstance(ref, list) else [ref]) if isinstance(r, ShardRead)]
+        sent = shard_reads.send_reads(reads, self._shard)  # store reads in flight while the owner's call runs
+        if isinstance(ref, list):
             owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
-            got = iter(raycalls.get([r for r in ref if not isinstance(r, Routed)], timeout=self.timeout))
+            got = iter(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent))
             return plan.then([owner[i] if i in owner else next(got) for i in range(len(ref))])
-        return plan.then(raycalls.get(ref, timeout=self.timeout))
+        return plan.then(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent)[0])
 
 
 class AsyncSoulHandle(AsyncSoulApi):
@@ -328,10 +335,13 @@ class AsyncSoulHandle(AsyncSoulApi):
 
     def __init__(self, rt: Runtime, soul_id: str) -> None:
         self.id = soul_id
-        self._p = _Plans(rt, soul_id)
+        self._p = plans = _Plans(rt, soul_id)
+        self._shard = plans.shard
         self._router = rt.router
 
     def _await(self, ref: Any) -> Any:
+        if isinstance(ref, ShardRead):
+            return shard_reads.run_read_async(ref, self._shard, self._router.retry)
         if not isinstance(ref, Routed):
             return ref
         ref, span = _traced(ref)

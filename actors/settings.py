@@ -53,8 +53,8 @@ class RuntimeConfig:
     busy_wait_s: float = 30.0
     """How long a caller's router keeps trying a host that is at ``host_admission`` before RuntimeBusy."""
     lease_wait_s: float = 120.0
-    """How long a caller's router keeps trying a call that failed because another process holds a lock on one of
-    the soul's databases (a previous owner that was paused or cut off; on a network file system its lock lasts
+    """How long a caller keeps trying a call (a turn, or a read of a store shard) that failed because another
+    process holds a lock on one of the soul's databases (a previous owner that was paused or cut off; on a network file system its lock lasts
     until its lease expires, 90 s on Linux's nfsd) before the StorageError is the caller's
     (:class:`actors.retry.RetryPolicy`)."""
     max_dedicated: int = 16

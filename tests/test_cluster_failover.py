@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,3 +149,107 @@ def test_a_turn_on_a_new_owner_waits_out_a_lock_held_past_the_busy_timeout(caplo
             holder.kill()
         rt.shutdown_actors()
         rt.close()
+
+
+def test_a_read_waits_for_a_held_lock_as_a_turn_does_and_other_errors_reach_the_caller_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A read (straight to the soul's store shard) refused for a lock another process holds is tried again, once a
+    second, until ``lease_wait_s``; past it the StorageError names the setting; any other error is the caller's."""
+    from actors.shard_reads import ShardRead, read_steps
+    now = [1000.0]
+    read = ShardRead("semantic", "s", "read", ("s", "facts", None))
+    steps = read_steps(read, RetryPolicy(lease_wait_s=90, lock_pause_s=1.0), lambda: now[0])
+    step, calls, pauses = next(steps), 0, []
+    with caplog.at_level(logging.WARNING, logger="soul_runtime.routing"):
+        while True:
+            assert isinstance(step, Call) and step.target == read
+            calls += 1
+            now[0] += BUSY_TIMEOUT_S
+            if calls <= 2:
+                step = steps.throw(LOCKED)
+                while isinstance(step, Pause):
+                    pauses.append(step.seconds)
+                    now[0] += step.seconds
+                    step = steps.send(None)
+                continue
+            try:
+                steps.send(["a fact"])
+            except StopIteration as done:
+                assert done.value == ["a fact"]
+                break
+    assert calls == 3 and pauses == [1.0, 1.0]
+    assert [r.getMessage().split(":")[0] for r in caplog.records if hasattr(r, "lock_wait")] == ["read of s (semantic)"]
+
+    steps = read_steps(read, RetryPolicy(lease_wait_s=45, lock_pause_s=1.0), lambda: now[0])
+    next(steps)
+    with pytest.raises(StorageError, match="lease_wait_s"):
+        for _ in range(10):
+            now[0] += BUSY_TIMEOUT_S
+            step = steps.throw(LOCKED)
+            while isinstance(step, Pause):
+                now[0] += step.seconds
+                step = steps.send(None)
+    steps = read_steps(read, RetryPolicy(lease_wait_s=90), lambda: now[0])
+    next(steps)
+    with pytest.raises(StorageError, match="disk full"):
+        steps.throw(StorageError("souls/s/semantic.sqlite: disk full (database or disk is full)"))
+
+
+@pytest.mark.ray
+def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Another process holds the soul's semantic and episodic databases locked 40 s (past SQLite's busy timeout): a
+    blocking facts(), and recall() and episodes() from a coroutine, sent while the locks are held, get their answers
+    once the locks are gone, no error; facts() and an episodic read were refused for the lock first."""
+    import asyncio
+    import threading
+
+    import soul_runtime
+    base = Path(tempfile.mkdtemp(prefix="leaseread", dir="/tmp"))
+    rt = soul_runtime.connect(data_dir=str(base / "data"), namespace="lease-read", storage="shared",
+                              embedder="fast", hosts=1, episodic_shards=1, semantic_shards=1, procedural_shards=1)
+    holders: list[subprocess.Popen[bytes]] = []
+    try:
+        soul = rt.soul("maya")
+        soul.turn("The production database for Tendril is Postgres 15.", user="maya")
+        facts, episodes = soul.facts(), soul.episodes()  # (a fact needs confirming: none yet)
+        assert len(episodes) == 1
+        for layer in ("semantic", "episodic"):
+            marks = base / layer
+            marks.mkdir()
+            db = base / "data" / "souls" / "maya" / f"{layer}.sqlite"
+            assert db.is_file()
+            holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(marks), str(HOLD_S)]))
+            while not (marks / "locked").exists():
+                assert holders[-1].poll() is None, "the lock holder died"
+                time.sleep(0.05)
+        got: dict[str, object] = {}
+
+        async def from_a_coroutine() -> None:
+            a = rt.async_soul("maya")
+            got["recall"], got["episodes"] = await asyncio.gather(a.recall("Tendril database", stores=["episodic"]),
+                                                                  a.episodes())
+
+        with caplog.at_level(logging.WARNING, logger="soul_runtime.routing"):
+            t = threading.Thread(target=lambda: asyncio.run(from_a_coroutine()))
+            t.start()
+            got["facts"] = soul.facts()
+            t.join()
+        done = time.time()
+        released = max(float((base / layer / "released").read_text()) for layer in ("semantic", "episodic"))
+        assert released <= done  # answered only once the locks had gone ...
+        assert all(h.wait(60) == 0 for h in holders)
+        assert got["facts"] == facts and got["episodes"] == episodes, got
+        assert [i.id for i in got["recall"]] == [e.id for e in episodes], got  # type: ignore[attr-defined]
+        waits = {r.getMessage().split(":")[0] for r in caplog.records if getattr(r, "lock_wait", None) is not None}
+        # the first of recall() and episodes() the episodic shard takes meets the lock; the other waits in the shard
+        # behind it (one call of a soul at a time there) and finds it gone
+        assert "read of maya (semantic)" in waits and waits & {"recall of maya (episodic)", "read of maya (episodic)"}, \
+            waits
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                h.kill()
+        rt.shutdown_actors()
+        rt.close()
+        shutil.rmtree(base, ignore_errors=True)
