@@ -140,7 +140,7 @@ def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICA
                            max_ongoing_requests=max_ongoing, max_queued_requests=-1,
                            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
                            graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
-    return dep.bind(data_dir, namespace, storage, embedder, origins)
+    return dep.bind(data_dir, namespace, storage, embedder, cors_origins=origins)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
