@@ -89,9 +89,8 @@ def _up(proc: subprocess.Popen[bytes], url: str, log: Path, t0: float) -> bool:
 @contextlib.contextmanager
 def served(tenants: tuple[str, ...]) -> Iterator[Served]:
     """``soul serve`` on a fresh data dir with a key per tenant; stopped (and its local runtime) on exit. Serve's
-    Python proxy ingress: the pages are the same with either, and HAProxy's fixed stats ports would clash with
-    another Serve on the machine. HOME is the run's own, so a Ray token of the user's is not offered to this
-    runtime's Ray."""
+    Python proxy ingress (the pages are the same with either). HOME is the run's own, so a Ray token of the user's
+    is not offered to this runtime's Ray."""
     base = Path(tempfile.mkdtemp(prefix="insp", dir="/tmp"))
     data, home = base / "data", base / "home"
     home.mkdir()

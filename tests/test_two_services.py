@@ -9,6 +9,7 @@ sends none to anyone.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from tests.fakes import wait_healthy
 pytestmark = pytest.mark.ray
 
 SOUL = shutil.which("soul")
-PAGE = "http://page.test:5173"
+PAGE_HTML = b"<!doctype html><title>a web app on another origin</title>"
 
 
 def _free_port() -> int:
@@ -55,13 +57,42 @@ def _haproxy_ports(serve_port: int) -> set[int]:
     return set()
 
 
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(PAGE_HTML)))
+        self.end_headers()
+        self.wfile.write(PAGE_HTML)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def services() -> Iterator[list[dict[str, Any]]]:
+def pages() -> Iterator[tuple[str, str]]:
+    """Two web apps' origins, each a real page server on 127.0.0.1 (a page the browser loaded from loopback may call
+    a service on loopback; one it did not load from there needs a permission for that): the first is allowed by
+    the first service, the second by none."""
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page) for _ in range(2)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        allowed, other = (f"http://localhost:{srv.server_address[1]}" for srv in servers)
+        yield allowed, other
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def services(pages: tuple[str, str]) -> Iterator[list[dict[str, Any]]]:
     assert SOUL, "the `soul` console script is not installed: run `pip install -e .`"
     base = Path(tempfile.mkdtemp(prefix="two", dir="/tmp"))
     started: list[dict[str, Any]] = []
     try:
-        for i, cors in enumerate((["--cors-origin", PAGE], [])):
+        for i, cors in enumerate((["--cors-origin", pages[0]], [])):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
             env["SOUL_DATA_DIR"] = str(base / f"data{i}")
             add = subprocess.run([SOUL, "tenants", "add", "acme", "--json"], env=env, capture_output=True, text=True,
@@ -131,17 +162,18 @@ def test_two_services_side_by_side_each_with_its_own_tenants(services: list[dict
         assert len(pa) >= 3 and len(pb) >= 3 and not pa & pb, (pa, pb)  # the service's, stats, Prometheus
 
 
-def test_cors_through_a_real_service(services: list[dict[str, Any]]) -> None:
+def test_cors_through_a_real_service(services: list[dict[str, Any]], pages: tuple[str, str]) -> None:
     a, b = services
-    preflight = {"Origin": PAGE, "Access-Control-Request-Method": "POST",
+    page = pages[0]
+    preflight = {"Origin": page, "Access-Control-Request-Method": "POST",
                  "Access-Control-Request-Headers": "authorization,content-type,idempotency-key"}
     pre = httpx.options(a["url"] + "/v1/souls/maya/turns", headers=preflight, timeout=60)
-    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == PAGE, (pre.status_code,
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == page, (pre.status_code,
                                                                                           pre.headers)
     turn = httpx.post(a["url"] + "/v1/souls/maya/turns", json={"text": "Hello, I am Maya."}, timeout=120,
-                      headers={"Origin": PAGE, "Authorization": f"Bearer {a['key']}", "Idempotency-Key": "t-1"})
+                      headers={"Origin": page, "Authorization": f"Bearer {a['key']}", "Idempotency-Key": "t-1"})
     assert turn.status_code == 200, turn.text
-    assert turn.headers["access-control-allow-origin"] == PAGE
+    assert turn.headers["access-control-allow-origin"] == page
     assert "retry-after" in turn.headers["access-control-expose-headers"].lower()
 
     def cors(r: httpx.Response) -> dict[str, str]:
@@ -153,6 +185,40 @@ def test_cors_through_a_real_service(services: list[dict[str, Any]]) -> None:
     assert cors(httpx.options(a["url"] + "/v1/souls/maya/turns", timeout=60,
                               headers={**preflight, "Origin": "http://elsewhere.test"})) == {}
     assert cors(httpx.options(b["url"] + "/v1/souls/maya/turns", headers=preflight, timeout=60)) == {}
-    plain = httpx.get(b["url"] + "/v1/souls", headers={"Origin": PAGE, "Authorization": f"Bearer {b['key']}"},
+    plain = httpx.get(b["url"] + "/v1/souls", headers={"Origin": page, "Authorization": f"Bearer {b['key']}"},
                       timeout=60)
     assert plain.status_code == 200 and cors(plain) == {}
+
+
+def test_a_page_of_the_named_origin_calls_the_service_from_a_browser_and_another_cannot(
+        services: list[dict[str, Any]], pages: tuple[str, str]) -> None:
+    """Headless Chromium (the system's, through Playwright) on each web app's page sends a turn to the first service
+    with the headers the TypeScript client sends (the key, a JSON body, an Idempotency-Key): the browser's own
+    preflight and request, its own CORS check. The allowed page reads the answer; the other gets the browser's
+    refusal, and the service applied nothing for it."""
+    from tests.inspector_browser import CHROMIUM, chromium
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    a = services[0]
+    sent: dict[str, Any] = {}
+    with chromium() as browser:
+        page = browser.new_page()
+        for origin in pages:
+            page.goto(origin + "/app")
+            sent[origin] = page.evaluate("""async ([url, key, soul]) => {
+                try {
+                    const r = await fetch(url + "/v1/souls/" + soul + "/turns", { method: "POST",
+                        headers: { authorization: "Bearer " + key, "content-type": "application/json",
+                                   "idempotency-key": crypto.randomUUID(), accept: "application/json" },
+                        body: JSON.stringify({ text: "Hello from a web app." }) });
+                    return { status: r.status, turn: (await r.json()).turn_id, origin: location.origin };
+                } catch (e) {
+                    return { error: e.name, origin: location.origin };
+                }
+            }""", [a["url"], a["key"], "page-" + origin.rsplit(":", 1)[1]])
+    allowed, other = pages
+    assert sent[allowed] == {"status": 200, "turn": f"page-{allowed.rsplit(':', 1)[1]}/1", "origin": allowed}, sent
+    assert sent[other] == {"error": "TypeError", "origin": other}, sent
+    souls = httpx.get(a["url"] + "/v1/souls", headers={"Authorization": f"Bearer {a['key']}"}, timeout=60).json()
+    assert f"page-{allowed.rsplit(':', 1)[1]}" in json.dumps(souls)
+    assert f"page-{other.rsplit(':', 1)[1]}" not in json.dumps(souls)  # refused at the preflight: nothing sent
