@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,17 @@ def test_two_services_side_by_side_each_with_its_own_tenants(services: list[dict
     if sys.platform.startswith("linux"):  # ray[serve] brings haproxy there: each service's binds ports of its own
         pa, pb = _haproxy_ports(a["port"]), _haproxy_ports(b["port"])
         assert len(pa) >= 3 and len(pb) >= 3 and not pa & pb, (pa, pb)  # the service's, stats, Prometheus
+        for s, binds in ((a, pa), (b, pb)):  # soul serve says where HAProxy's stats and metrics are
+            deadline = time.monotonic() + 60  # it says so once it has seen /healthz answer too
+            while "Ctrl-C stops" not in s["log"].read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            text = " ".join(s["log"].read_text().split())
+            found = re.search(r"stats at :(\d+)/stats, its metrics at :(\d+)/metrics", text)
+            assert found, text[-2000:]
+            stats, metrics = int(found[1]), int(found[2])
+            assert {stats, metrics} <= binds, (stats, metrics, binds)
+            assert httpx.get(f"http://127.0.0.1:{stats}/stats", timeout=30).status_code == 200
+            assert "haproxy_" in httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=30).text
 
 
 def test_cors_through_a_real_service(services: list[dict[str, Any]], pages: tuple[str, str]) -> None:

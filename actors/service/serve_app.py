@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
@@ -51,6 +52,21 @@ environment sets them, each is a port that is free on the node when the service 
 RUNNING = "the running Serve's"
 """What :func:`start` reports when Serve already ran on the runtime: its controller keeps the ingress it has."""
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+PORT_NAMES = dict(zip(HAPROXY_PORTS, ("haproxy_stats", "haproxy_metrics", "fallback_http", "fallback_grpc"),
+                      strict=True))
+"""How :class:`Started` names each of :data:`HAPROXY_PORTS`."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What :func:`start` started: the ``ingress`` that runs (``haproxy``, ``proxy``, or :data:`RUNNING`) and, with
+    HAProxy, the other ports Serve listens on (:data:`PORT_NAMES`: HAProxy's stats page at ``/stats`` and Prometheus
+    exporter at ``/metrics``, the fallback proxy's HTTP and gRPC)."""
+
+    ingress: str
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 def haproxy_binary() -> str | None:
@@ -159,10 +175,10 @@ def app_builder(args: dict[str, Any]) -> Any:
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
           max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
-          embedder: str | None = None, ingress: str = "auto", cors_origins: Sequence[str] = ()) -> str:
+          embedder: str | None = None, ingress: str = "auto", cors_origins: Sequence[str] = ()) -> Started:
     """Start Serve's ingress on host:port and deploy the app; returns the ingress that runs (``haproxy`` or
     ``proxy``, see :func:`ingress_env`; :data:`RUNNING` when Serve already ran on the runtime, for another app:
-    its controller keeps its ingress and port) once it is up. Refused when the runtime already serves this app
+    its controller keeps its ingress and port) and HAProxy's other ports. Refused when the runtime already serves this app
     (another ``soul serve`` on it: Serve has one ingress per node and one app of a name) unless ``replace``: then
     that app and its Serve are stopped first."""
     import ray
@@ -184,7 +200,11 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
                 controller_options={"runtime_env": {"env_vars": env}})
     serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins), name=APP_NAME,
               route_prefix="/", blocking=False)
-    return RUNNING if running else "haproxy" if env["RAY_SERVE_ENABLE_HA_PROXY"] == "1" else "proxy"
+    if running:
+        return Started(RUNNING)
+    if env["RAY_SERVE_ENABLE_HA_PROXY"] != "1":
+        return Started("proxy")
+    return Started("haproxy", {PORT_NAMES[k]: int(env[k]) for k in HAPROXY_PORTS if env.get(k, "").isdigit()})
 
 
 def stop() -> None:

@@ -265,7 +265,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             say("starting Ray Serve")
             t0 = time.perf_counter()
             out["ingress"] = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas,
-                                             storage=rt.cfg.storage, embedder=rt.cfg.embedder, ingress=ingress)
+                                             storage=rt.cfg.storage, embedder=rt.cfg.embedder,
+                                             ingress=ingress).ingress
             base = f"http://127.0.0.1:{port}"
             last = "no answer"
             while True:

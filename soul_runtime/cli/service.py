@@ -135,7 +135,7 @@ def cmd_serve(ctx: Ctx) -> int:
             signal.signal(s, on_signal)
         t0 = time.perf_counter()
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
-            ingress = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
+            started = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
                                       replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder,
                                       ingress=a.ingress, cors_origins=cors)
             try:
@@ -146,11 +146,15 @@ def cmd_serve(ctx: Ctx) -> int:
                 raise
         code = 0
         if not stop.is_set():
+            ingress, ports = started.ingress, started.ports
+            extra = f"; HAProxy's stats at :{ports['haproxy_stats']}/stats, its metrics at " \
+                    f":{ports['haproxy_metrics']}/metrics" if {"haproxy_stats", "haproxy_metrics"} <= set(ports) else ""
             ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
-                      "ingress": ingress, "cors_origins": list(cors), "start_seconds": round(time.perf_counter() - t0, 1)},
+                      "ingress": ingress, "ports": ports, "cors_origins": list(cors),
+                      "start_seconds": round(time.perf_counter() - t0, 1)},
                      f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json; {a.replicas} replica(s), "
-                     f"up to {a.max_ongoing} requests each, {ingress} ingress) in {time.perf_counter() - t0:.0f} s; "
-                     "Ctrl-C stops")
+                     f"up to {a.max_ongoing} requests each, {ingress} ingress{extra}) in "
+                     f"{time.perf_counter() - t0:.0f} s; Ctrl-C stops")
             import sys
             sys.stdout.flush()
             while not stop.wait(2.0):
