@@ -452,3 +452,17 @@ def test_dialogue_act_bench_runs_and_labels_plain_turns() -> None:
     res = dialogue_act.run(cases, HashEmbedder())
     assert set(res["by_method"]) == {"nearest centroid", "logistic regression", "rules"}
     assert res["turns"] == len(gold) and all(0 <= v["accuracy"] <= 1 for v in res["by_method"].values())
+
+
+@pytest.mark.parametrize("name", ["BY\\N", "a\\1b", "\\g<0>", "Ana\\", "x\\ny"])
+def test_a_name_is_text_never_a_replacement_template(name: str) -> None:
+    """Speakers' and addressees' names go into the episode as they are written: a backslash in one ("\\N",
+    "\\1", "\\g<0>") is not read as a regular-expression template (it made the episode raise)."""
+    model = OfflineModel()
+    history = (ChatMessage("user", "What's your plan for the week?", "q1", "Ben"),)
+    for text in ("I'm " + name + ", and my team moved the Tendril database to Postgres 16 yesterday.",
+                 "My sister gave me your notes; I deployed the build myself on Friday with you.",
+                 "First, I open my dashboard; then I rotate my keys and send you the report."):
+        d = model.decide(Exchange(text, "", name, ("m1",), 1_780_000_000.0, history=history))
+        assert d.persist and d.extraction is not None
+        assert name in d.extraction.episode or "\\" not in name

@@ -64,14 +64,14 @@ def _you(text: str, addressee: str) -> str:
     """ "you"/"your" read as the person spoken to."""
     if not addressee:
         return text
-    t = re.sub(r"\b[Yy]ou're\b", f"{addressee} is", text)
-    t = re.sub(r"\b[Yy]ou've\b", f"{addressee} has", t)
-    t = re.sub(r"\b[Yy]ou'd\b", f"{addressee} would", t)
-    t = re.sub(r"\b[Yy]ou'll\b", f"{addressee} will", t)
+    t = re.sub(r"\b[Yy]ou're\b", lambda _: f"{addressee} is", text)
+    t = re.sub(r"\b[Yy]ou've\b", lambda _: f"{addressee} has", t)
+    t = re.sub(r"\b[Yy]ou'd\b", lambda _: f"{addressee} would", t)
+    t = re.sub(r"\b[Yy]ou'll\b", lambda _: f"{addressee} will", t)
     t = re.sub(r"\b[Yy]ourself\b", "themself", t)
-    t = re.sub(r"\b[Yy]ours\b", f"{addressee}'s", t)
-    t = re.sub(r"\b[Yy]our\b", f"{addressee}'s", t)
-    return re.sub(r"\b[Yy]ou\b", addressee, t)
+    t = re.sub(r"\b[Yy]ours\b", lambda _: f"{addressee}'s", t)
+    t = re.sub(r"\b[Yy]our\b", lambda _: f"{addressee}'s", t)
+    return re.sub(r"\b[Yy]ou\b", lambda _: addressee, t)  # a name is text, never a template
 
 
 def _cut(sentence: str, limit: int) -> str:

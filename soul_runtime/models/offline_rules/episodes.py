@@ -25,8 +25,9 @@ def to_third_person(text: str, name: str) -> str:
     """Rewrite first person as ``name``: I→Maya, I'm→Maya is, my→Maya's, me→Maya."""
     contractions = {"m": " is", "ve": " has", "d": " would", "ll": " will"}
     intro = r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is)\s+" + re.escape(name) + r"\b"
-    t = re.sub(intro + r",?\s+(?:and\s+)?(?:I'm\s+|I am\s+)?(?=an?\s)", name + " is ", text.replace("\u2019", "'"))
-    t = re.sub(intro, name + " introduced themself", t)
+    t = re.sub(intro + r",?\s+(?:and\s+)?(?:I'm\s+|I am\s+)?(?=an?\s)", lambda _: name + " is ",
+               text.replace("\u2019", "'"))  # replacements are functions: a name is text, never a template
+    t = re.sub(intro, lambda _: name + " introduced themself", t)
 
     def subj(m: re.Match[str]) -> str:
         verb = (m.group("verb") or "").strip()
@@ -36,8 +37,8 @@ def to_third_person(text: str, name: str) -> str:
     t = re.sub(r"\b[Ii]'(?P<c>m|ve|d|ll)\b", lambda m: name + contractions[m.group("c").lower()], t)
     t = re.sub(r"\b[Ii]\b(?!')(?P<adv>(?:\s+" + _ADV + r")*)(?P<verb>\s+[a-z']+)?", subj, t)
     t = re.sub(r"\b[Mm]yself\b", "themself", t)
-    t = re.sub(r"\b[Mm](?:y|ine)\b", name + "'s", t)
-    return re.sub(r"\bme\b(?!-)", name, t)
+    t = re.sub(r"\b[Mm](?:y|ine)\b", lambda _: name + "'s", t)
+    return re.sub(r"\bme\b(?!-)", lambda _: name, t)
 
 
 def cap(summary: str, limit: int = 300) -> str:
@@ -60,7 +61,7 @@ def is_elliptic(text: str) -> bool:
 def question_gist(text: str, answerer: str) -> str:
     """The last question of a message, with "you" read as the one who answers it."""
     qs = [q for q in (strip_fillers(s) for s in split_sentences(text) if is_question(s)) if content_words(q)]
-    return re.sub(r"\b[Yy]ou\b", answerer, re.sub(r"\b[Yy]our\b", answerer + "'s", qs[-1])) if qs else ""
+    return re.sub(r"\b[Yy]ou\b", lambda _: answerer, re.sub(r"\b[Yy]our\b", lambda _: answerer + "'s", qs[-1])) if qs else ""
 
 
 @memo

@@ -70,7 +70,7 @@ def parse_statements(clause: str, subject: str) -> list[Statement]:
     if not out and lead:  # "<lead-in>, the <thing> is …": a lead-in before the statement
         out = _statements(clause.strip()[lead.end():], subject)
     if subject:
-        out = [Statement(st.entity, st.attribute, re.sub(r"\b[Mm]y\b", subject + "'s", st.value), st.key) for st in out]
+        out = [Statement(st.entity, st.attribute, re.sub(r"\b[Mm]y\b", lambda _: subject + "'s", st.value), st.key) for st in out]
     return out
 
 

@@ -72,7 +72,7 @@ def _clean_step(step: str, speaker: str) -> str:
     s = clean_value(re.sub(r"^(?i:and|then|first(?:ly)?|next|finally|lastly|after that|\d{1,2}[.)])[,\s]+", "",
                            step.strip()))
     if speaker:
-        s = re.sub(r"\bme\b", speaker, re.sub(r"\bmy\b", speaker + "'s", s))
+        s = re.sub(r"\bme\b", lambda _: speaker, re.sub(r"\bmy\b", lambda _: speaker + "'s", s))
     return s[:1].lower() + s[1:] if len(s) > 1 and not s[1:2].isupper() else s
 
 
