@@ -106,7 +106,7 @@ def test_audit_writes_cli(tmp_path: Path) -> None:
     out = tmp_path / "fixture.json"
     p = soul("audit-writes", str(FIXTURES / "audit_transcript.jsonl"), "--json", "--save-fixture", str(out))
     report = json.loads(p.stdout)
-    assert report["tally"] == {"procedural": 3, "semantic": 4, "episodic": 6, "nothing": 6}
+    assert report["tally"] == {"procedural": 3, "semantic": 4, "episodic": 7, "nothing": 5}
     assert report["unbalanced"] is False
     saved = {e["id"]: (e["expected"], sorted(e.get("labels", ()))) for e in json.loads(out.read_text())}
     assert saved == {**{i: (primary, sorted(labels)) for i, (primary, labels, _) in LABELLED.items()},

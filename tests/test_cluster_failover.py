@@ -29,12 +29,14 @@ BUSY_TIMEOUT_S = 30.0  # SQLite's busy timeout of every database the runtime ope
 HOLD_S = BUSY_TIMEOUT_S + 10
 
 HOLDER = r"""
-import sqlite3, sys, time
+import os, sqlite3, sys, time
 path, marks, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
 con = sqlite3.connect(path, isolation_level=None, timeout=60)
 con.execute("BEGIN EXCLUSIVE")  # what an old owner holds mid-commit: no one else reads or writes the file
 open(marks + "/locked", "w").write(repr(time.time()))
-time.sleep(hold)
+end = time.time() + hold
+while time.time() < end and not (len(sys.argv) > 4 and os.path.exists(sys.argv[4])):  # held, or till told
+    time.sleep(0.05)
 open(marks + "/released", "w").write(repr(time.time()))  # before the lock goes: a turn done later saw it held
 con.execute("ROLLBACK")
 con.close()
@@ -198,9 +200,9 @@ def test_a_read_waits_for_a_held_lock_as_a_turn_does_and_other_errors_reach_the_
 @pytest.mark.ray
 def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
         caplog: pytest.LogCaptureFixture) -> None:
-    """Another process holds the soul's semantic and episodic databases locked 40 s (past SQLite's busy timeout): a
-    blocking facts(), and recall() and episodes() from a coroutine, sent while the locks are held, get their answers
-    once the locks are gone, no error; facts() and an episodic read were refused for the lock first."""
+    """Another process holds the soul's semantic and episodic databases locked (past SQLite's busy timeout, till a
+    read of each layer has been refused for the lock): a blocking facts(), and recall() and episodes() from a
+    coroutine, sent while the locks are held, get their answers once the locks are gone, no error."""
     import asyncio
     import threading
 
@@ -219,7 +221,8 @@ def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
             marks.mkdir()
             db = base / "data" / "souls" / "maya" / f"{layer}.sqlite"
             assert db.is_file()
-            holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(marks), str(HOLD_S)]))
+            holders.append(subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(marks), "600",
+                                             str(base / "release")]))
             while not (marks / "locked").exists():
                 assert holders[-1].poll() is None, "the lock holder died"
                 time.sleep(0.05)
@@ -230,10 +233,24 @@ def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
             got["recall"], got["episodes"] = await asyncio.gather(a.recall("Tendril database", stores=["episodic"]),
                                                                   a.episodes())
 
+        def waits() -> set[str]:
+            return {r.getMessage().split(":")[0] for r in list(caplog.records)
+                    if getattr(r, "lock_wait", None) is not None}
+
+        def refused_both() -> bool:
+            w = waits()
+            return "read of maya (semantic)" in w and bool(w & {"recall of maya (episodic)", "read of maya (episodic)"})
+
         with caplog.at_level(logging.WARNING, logger="soul_runtime.routing"):
             t = threading.Thread(target=lambda: asyncio.run(from_a_coroutine()))
+            f = threading.Thread(target=lambda: got.__setitem__("facts", soul.facts()))
             t.start()
-            got["facts"] = soul.facts()
+            f.start()
+            give_up = time.monotonic() + 300  # the locks are held till each layer's read has met one (an event)
+            while not refused_both() and time.monotonic() < give_up and t.is_alive():
+                time.sleep(0.1)
+            (base / "release").write_text("")
+            f.join()
             t.join()
         done = time.time()
         released = max(float((base / layer / "released").read_text()) for layer in ("semantic", "episodic"))
@@ -241,11 +258,9 @@ def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
         assert all(h.wait(60) == 0 for h in holders)
         assert got["facts"] == facts and got["episodes"] == episodes, got
         assert [i.id for i in got["recall"]] == [e.id for e in episodes], got  # type: ignore[attr-defined]
-        waits = {r.getMessage().split(":")[0] for r in caplog.records if getattr(r, "lock_wait", None) is not None}
         # the first of recall() and episodes() the episodic shard takes meets the lock; the other waits in the shard
         # behind it (one call of a soul at a time there) and finds it gone
-        assert "read of maya (semantic)" in waits and waits & {"recall of maya (episodic)", "read of maya (episodic)"}, \
-            waits
+        assert refused_both(), waits()
     finally:
         for h in holders:
             if h.poll() is None:
