@@ -11,6 +11,7 @@ journal's directory) is under the data dir, then make the real call. Linux only;
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -178,3 +179,17 @@ def file_system(path: str | os.PathLike[str]) -> dict[str, str]:
         if inside and len(mount) >= len(best["mount_point"]):
             best = {"mount_point": mount, "type": fields[2], "source": fields[0]}
     return best
+
+
+def add_storage_args(p: argparse.ArgumentParser) -> None:
+    """The storage a benchmark writes to (docs/deploying.md: measuring a shared data dir): ``--data-dir``,
+    ``--storage`` and ``--fsyncs``, for ``soul bench scale`` and ``soul bench latency`` alike."""
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the souls' files go (default a fresh temp dir, removed after): a directory on the "
+                        "storage to measure, e.g. an NFS or EFS mount")
+    p.add_argument("--storage", choices=("local", "shared"), default="local",
+                   help="the runtime's storage setting: local (SQLite WAL) or shared (rollback journal, for a "
+                        "network file system)")
+    p.add_argument("--fsyncs", action="store_true",
+                   help="count the fsyncs per turn on the data dir (a shim preloaded into the processes that write, "
+                        "built with the system's C compiler)")

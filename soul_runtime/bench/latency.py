@@ -578,15 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     ap.add_argument("--embedder", choices=("default", "fast"), default="default",
                     help="default: MiniLM (real text embeddings); fast: the deterministic hashing embedder")
-    ap.add_argument("--data-dir", metavar="DIR",
-                    help="where the stores are written (default a fresh temp dir): a directory on the storage to "
-                         "measure, e.g. an NFS or EFS mount (with --storage shared)")
-    ap.add_argument("--storage", choices=("local", "shared"), default="local",
-                    help="the SQLite journal the stores use: local (WAL) or shared (rollback journal, for network "
-                         "file systems), as the runtime's storage setting")
-    ap.add_argument("--fsyncs", action="store_true",
-                    help="count the fsyncs per turn on the data dir (runs this benchmark again under a preloaded "
-                         "counter built with the system's C compiler, soul_runtime.bench.fsyncs)")
+    fsyncs.add_storage_args(ap)
     a = ap.parse_args(argv)
     if a.fsyncs:  # the stores write in this process: run it again with the counter preloaded
         fsyncs.run_counted("soul_runtime.bench.latency", list(sys.argv[1:] if argv is None else argv),

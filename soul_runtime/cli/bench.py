@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from actors.service import INGRESSES
-from soul_runtime.bench import HTTP_CLIENTS, plotting
+from soul_runtime.bench import HTTP_CLIENTS, fsyncs, plotting
 from soul_runtime.owner_only import write_file
 
 if TYPE_CHECKING:
@@ -552,19 +552,6 @@ def cmd_serve(ctx: Ctx) -> int:
     return 0
 
 
-def _storage_args(p: argparse.ArgumentParser) -> None:
-    """The storage a benchmark writes to (docs/deploying.md: measuring a shared data dir)."""
-    p.add_argument("--data-dir", metavar="DIR",
-                   help="where the souls' files go (default a fresh temp dir, removed after): a directory on the "
-                        "storage to measure, e.g. an NFS or EFS mount")
-    p.add_argument("--storage", choices=("local", "shared"), default="local",
-                   help="the runtime's storage setting: local (SQLite WAL) or shared (rollback journal, for a "
-                        "network file system)")
-    p.add_argument("--fsyncs", action="store_true",
-                   help="count the fsyncs per turn on the data dir (a shim preloaded into the processes that write, "
-                        "built with the system's C compiler: soul_runtime.bench.fsyncs)")
-
-
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
     CLI's subcommands."""
@@ -622,7 +609,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="keep each size's bulk-loaded store in the cache dir and start from it next time")
     tp.add_argument("--embedder", choices=("default", "fast"), default="default")
     tp.add_argument("--cache-dir", metavar="DIR", help="embedding cache (default ~/.cache/soul-runtime/bench)")
-    _storage_args(tp)
+    fsyncs.add_storage_args(tp)
     tp.set_defaults(bench_fn=cmd_latency)
     cp = bsub.add_parser("cli", help="wall time of `soul` commands on the local runtime vs a Ray per command")
     cp.add_argument("--rounds", type=int, default=3, help="rounds of turn/facts/recall/stats/trace (default 3)")
@@ -698,7 +685,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                          "stand-in's")
     sp.add_argument("--plot", metavar="PNG", help="throughput and latency against turns in flight, a line per "
                                                   "model delay")
-    _storage_args(sp)
+    fsyncs.add_storage_args(sp)
     sp.set_defaults(bench_fn=cmd_scale)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
     cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
