@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 from soul_runtime.embedding.fast import FastEmbedder
 
@@ -32,6 +35,19 @@ def disk_hits(root: object, *words: str) -> dict[str, int]:
             if n:
                 hits[str(f.relative_to(str(root)))] = n
     return hits
+
+
+def stop_serve(proc: subprocess.Popen[bytes], log: IO[Any], down: Callable[[], object]) -> None:
+    """Stop the ``soul serve`` started as ``proc`` by its pid (SIGTERM; killed if it has not exited in 120 s),
+    close its log, then ``down()`` (``soul down``: the local runtime it used)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log.close()
+    down()
 
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, limit_s: float = 300) -> None:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.fakes import stop_serve
 
 SOUL = shutil.which("soul")
 CHROMIUM = os.environ.get("SOUL_CHROMIUM", "/usr/bin/chromium")
@@ -115,14 +116,7 @@ def served(tenants: tuple[str, ...]) -> Iterator[Served]:
         for c in srv.clients.values():
             c.close()
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
-        _soul(env, "down", check=False)
+        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         shutil.rmtree(base, ignore_errors=True)
 
 

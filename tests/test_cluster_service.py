@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ import pytest
 from actors.service.idempotency import LEDGER_FILE, Ledger
 from soul_runtime.errors import ConfigError
 from soul_runtime.storage_modes import JOURNAL, journal_of, recorded_storage
-from tests.fakes import wait_healthy
+from tests.fakes import stop_serve, wait_healthy
 
 SOUL = shutil.which("soul")
 
@@ -103,13 +102,7 @@ def shared_server() -> Iterator[dict[str, Any]]:
     try:
         yield {"url": url, "key": key, "env": env, "data": data, "base": base}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        _soul(env, "down", check=False)
+        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -29,7 +29,7 @@ from soul_runtime.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain
-from tests.fakes import wait_healthy
+from tests.fakes import stop_serve, wait_healthy
 from tests.test_service import SOUL, _env, _free_port, _soul
 
 pytestmark = pytest.mark.ray
@@ -60,14 +60,7 @@ def serve() -> Iterator[dict[str, Any]]:
         wait_healthy(proc, url, base / "serve.log")
         yield {"url": url, "key": key}
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
-        _soul(env, "down", check=False)
+        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         _stop_head(base / "data" / "cluster" / "head.json")
         shutil.rmtree(base, ignore_errors=True)
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fakes import wait_healthy
+from tests.fakes import stop_serve, wait_healthy
 
 pytestmark = pytest.mark.ray
 
@@ -72,14 +72,7 @@ def server() -> Iterator[dict[str, Any]]:
     try:
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
-        _soul(env, "down", check=False)
+        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         shutil.rmtree(base, ignore_errors=True)
 
 

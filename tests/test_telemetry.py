@@ -338,10 +338,9 @@ def traced_server() -> Any:
     """A `soul serve` (and its local runtime) started with the OTEL_* variables pointing at a :class:`Collector`."""
     import json
     import shutil
-    import signal
     import tempfile
 
-    from tests.fakes import wait_healthy
+    from tests.fakes import stop_serve, wait_healthy
     from tests.test_service import _env, _free_port, _soul
 
     collector = Collector()
@@ -362,14 +361,7 @@ def traced_server() -> Any:
         wait_healthy(proc, url, base / "serve.log")
         yield {"url": url, "key": key, "env": env, "collector": collector}
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
-        _soul(env, "down", check=False)
+        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         collector.close()
         shutil.rmtree(base, ignore_errors=True)
 
