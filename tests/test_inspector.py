@@ -4,7 +4,10 @@ turn that made it, forgetting an episode, erasing a soul, and another tenant's k
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +59,58 @@ def test_the_mount_is_off_the_v1_path(tmp_path: Path) -> None:
     from actors.service.inspector import mount_inspector
     bare = FastAPI()
     assert mount_inspector(bare).user_middleware == []  # the inspector adds no middleware of its own
+
+
+def test_without_the_inspector_ui_is_a_404_and_v1_is_the_same(tmp_path: Path) -> None:
+    """The app a replica builds with and without the inspector (``soul serve --no-inspector``), read through
+    FastAPI's test client: /ui/ serves the page or is a 404; every other route, the OpenAPI document and a /v1
+    answer are the same either way."""
+    from fastapi.testclient import TestClient
+
+    from actors.service.app import build_service
+    from actors.service.tenants import TenantTable
+    key = TenantTable(str(tmp_path)).add("acme")
+    apps = {on: build_service(str(tmp_path), inspector=on) for on in (True, False)}
+    with_ui, without = (TestClient(apps[on]) for on in (True, False))
+    assert with_ui.get("/ui/").status_code == 200 and 'id="app"' in with_ui.get("/ui/").text
+    for path in ("/ui/", "/ui", "/ui/app.js"):
+        r = without.get(path, follow_redirects=False)
+        assert r.status_code == 404, (path, r.status_code, r.text[:200])
+    paths = {on: [getattr(r, "path", "") for r in apps[on].router.routes] for on in (True, False)}
+    assert paths[True] == paths[False] + ["/ui"]
+    assert with_ui.get("/openapi.json").json() == without.get("/openapi.json").json()
+    for c in (with_ui, without):  # no key, a wrong key, a tenant's key on a soul id /v1 refuses
+        assert c.get("/v1/souls").status_code == 401
+        assert c.get("/v1/souls", headers={"Authorization": "Bearer soul_nope"}).status_code == 401
+        bad = c.get("/v1/souls/no%20such/stats", headers={"Authorization": f"Bearer {key}"})
+        assert bad.status_code in (400, 422) and bad.json()["error"]["type"] == "InvalidInput", bad.text
+
+
+def test_the_switch_reaches_each_replica_and_bad_values_are_refused() -> None:
+    """A Serve config's ``inspector`` and ``soul serve``'s env default are checked, and what a replica builds its
+    app with is the bound deployment's keyword."""
+    from actors.service.inspector import parse_env
+    from actors.service.serve_app import app_builder
+    from soul_runtime.errors import InvalidInput
+    assert [parse_env(v) for v in (None, "", "on", "1", "True", " yes ")] == [True] * 6
+    assert [parse_env(v) for v in ("off", "0", "FALSE", "no")] == [False] * 4
+    with pytest.raises(InvalidInput, match="SOUL_INSPECTOR must be on or off"):
+        parse_env("maybe")
+    assert app_builder({"data_dir": "/tmp/x"})._bound_deployment.init_kwargs["inspector"] is True
+    assert app_builder({"data_dir": "/tmp/x", "inspector": False})._bound_deployment.init_kwargs["inspector"] is False
+    with pytest.raises(InvalidInput, match="inspector must be true or false"):
+        app_builder({"data_dir": "/tmp/x", "inspector": "off"})
+
+
+def test_soul_serve_refuses_a_bad_inspector_setting_before_it_starts_anything(tmp_path: Path) -> None:
+    soul = shutil.which("soul")
+    assert soul, "the `soul` console script is not installed: run `pip install -e .`"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SOUL_"))}
+    env.update(SOUL_DATA_DIR=str(tmp_path / "data"), SOUL_INSPECTOR="maybe")
+    p = subprocess.run([soul, "serve", "--port", "1"], env=env, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "SOUL_INSPECTOR must be on or off" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "data" / "cluster").exists()  # no runtime was started for it
 
 
 def test_pages_are_static_and_the_context_route_is_the_tenants(srv: Served, souls: dict[str, Any]) -> None:

@@ -21,10 +21,11 @@ from .souls_api import TenantSouls
 
 
 def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local",
-                  embedder: str | None = None, cors_origins: tuple[str, ...] = ()) -> FastAPI:
+                  embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True) -> FastAPI:
     """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
     Ray cluster the replica runs in); ``storage`` and ``embedder`` as the data dir was first served with;
-    ``cors_origins``: the other origins whose pages may call it from a browser (:mod:`.cors`; none by default)."""
+    ``cors_origins``: the other origins whose pages may call it from a browser (:mod:`.cors`; none by default);
+    ``inspector``: serve the inspector's pages at ``/ui/`` (:mod:`.inspector`; without, ``/ui/`` is a 404)."""
 
     def connect() -> Any:
         from ..runtime import connect as connect_runtime
@@ -51,4 +52,4 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
     chars = SoulConfig().turn.max_text_chars  # the runtime's message limit, as this replica connects with it
     app.add_middleware(BodyLimit, max_text_chars=lambda: chars)
     add_cors(app, cors_origins)  # outermost: its headers on every answer, the body limit's 413 too
-    return mount_inspector(app)
+    return mount_inspector(app) if inspector else app

@@ -133,49 +133,54 @@ def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.
 
 class SoulService:
     def __init__(self, data_dir: str, namespace: str = "souls", storage: str = "local",
-                 embedder: str | None = None, cors_origins: tuple[str, ...] = ()) -> None:
+                 embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True) -> None:
         self.data_dir, self.namespace, self.storage, self.embedder = data_dir, namespace, storage, embedder
-        self.cors_origins = cors_origins
+        self.cors_origins, self.inspector = cors_origins, inspector
 
     def __serve_build_asgi_app__(self) -> Any:
         from .app import build_service
         return build_service(self.data_dir, self.namespace, storage=self.storage, embedder=self.embedder,
-                             cors_origins=self.cors_origins)
+                             cors_origins=self.cors_origins, inspector=self.inspector)
 
 
 def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICAS,
                 max_ongoing: int = MAX_ONGOING, storage: str = "local", embedder: str | None = None,
-                cors_origins: Sequence[str] = ()) -> Any:
+                cors_origins: Sequence[str] = (), inspector: bool = True) -> Any:
     """The bound Serve application. ``storage`` and ``embedder``: the runtime's settings of these names (a replica
     joins the runtime with them: a data dir keeps the embedder it was first served with; None: ``SOUL_EMBEDDER``, else
     the default). ``cors_origins``: the other origins whose pages may call the service from a browser (checked here,
-    see :mod:`.cors`)."""
+    see :mod:`.cors`). ``inspector``: whether each replica serves the inspector's pages at ``/ui/``."""
     from .cors import check_origins
     origins = check_origins(cors_origins)
     dep: Any = serve.deployment(serve.ingress()(SoulService), name=DEPLOYMENT, num_replicas=replicas,
                            max_ongoing_requests=max_ongoing, max_queued_requests=-1,
                            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
                            graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
-    return dep.bind(data_dir, namespace, storage, embedder, cors_origins=origins)
+    return dep.bind(data_dir, namespace, storage, embedder, cors_origins=origins, inspector=inspector)
 
 
 def app_builder(args: dict[str, Any]) -> Any:
     """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
-    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?, cors_origins?}`` (``storage``:
-    ``shared`` for a data dir on a volume every node mounts, as the runtime's ``storage`` setting; ``embedder`` as the
-    runtime's; ``cors_origins``: a list of origins, as ``soul serve --cors-origin``)."""
+    with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?, cors_origins?, inspector?}``
+    (``storage``: ``shared`` for a data dir on a volume every node mounts, as the runtime's ``storage`` setting;
+    ``embedder`` as the runtime's; ``cors_origins``: a list of origins, as ``soul serve --cors-origin``;
+    ``inspector``: true, the default, or false, as ``soul serve --no-inspector``)."""
     from soul_runtime.errors import InvalidInput
     origins = args.get("cors_origins") or []
     if isinstance(origins, str) or not isinstance(origins, list):
         raise InvalidInput(f"cors_origins must be a list of origins, got {origins!r}")
+    inspector = args.get("inspector", True)
+    if not isinstance(inspector, bool):
+        raise InvalidInput(f"inspector must be true or false, got {inspector!r}")
     return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
                        int(args.get("max_ongoing", MAX_ONGOING)), str(args.get("storage", "local")),
-                       args.get("embedder"), [str(o) for o in origins])
+                       args.get("embedder"), [str(o) for o in origins], inspector)
 
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,
           max_ongoing: int = MAX_ONGOING, *, replace: bool = False, storage: str = "local",
-          embedder: str | None = None, ingress: str = "auto", cors_origins: Sequence[str] = ()) -> Started:
+          embedder: str | None = None, ingress: str = "auto", cors_origins: Sequence[str] = (),
+          inspector: bool = True) -> Started:
     """Start Serve's ingress on host:port and deploy the app; returns the ingress that runs (``haproxy`` or
     ``proxy``, see :func:`ingress_env`; :data:`RUNNING` when Serve already ran on the runtime, for another app:
     its controller keeps its ingress and port) and HAProxy's other ports. Refused when the runtime already serves this app
@@ -198,8 +203,8 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
         running = False
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30},
                 controller_options={"runtime_env": {"env_vars": env}})
-    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins), name=APP_NAME,
-              route_prefix="/", blocking=False)
+    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins, inspector),
+              name=APP_NAME, route_prefix="/", blocking=False)
     if running:
         return Started(RUNNING)
     if env["RAY_SERVE_ENABLE_HA_PROXY"] != "1":

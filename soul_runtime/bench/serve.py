@@ -19,7 +19,8 @@ turns rounded up to an even number). Reported: turns/s, client latency p50/p99, 
 at a level of many clients, each path's machine CPU per turn and its split by kind of process. Beside them, at
 the first delay, the same clients' ``GET /healthz`` (a route that does no work: what Serve's ingress and a
 replica cost a request on this machine). A turn waits for its writes (with the stand-in, two model calls: the
-reply and the memory decision) unless ``wait_writes`` is False.
+reply and the memory decision) unless ``wait_writes`` is False. The service serves the inspector's pages at ``/ui/``
+as ``soul serve`` does, unless ``inspector`` is False (``--no-inspector``: what the mount costs ``/v1``, if anything).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ async def _one_client(turns: int, paths: dict[str, Callable[[int, int], Awaitabl
 
 def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequence[float] = (0.0, 1.0),
         embedder: str = "fast", replicas: int = 1, model: str = "stand-in", wait_writes: bool = True,
-        ingress: str = "auto", min_turns: int = 600, http_client: str = "httpx",
+        ingress: str = "auto", min_turns: int = 600, http_client: str = "httpx", inspector: bool = True,
         progress: Progress | None = None) -> dict[str, Any]:
     if model not in ("stand-in", "offline"):
         raise ValueError(f"model must be stand-in or offline, got {model!r}")
@@ -239,7 +240,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
     delays = list(delays) if model == "stand-in" else [0.0]
     out: dict[str, Any] = {"model": model, "wait_writes": wait_writes, "levels": list(levels),
                            "turns_per_client": turns, "min_turns_per_level": min_turns, "delays_s": delays,
-                           "embedder": embedder, "replicas": replicas, "http_client": http_client, "rows": []}
+                           "embedder": embedder, "replicas": replicas, "http_client": http_client,
+                           "inspector": inspector, "rows": []}
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
     api = StandinProcess(delay_s=0.0) if model == "stand-in" else None
@@ -266,7 +268,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             t0 = time.perf_counter()
             out["ingress"] = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, "127.0.0.1", port, replicas,
                                              storage=rt.cfg.storage, embedder=rt.cfg.embedder,
-                                             ingress=ingress).ingress
+                                             ingress=ingress, inspector=inspector).ingress
             base = f"http://127.0.0.1:{port}"
             last = "no answer"
             while True:
@@ -399,7 +401,8 @@ def table(res: dict[str, Any]) -> Any:
                     f"{res.get('wait_writes', True)}, same run; "
                     f"counted turns of each path after a warm-up turn per client; {res['replicas']} replica(s), "
                     f"{res['hosts']} hosts, {res.get('ingress', 'proxy')} ingress, "
-                    f"{res.get('http_client', 'httpx')} callers)")
+                    f"{res.get('http_client', 'httpx')} callers"
+                    f"{'' if res.get('inspector', True) else ', no inspector'})")
     for c in ("stand-in", "clients", "turns", "python turns/s", "http turns/s", "http/python", "python p50/p99 ms",
               "http p50/p99 ms", "http - python p50 ms", "machine CPU ms/turn (busy) python / http",
               "/healthz req/s, p50 ms"):

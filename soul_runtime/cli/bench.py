@@ -544,7 +544,7 @@ def cmd_serve(ctx: Ctx) -> int:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
                               replicas=args.replicas, model=args.model, wait_writes=args.wait_writes == "true",
                               ingress=args.ingress, min_turns=args.min_turns, http_client=args.http_client,
-                              progress=lambda s: st.update(s))
+                              inspector=args.inspector, progress=lambda s: st.update(s))
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:
@@ -649,6 +649,9 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="turns return after their writes (true, the default) or after the reply (false)")
     sv.add_argument("--embedder", choices=("default", "fast"), default="fast")
     sv.add_argument("--replicas", type=int, default=1)
+    sv.add_argument("--inspector", action=argparse.BooleanOptionalAction, default=True,
+                    help="the service serves the inspector's pages at /ui/, as soul serve does (default); "
+                         "--no-inspector leaves the mount out")
     sv.add_argument("--json", metavar="FILE")
     sv.set_defaults(bench_fn=cmd_serve)
     ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")

@@ -18,9 +18,10 @@ from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 if TYPE_CHECKING:
     from soul_runtime.cli.main import Ctx
 
-SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json and MCP (/mcp/) over HTTP on Ray Serve, for the
-tenants of `soul tenants` (Authorization: Bearer KEY). Runs in the foreground until SIGINT/SIGTERM, then
-drains the requests in flight and stops the Serve app, its ingress and controller (the runtime stays up).
+SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json, MCP (/mcp/) and the memory inspector's pages
+(/ui/, unless --no-inspector) over HTTP on Ray Serve, for the tenants of `soul tenants` (Authorization: Bearer
+KEY). Runs in the foreground until SIGINT/SIGTERM, then drains the requests in flight and stops the Serve app,
+its ingress and controller (the runtime stays up).
 Without --address it serves the data dir's local runtime; if that runtime is replaced meanwhile (a command
 started under other code or another model setting replaces it), the app goes with it and `soul serve` exits
 with status 3: start it again."""
@@ -119,6 +120,8 @@ def cmd_serve(ctx: Ctx) -> int:
         raise InvalidInput("--port must be in 1..65535")
     from actors.service.cors import ENV, check_origins, parse_env
     cors = check_origins(a.cors_origin) if a.cors_origin else parse_env(os.environ.get(ENV))
+    from actors.service import inspector as ui
+    inspector = a.inspector if a.inspector is not None else ui.parse_env(os.environ.get(ui.ENV))
     if ctx.address is None and _listening(a.host, a.port):
         raise InvalidInput(f"port {a.port} on {a.host} is in use (another `soul serve`?); choose another --port")
     stop = threading.Event()
@@ -137,7 +140,7 @@ def cmd_serve(ctx: Ctx) -> int:
         with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
             started = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
                                       replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder,
-                                      ingress=a.ingress, cors_origins=cors)
+                                      ingress=a.ingress, cors_origins=cors, inspector=inspector)
             try:
                 _wait_healthy(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{a.port}/healthz", 300,
                               stop)
@@ -150,9 +153,10 @@ def cmd_serve(ctx: Ctx) -> int:
             extra = f"; HAProxy's stats at :{ports['haproxy_stats']}/stats, its metrics at " \
                     f":{ports['haproxy_metrics']}/metrics" if {"haproxy_stats", "haproxy_metrics"} <= set(ports) else ""
             ctx.emit({"url": f"http://{host}:{a.port}", "replicas": a.replicas, "max_ongoing_requests": a.max_ongoing,
-                      "ingress": ingress, "ports": ports, "cors_origins": list(cors),
+                      "ingress": ingress, "ports": ports, "cors_origins": list(cors), "inspector": inspector,
                       "start_seconds": round(time.perf_counter() - t0, 1)},
-                     f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json; {a.replicas} replica(s), "
+                     f"serving http://{host}:{a.port} (/v1, /mcp/, /openapi.json{', /ui/' if inspector else ''}; "
+                     f"{a.replicas} replica(s), "
                      f"up to {a.max_ongoing} requests each, {ingress} ingress{extra}) in "
                      f"{time.perf_counter() - t0:.0f} s; Ctrl-C stops")
             import sys
@@ -214,6 +218,9 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
                     help="let web pages of this origin (scheme://host[:port], or * for any) call the API from a "
                          "browser; repeat for more (env SOUL_CORS_ORIGINS, comma-separated; default: none, the "
                          "inspector at /ui/ is same-origin)")
+    sp.add_argument("--inspector", action=argparse.BooleanOptionalAction, default=None,
+                    help="serve the memory inspector's pages at /ui/ (default; env SOUL_INSPECTOR=on|off); with "
+                         "--no-inspector /ui/ is a 404 and the other routes are unchanged")
     sp.add_argument("--replace", action="store_true",
                     help="stop the service another `soul serve` left on the runtime (one that was killed) first")
     sp = add("mcp", cmd_mcp, "serve one soul over MCP on stdio (for desktop agents)", description=MCP_HELP)
