@@ -227,6 +227,7 @@ class Sampler:
         self.threads_max = self.rss_max = self.conns_max = self.samples = 0
         self.cpu_s = 0.0  # this process's CPU spent sampling (taken out of the client's CPU per turn)
         self.timeline: list[dict[str, Any]] = []
+        self.loads: list[float] = []  # the machine's 1-min load average at each sample (the box may be shared)
         self._t0 = time.perf_counter()
 
     def sample(self) -> None:
@@ -250,6 +251,7 @@ class Sampler:
             self.timeline.append({"s": round(time.perf_counter() - self._t0, 1), "done": self.done(),
                                   "rss_mib": {f"{p['name']} {p['pid']}": round(p["rss_bytes"] / 2**20, 1)
                                               for p in procs}})
+        self.loads.append(round(os.getloadavg()[0], 2))
         self.threads_max = max(self.threads_max, sum(p["threads"] for p in procs))
         self.rss_max = max(self.rss_max, sum(p["rss_bytes"] for p in procs))
         self.samples += 1
@@ -283,6 +285,8 @@ class Sampler:
                 k[f] += q[f]
         out: dict[str, Any] = {"threads_max": self.threads_max, "rss_bytes_max": self.rss_max, "samples": self.samples,
                                "sampler_cpu_s": round(self.cpu_s, 3), "by_kind": kinds, "processes": sorted(self.peak.values(), key=lambda q: q["pid"])}
+        if self.loads:
+            out["load_avg_1min"] = {"start": self.loads[0], "end": self.loads[-1], "max": max(self.loads)}
         if self.standin is not None:
             out["model_connections_max"] = self.conns_max
         return out
@@ -585,6 +589,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "turns_per_host_call": round(counters.get("turn_items", 0) / counters["turn_calls"], 2)
         if counters.get("turn_calls") else None,
         "cpu_ms_per_turn": best.get("cpu_ms_per_turn"),
+        "load_avg_1min": best.get("runtime", {}).get("load_avg_1min"),
         "errors": _sum_errors(phases),
         "active_at_end": stats.get("active"), "hosts": rt.cfg.hosts, "host_threads": rt.cfg.host_threads,
         "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),
@@ -695,7 +700,8 @@ def summary_rows(res: dict[str, Any]) -> list[list[str]]:
             rows.append([p["phase"], str(p["active"]), str(p["turns"]), f"{p['turns_per_s']:.1f}",
                          f"{p['turn_p50_ms']:.0f}", f"{p['turn_p99_ms']:.0f}",
                          "—" if p["overhead_p50_ms"] is None else f"{p['overhead_p50_ms']:.1f}",
-                         "—" if p.get("fsyncs_per_turn") is None else f"{p['fsyncs_per_turn']:.1f}"])
+                         "—" if p.get("fsyncs_per_turn") is None else f"{p['fsyncs_per_turn']:.1f}",
+                         _load(p)])
         return rows
     for p in res["phases"]:
         rt = p.get("runtime") or {}
@@ -721,7 +727,13 @@ def summary_columns(res: dict[str, Any]) -> list[str]:
     if res.get("model") == "stand-in":
         return ["phase", "model", "wait", "in flight", "turns", "turns/s", "×inst", "p50/p99 ms", "ovh ms", "errors",
                 "thr/MiB", "conns"]
-    return ["phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms", "fsyncs/turn"]
+    return ["phase", "in flight", "turns", "turns/s", "p50 ms", "p99 ms", "overhead p50 ms", "fsyncs/turn", "load"]
+
+
+def _load(p: dict[str, Any]) -> str:
+    """The machine's highest 1-min load average while the phase ran (—: not sampled)."""
+    load = (p.get("runtime") or {}).get("load_avg_1min")
+    return "—" if not load else f"{load['max']:.1f}"
 
 
 _TABLE_KINDS = ("SoulHost", "LayerShard", "RuntimeController")
