@@ -42,3 +42,15 @@ def test_fsyncs_under_the_data_dir_are_counted_in_another_process(tmp_path: Path
     subprocess.run([sys.executable, "-c", SYNCS, str(data / "a" / ".." / "soul.sqlite"), str(other / "y")],
                    env=env, check=True)
     assert c.read() == 8  # the path as the kernel resolves it
+
+
+@pytest.mark.skipif(not Path("/proc/self/mounts").is_file(), reason="reads /proc/self/mounts (Linux)")
+def test_a_result_names_the_mount_its_data_dir_is_on(tmp_path: Path) -> None:
+    """The storage a benchmark measured: the deepest mount holding the data dir (one not made yet included), not
+    a mount whose path merely starts with the same letters."""
+    fs = fsyncs.file_system(tmp_path / "not-made-yet" / "data")
+    assert os.stat(fs["mount_point"]).st_dev == os.stat(tmp_path).st_dev
+    assert fs["type"] not in ("", "unknown")
+    proc = fsyncs.file_system("/proc/self/status")
+    assert (proc["mount_point"], proc["type"]) == ("/proc", "proc")
+    assert fsyncs.file_system("/procfs-is-not-proc")["mount_point"] != "/proc"
