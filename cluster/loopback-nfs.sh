@@ -5,9 +5,9 @@
 # (libnfs) mounts it at MOUNTPOINT through FUSE, so every read, write, fsync, open and stat of a file there is
 # an NFSv3 RPC over TCP. Server, rpcbind and client run in a network namespace of their own whose only
 # interface is loopback: nothing listens outside it. What it leaves out: network latency (loopback), the
-# kernel's NFS client (fuse-nfs sends one call at a time and caches nothing past FUSE's own 1 s attribute
-# cache), and server-side locks (byte-range locks stay in this machine's kernel: right for one machine, says
-# nothing about two).
+# kernel's NFS client (fuse-nfs sends one call at a time, each write() as an RPC of its own, and caches only
+# what FUSE does), and server-side locks (byte-range locks stay in this machine's kernel: right for one
+# machine, says nothing about two).
 #
 #   cluster/loopback-nfs.sh up MOUNTPOINT      start the server and mount the export at MOUNTPOINT
 #   cluster/loopback-nfs.sh down MOUNTPOINT    unmount it, stop the processes it started (by their recorded
