@@ -94,7 +94,7 @@ def test_reply_sends_context_and_records_usage(api: MessagesApiServer) -> None:
     assert body["model"] == MODEL and body["max_tokens"] == 300
     assert body["system"] == [  # the persona first (static per soul: the cacheable prefix), then the memories
         {"type": "text", "text": "You are Sol."},
-        {"type": "text", "text": "Relevant memories (id: text):\n- f1: Ana likes tea\n- e7: Ana moved to Oslo"}]
+        {"type": "text", "text": "Relevant memories:\n- f1: Ana likes tea\n- e7: Ana moved to Oslo"}]
     assert body["thinking"] == {"type": "disabled"}
     assert body["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello Ana"},
                                 {"role": "user", "content": "what do I drink?"}]

@@ -131,10 +131,12 @@ def test_pages_are_static_and_the_context_route_is_the_tenants(srv: Served, soul
     assert full["used_tokens"] == sum(i["tokens"] for i in full["items"]) <= 2000
     assert [i["rank"] for i in full["items"]] == list(range(1, len(full["items"]) + 1))
     assert any("Postgres 16" in (i["line"] or "") for i in full["items"])
+    assert sorted(i["position"] for i in full["items"]) == list(range(1, len(full["items"]) + 1))
     tight = srv.client("acme").get(ctx, params={"q": "Which Postgres does Tendril run?", "budget": 30}).json()
     shown = [i for i in tight["items"] if i["shown"]]
     assert len(shown) < len(tight["items"]) and tight["used_tokens"] <= 30
-    assert all(i["line"] is None and i["tokens"] is None for i in tight["items"] if not i["shown"])
+    assert all(i["line"] is None and i["tokens"] is None and i["position"] is None
+               for i in tight["items"] if not i["shown"])
     bad = srv.client("acme").get(ctx, params={"q": "x", "budget": 0})
     assert bad.status_code in (400, 422) and bad.json()["error"]["type"] == "InvalidInput", bad.text
     theirs = srv.client("beta").get(ctx, params={"q": "Which Postgres does Tendril run?"})

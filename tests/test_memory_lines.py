@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from soul_runtime.clock import DAY, to_timestamp
-from soul_runtime.loop.context import line_tokens, memory_line, pack_memory
+from soul_runtime.loop.context import MIN_LINE_TOKENS, line_tokens, memory_line, pack_memory
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
-from soul_runtime.models.base import ChatMessage, Exchange
+from soul_runtime.models.base import ChatMessage, Exchange, read_memory_lines
+from soul_runtime.models.claude import memory_block
 from soul_runtime.models.offline import OfflineModel
 from soul_runtime.records import RecalledItem
 from soul_runtime.timeref import TimeScope, ago, query_scope, resolve_relative
@@ -56,10 +57,43 @@ def item(i: int, text: str, score: float, at: float = SAT, store: str = "episodi
 
 def test_memory_line_says_when() -> None:
     line = memory_line(item(3, "Ana adopted a beagle named Biscuit.", 0.5), SAT + 2 * DAY)
-    assert line == "[episodic ep-3] 15 July 2023 (2 days ago): Ana adopted a beagle named Biscuit."
-    assert memory_line(item(3, "Ana adopted a beagle.", 0.5), SAT + 300 * DAY).startswith("[episodic ep-3] 15 July 2023: ")
+    assert line == "15 July 2023 (2 days ago): Ana adopted a beagle named Biscuit."
+    assert memory_line(item(3, "Ana adopted a beagle.", 0.5), SAT + 300 * DAY).startswith("15 July 2023: ")
     fact = RecalledItem("semantic", "ana:dog", "Ana dog: Biscuit", 0.9, ("D1",), SAT)
     assert memory_line(fact, SAT) == "[semantic ana:dog] Ana dog: Biscuit"
+
+
+def test_a_day_is_written_once_the_best_day_first() -> None:
+    fact = RecalledItem("semantic", "ana:dog", "Ana dog: Biscuit", 0.4, ("D9",), SAT)
+    recalled = [item(1, "Ana walked Biscuit by the lake.", 0.6, SAT + DAY), item(2, "Ana adopted Biscuit.", 0.5),
+                fact, item(3, "Biscuit chewed a shoe.", 0.45, SAT + DAY + 3600), item(4, "Ana bought a lead.", 0.44)]
+    packed = pack_memory(recalled, 1000, SAT + 3 * DAY)
+    assert [line for _, line in packed] == [
+        "[semantic ana:dog] Ana dog: Biscuit",
+        "16 July 2023 (2 days ago): Ana walked Biscuit by the lake.",
+        "  Biscuit chewed a shoe.",
+        "15 July 2023 (3 days ago): Ana adopted Biscuit.",
+        "  Ana bought a lead."]
+    assert [it.id for it, _ in packed] == ["ana:dog", "ep-1", "ep-3", "ep-2", "ep-4"]
+    lines = tuple(line for _, line in packed)
+    assert [(m.store, m.id, m.text) for m in read_memory_lines(lines)] == [
+        ("semantic", "ana:dog", "Ana dog: Biscuit"), ("episodic", "16 July 2023", "Ana walked Biscuit by the lake."),
+        ("episodic", "16 July 2023", "Biscuit chewed a shoe."), ("episodic", "15 July 2023", "Ana adopted Biscuit."),
+        ("episodic", "15 July 2023", "Ana bought a lead.")]
+    assert memory_block(lines).splitlines()[4:6] == ["- 15 July 2023 (3 days ago): Ana adopted Biscuit.",
+                                                     "  - Ana bought a lead."]
+    # the budget counts the date once per day: what fits with dates repeated is less than what fits here
+    budget = sum(line_tokens(line) for line in lines)
+    assert len(pack_memory(recalled, budget, SAT + 3 * DAY)) == 5
+    assert sum(line_tokens(memory_line(it, SAT + 3 * DAY)) for it in recalled) > budget
+
+
+def test_a_scrap_is_not_worth_more_than_a_passage() -> None:
+    scrap = item(1, "4.", 0.50)  # a list's number, recalled for a question word it sits beside
+    passage = item(2, "Ana moved the team's builds to a self-hosted runner in the Oslo office basement.", 0.52)
+    budget = line_tokens(memory_line(passage)) + 1
+    assert line_tokens(memory_line(passage)) < MIN_LINE_TOKENS
+    assert [it.id for it, _ in pack_memory([scrap, passage], budget)] == ["ep-2"]
 
 
 def test_packing_by_value_per_token_within_the_budget() -> None:

@@ -56,7 +56,7 @@ def test_reply_sends_context_and_records_usage(api: ChatCompletionsServer) -> No
     body = req.body
     assert body["model"] == MODEL and body["max_tokens"] == 300
     assert body["messages"] == [  # one system message: the persona (static per soul) first, then the memories
-        {"role": "system", "content": "You are Sol.\n\nRelevant memories (id: text):\n- f1: Ana likes tea\n"
+        {"role": "system", "content": "You are Sol.\n\nRelevant memories:\n- f1: Ana likes tea\n"
                                       "- e7: Ana moved to Oslo"},
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello Ana"},
         {"role": "user", "content": "what do I drink?"}]

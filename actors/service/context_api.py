@@ -35,7 +35,11 @@ class PackedItem(BaseModel):
     sources: list[str]
     at: float
     shown: bool = Field(description="the item's line fits the budget: the model would read it")
-    line: str | None = Field(description="the line the model would read (None when it is not shown)")
+    line: str | None = Field(description="the line the model would read (None when it is not shown); an episode's "
+                                         "line starts with its day, or is indented under the line before it "
+                                         "when that one is of the same day")
+    position: int | None = Field(None, description="where the line stands in what the model reads, 1 first (facts "
+                                                   "and procedures, then episodes by day); None when it is not shown")
     tokens: int | None = Field(description="what that line costs in the context (None when it is not shown)")
 
 
@@ -49,13 +53,14 @@ class ContextOut(BaseModel):
 def packed(items: list[dict[str, Any]], budget: int, now: float, query: str) -> ContextOut:
     """The recalled items (the tenant's view, best first) with what the turn's packing rule makes of them."""
     recalled = [RecalledItem.from_dict(d) for d in items]
-    lines = {(it.store, it.id): line for it, line in pack_memory(recalled, budget, now, query)}
+    lines = {(it.store, it.id): (pos, line)
+             for pos, (it, line) in enumerate(pack_memory(recalled, budget, now, query), start=1)}
     out = []
     for rank, (d, it) in enumerate(zip(items, recalled, strict=True), start=1):
-        line = lines.get((it.store, it.id))
+        pos, line = lines.get((it.store, it.id), (None, None))
         out.append(PackedItem(rank=rank, store=it.store, id=str(d["id"]), text=str(d["text"]), score=it.score,
                               sources=[str(s) for s in d["sources"]], at=it.at, shown=line is not None, line=line,
-                              tokens=None if line is None else line_tokens(line)))
+                              position=pos, tokens=None if line is None else line_tokens(line)))
     return ContextOut(query=query, budget=budget, used_tokens=sum(i.tokens or 0 for i in out), items=out)
 
 

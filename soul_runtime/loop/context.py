@@ -25,7 +25,7 @@ that answers the question (:mod:`soul_runtime.loop.excerpt`) within SHORT_CHARS,
 a code block by its ``max_connections=209`` line, a table by its heading and the row asked about, a paragraph
 by the sentence that holds the question's words. A memory that holds none of them is shown by its opening."""
 FULL_CHARS = 400
-SHORT_CHARS = 200
+SHORT_CHARS = 160
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
@@ -36,21 +36,42 @@ def short_text(text: str, limit: int | None = None) -> str:
     return first if len(first) <= limit else first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:-") + "\u2026"
 
 
-def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False,
-                weights: dict[str, float] | None = None) -> str:
-    """``[episodic ep-12] 3 March 2024: …``: an episode says when it happened (and, while that is recent,
-    how long before ``now``); facts and procedures are current and carry no date. A text longer than its room
-    (FULL_CHARS, or SHORT_CHARS when ``short``) that holds the question's terms (``weights``, from
-    :func:`query_weights`) is shown by its excerpt; else by its opening."""
+MIN_LINE_TOKENS = 40
+"""A line is valued as if it cost at least this many tokens: a scrap of a few words ("4.", ``for item in
+items:``) that matches a question word is not worth more than a passage of the same relevance."""
+
+SAME_DAY = "  "
+"""An episode of the same day as the line before it starts with this indent instead of repeating the date."""
+
+
+def when(it: RecalledItem, now: float | None = None) -> str:
+    """``3 March 2024 (2 days ago)``: an episode's day and, while that is recent, how long before ``now``."""
+    rel = ago(it.at, now) if now is not None else ""
+    return f"{day_text(it.at)}{f' ({rel})' if rel else ''}"
+
+
+def _shown(it: RecalledItem, short: bool, weights: dict[str, float] | None) -> str:
     text = it.text
     room = SHORT_CHARS if short else FULL_CHARS
     if len(text) > room:
         found = excerpt(text, weights, room) if weights else None
         text = found if found is not None else short_text(text, room)
-    if it.store != "episodic" or not it.at:
-        return f"[{it.store} {it.id}] {text}"
-    rel = ago(it.at, now) if now is not None else ""
-    return f"[{it.store} {it.id}] {day_text(it.at)}{f' ({rel})' if rel else ''}: {text}"
+    return text
+
+
+def _dated(it: RecalledItem) -> bool:
+    return it.store == "episodic" and bool(it.at)
+
+
+def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False,
+                weights: dict[str, float] | None = None) -> str:
+    """``3 March 2024 (2 days ago): …``: an episode says when it happened (and, while that is recent, how long
+    before ``now``); a fact or a procedure is current and carries its id instead (``[semantic ana:dog] …``), by
+    which the model can name it. A text longer than its room (FULL_CHARS, or SHORT_CHARS when ``short``) that
+    holds the question's terms (``weights``, from :func:`query_weights`) is shown by its excerpt; else by its
+    opening."""
+    text = _shown(it, short, weights)
+    return f"{when(it, now)}: {text}" if _dated(it) else f"[{it.store} {it.id}] {text}"
 
 
 def line_tokens(line: str) -> int:
@@ -58,27 +79,58 @@ def line_tokens(line: str) -> int:
     return estimate_tokens(line) + 1
 
 
+def _render(chosen: list[tuple[int, RecalledItem, str, str]]) -> list[tuple[RecalledItem, str]]:
+    """Facts and procedures in recall order, then the episodes by day, each day's date written once: the day of
+    the best recalled episode first, and within a day in recall order."""
+    first: dict[str, int] = {}
+    for i, _, day, _ in sorted(chosen, key=lambda x: x[0]):
+        first.setdefault(day, i)
+    ordered = sorted(chosen, key=lambda x: (bool(x[2]), first[x[2]] if x[2] else 0, x[0]))
+    out, last_day = [], None
+    for _, it, day, text in ordered:
+        if not day:
+            out.append((it, text))
+            continue
+        out.append((it, SAME_DAY + text if day == last_day else f"{day}: {text}"))
+        last_day = day
+    return out
+
+
 def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = ""
                 ) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
-    (``score ** VALUE_POWER`` / tokens of the rendered line), returned in recall order with their lines.
-    The first FULL_LINES items are rendered in full, the others short: by the part that answers ``query``.
-    An episode whose sources are all shown by an episode already chosen is left out: one line per message said,
-    so the budget reaches more of what was said (the parts of a long message recalled together are shown
-    by the one that answers best)."""
+    (``score ** VALUE_POWER`` / tokens of the line, at least MIN_LINE_TOKENS), returned with their lines: facts
+    and procedures first in recall order, then episodes by day (the day of the best first), a day's date written
+    once and its other episodes indented under it (:data:`SAME_DAY`), so the budget goes to what was said rather than to repeated
+    dates. The first FULL_LINES items are rendered in full, the others short: by the part that answers
+    ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
+    message said, so the budget reaches more of what was said (the parts of a long message recalled together
+    are shown by the one that answers best)."""
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
-    lines = [(i, it, memory_line(it, now, short=i >= FULL_LINES, weights=weights)) for i, it in enumerate(recalled)]
-    by_value = sorted(lines, key=lambda x: (-(max(x[1].score, 1e-9) ** VALUE_POWER) / line_tokens(x[2]), x[0]))
+    rows = []
+    for i, it in enumerate(recalled):
+        text = _shown(it, i >= FULL_LINES, weights)
+        day = when(it, now) if _dated(it) else ""
+        rows.append((i, it, day, text if day else f"[{it.store} {it.id}] {text}"))
+    by_value = sorted(rows, key=lambda r: (-(max(r[1].score, 1e-9) ** VALUE_POWER)
+                                           / max(MIN_LINE_TOKENS, line_tokens(f"{r[2]}: {r[3]}" if r[2] else r[3])), r[0]))
     used, chosen = 0, []
     shown: set[str] = set()
-    for i, it, line in by_value:
-        t = line_tokens(line)
+    days: set[str] = set()
+    for row in by_value:
+        _, it, day, text = row
+        t = line_tokens(text if not day else SAME_DAY + text if day in days else f"{day}: {text}")
         episode = it.store == "episodic"
         if used + t <= budget and not (episode and it.sources and shown.issuperset(it.sources)):
-            chosen.append((i, it, line))
+            chosen.append(row)
             shown.update(it.sources if episode else ())
+            days.add(day)
             used += t
-    return [(it, line) for _, it, line in sorted(chosen, key=lambda x: x[0])]
+    packed = _render(chosen)
+    while chosen and sum(line_tokens(line) for _, line in packed) > budget:  # a date moved to a longer line
+        chosen.pop()
+        packed = _render(chosen)
+    return packed
 
 
 @dataclass(frozen=True)

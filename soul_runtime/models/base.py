@@ -31,6 +31,7 @@ named by import path or entry point (:mod:`soul_runtime.models.choice`, docs/mod
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -94,9 +95,47 @@ class ChatMessage:
     speaker: str = ""
 
 
+_TAGGED = re.compile(r"^\[(?P<store>\w+)\s+(?P<id>[^\]]+)\]\s*(?P<text>.*)$", re.S)
+_DATED = re.compile(r"^(?P<day>\d{1,2} [A-Z][a-z]+ \d{4})(?: \([^)]*\))?: (?P<text>.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """One of a request's memory lines read back: its layer, its id (an episode's is its day) and its text."""
+
+    store: str
+    id: str
+    text: str
+
+
+def read_memory_lines(lines: tuple[str, ...] | list[str]) -> list[MemoryLine]:
+    """:attr:`ReplyRequest.memory_lines` as :class:`MemoryLine`: ``[semantic ana:dog] Ana dog: Biscuit`` is a
+    fact by its id; ``3 March 2024 (2 days ago): …`` an episode of that day, and an indented line after it
+    another episode of the same day. Any other line is an episode without a day."""
+    out, day = [], ""
+    for line in lines:
+        if line[:1].isspace() and day:
+            out.append(MemoryLine("episodic", day, line.strip()))
+        elif m := _TAGGED.match(line.strip()):
+            out.append(MemoryLine(m.group("store"), m.group("id"), m.group("text")))
+        elif m := _DATED.match(line.strip()):
+            day = m.group("day")
+            out.append(MemoryLine("episodic", day, m.group("text")))
+        else:
+            out.append(MemoryLine("episodic", "", line.strip()))
+    return out
+
+
+def memory_text(line: str) -> str:
+    """A memory line's text without its ``[store id]`` tag or its date."""
+    return read_memory_lines([line.strip()])[0].text
+
+
 @dataclass(frozen=True)
 class ReplyRequest:
-    """An assembled context: what the model sees for one reply."""
+    """An assembled context: what the model sees for one reply. ``memory_lines`` are the recalled memories,
+    facts and procedures by id first, then episodes under their dates (read them back with
+    :func:`read_memory_lines`)."""
 
     system: str
     memory_lines: tuple[str, ...]

@@ -179,8 +179,10 @@ class AnthropicModel(RemoteModel):
 
 
 def memory_block(lines: Iterable[str]) -> str:
-    """The recalled memories as the reply model is shown them."""
-    return "Relevant memories (id: text):\n" + "\n".join(f"- {line}" for line in lines)
+    """The recalled memories as the reply model is shown them: a list, an episode of the same day as the one
+    before it nested under it."""
+    return "Relevant memories:\n" + "\n".join(f"  - {line.strip()}" if line[:1].isspace() else f"- {line}"
+                                               for line in lines)
 
 
 def _user(text: str) -> MessageParam:

@@ -24,6 +24,7 @@ from soul_runtime.models.base import (
     ReplyRequest,
     TaskClassification,
     Usage,
+    read_memory_lines,
 )
 from soul_runtime.records import Extraction, FactCandidate, TaskReport
 from soul_runtime.text import prose
@@ -33,7 +34,6 @@ PREFIX = "[offline model] "
 _WINDOW = 8  # how many earlier messages a confirmation, correction or outcome may refer to
 _VERB_ATTRS = ("likes", "dislikes", "prefers", "uses", "runs on")
 _STORE_TAG = {"semantic": "fact", "episodic": "episode", "procedural": "procedure"}
-_LINE = re.compile(r"^\[(?P<store>\w+)\s+(?P<id>[^\]]+)\]\s*(?P<text>.*)$")
 
 
 def _has_content(text: str) -> bool:
@@ -259,10 +259,9 @@ def _last_request(hist: list[ChatMessage], speaker: str) -> tuple[str, str, tupl
 
 
 def _procedure_steps(lines: tuple[str, ...], cls: str) -> tuple[str, tuple[str, ...]]:
-    for line in lines:
-        m = _LINE.match(line.strip())
-        if m and m.group("store") == "procedural" and rules.same_task(m.group("id").split("@")[0], cls):
-            return m.group("id"), tuple(s.strip(" .") for s in re.findall(r"\d+\.\s+(.+?)(?=;\s*\d+\.|$)", m.group("text")))
+    for m in read_memory_lines(lines):
+        if m.store == "procedural" and rules.same_task(m.id.split("@")[0], cls):
+            return m.id, tuple(s.strip(" .") for s in re.findall(r"\d+\.\s+(.+?)(?=;\s*\d+\.|$)", m.text))
     return "", ()
 
 
@@ -272,11 +271,10 @@ _TASK_NAMED = re.compile(r"\btask '([^']{1,80})'")
 def _known_classes(ex: Exchange, hist: list[ChatMessage], subject: str) -> list[str]:
     """Task classes named before: procedures and task episodes recalled for this exchange, earlier messages."""
     out = list(ex.known_tasks)
-    for line in ex.recalled:
-        m = _LINE.match(line.strip())
-        if m and m.group("store") == "procedural":
-            out.append(m.group("id").split("@")[0])
-        out += _TASK_NAMED.findall(line)
+    for m in read_memory_lines(ex.recalled):
+        if m.store == "procedural":
+            out.append(m.id.split("@")[0])
+        out += _TASK_NAMED.findall(m.text)
     for msg in hist:
         out += _TASK_NAMED.findall(msg.content)
         if msg.role == "user":
@@ -611,9 +609,9 @@ class OfflineModel(LanguageModel):
 
     def reply(self, request: ReplyRequest) -> ModelReply:
         text, user = request.user_text, request.user if request.user.lower() not in rules.GENERIC_SPEAKERS else ""
-        lines = [m for m in (_LINE.match(x.strip()) for x in request.memory_lines) if m]
-        known = tuple((m.group("id").split(":")[0], m.group("id").split(":", 1)[1], m.group("text").rsplit(": ", 1)[-1])
-                      for m in lines if m.group("store") == "semantic" and ":" in m.group("id"))
+        lines = [m for m in read_memory_lines(request.memory_lines) if m.id]
+        known = tuple((m.id.split(":")[0], m.id.split(":", 1)[1], m.text.rsplit(": ", 1)[-1])
+                      for m in lines if m.store == "semantic" and ":" in m.id)
         ex = Exchange(text, "", request.user, (), 0.0, recalled=tuple(request.memory_lines), history=request.history,
                       known_facts=known)
         a = analyse(ex, for_reply=True)
@@ -638,16 +636,16 @@ class OfflineModel(LanguageModel):
         if a.task and a.task.save_requested:
             parts.append(f"I'll save '{a.task.task_class}' as a procedure.")
         qwords = set(rules.content_words(text))
-        scored = [(len(qwords & set(rules.content_words(m.group("text") + " " + re.sub(r"[:_@]", " ", m.group("id"))))), i, m)
-                  for i, m in enumerate(lines) if not (m.group("store") == "procedural" and a.request)]
+        scored = [(len(qwords & set(rules.content_words(m.text + " " + re.sub(r"[:_@]", " ", m.id)))), i, m)
+                  for i, m in enumerate(lines) if not (m.store == "procedural" and a.request)]
         top = max((s for s, _, _ in scored), default=0)
         relevant = sorted((x for x in scored if x[0] >= max(1, top // 2)), key=lambda x: (-x[0], x[1]))[:3]
         if not relevant and query_scope(text, 0.0) is not None:  # "what happened three sessions ago": the
-            relevant = [x for x in scored if x[2].group("store") == "episodic"][:3]  # dated lines, in recall order
+            relevant = [x for x in scored if x[2].store == "episodic"][:3]  # dated lines, the best day first
         if not a.instruction and (a.question or not parts) and not a.chit:
             for _, _, m in relevant:
-                tag = _STORE_TAG.get(m.group("store"), m.group("store"))
-                parts.append(f"From memory [{tag} {m.group('id')}]: {m.group('text').rstrip('.')}.")
+                tag = _STORE_TAG.get(m.store, m.store)
+                parts.append(f"From memory [{tag} {m.id}]: {m.text.rstrip('.')}.")
             if not relevant:
                 parts.append("I don't have anything on that yet." if a.question else "Noted.")
         if not parts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from soul_runtime.models.base import memory_text
 from soul_runtime.models.offline_rules.cleaning import content_words, split_sentences, strip_fillers
 from soul_runtime.models.offline_rules.words import memo
 from soul_runtime.text import fold as normalise
@@ -87,14 +88,14 @@ def is_instruction(text: str) -> bool:
 
 
 def echoes(text: str, sources: tuple[str, ...] | list[str]) -> bool:
-    """Does ``text`` repeat (contain, or is contained in) one of ``sources`` (persona / recalled "[store id] …" lines)?"""
-    n = normalise(re.sub(r"^\s*\[[^\]]*\]", "", text))
-    lines = [normalise(re.sub(r"^\s*\[[^\]]*\]", "", line)) for src in sources for line in src.splitlines()]
+    """Does ``text`` repeat (contain, or is contained in) one of ``sources`` (persona / recalled memory lines)?"""
+    n = normalise(memory_text(text))
+    lines = [normalise(memory_text(line)) for src in sources for line in src.splitlines()]
     return len(n.split()) >= 3 and any(m and (n in m or (len(m.split()) >= 3 and m in n)) for m in lines)
 
 
 def pastes(text: str, lines: tuple[str, ...] | list[str]) -> bool:
     """Does ``text`` contain a whole recalled memory line (≥ 3 words) — a memory pasted back, not a fact said again?"""
     n = normalise(text)
-    bodies = [normalise(re.sub(r"^\s*\[[^\]]*\]", "", line)) for src in lines for line in src.splitlines()]
+    bodies = [normalise(memory_text(line)) for src in lines for line in src.splitlines()]
     return any(len(b.split()) >= 3 and b in n for b in bodies)
