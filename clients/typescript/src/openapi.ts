@@ -278,7 +278,8 @@ export interface paths {
         post?: never;
         /**
          * Forget All
-         * @description Erase the soul's memory for good: every layer, its traces and buffer; its files are unlinked.
+         * @description Erase the soul's memory for good: every layer (or the ``store`` ones), its traces and buffer; its files
+         *     are unlinked.
          */
         delete: operations["forget_all_v1_souls__soul_id__delete"];
         options?: never;
@@ -376,16 +377,34 @@ export interface components {
         };
         /** ForgetOut */
         ForgetOut: {
+            /** Reply */
+            reply: string;
             /** Turn Id */
             turn_id: string;
             /** Seq */
             seq: number;
-            /** Deleted */
-            deleted: string[];
+            /** Recalled */
+            recalled: {
+                [key: string]: unknown;
+            }[];
             /** Writes */
             writes: {
                 [key: string]: unknown;
             }[];
+            /** Writes Pending */
+            writes_pending: boolean;
+            /**
+             * Model
+             * @description the model that answered
+             */
+            model: string;
+            /**
+             * Offline
+             * @description the answer came from the offline model
+             */
+            offline: boolean;
+            /** Deleted */
+            deleted: string[];
         };
         /** Message */
         Message: {
@@ -439,9 +458,14 @@ export interface components {
             shown: boolean;
             /**
              * Line
-             * @description the line the model would read (None when it is not shown)
+             * @description the line the model would read (None when it is not shown); an episode's line starts with its day, or is indented under the line before it when that one is of the same day
              */
             line: string | null;
+            /**
+             * Position
+             * @description where the line stands in what the model reads, 1 first (facts and procedures, then episodes by day); None when it is not shown
+             */
+            position?: number | null;
             /**
              * Tokens
              * @description what that line costs in the context (None when it is not shown)
@@ -491,6 +515,16 @@ export interface components {
             }[];
             /** Writes Pending */
             writes_pending: boolean;
+            /**
+             * Model
+             * @description the model that answered
+             */
+            model: string;
+            /**
+             * Offline
+             * @description the answer came from the offline model
+             */
+            offline: boolean;
         };
     };
     responses: never;
@@ -720,6 +754,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description InvalidInput: a request body over the service's limit (named in the message) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
@@ -837,6 +880,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description InvalidInput: a request body over the service's limit (named in the message) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
@@ -893,6 +945,8 @@ export interface operations {
                 k?: number;
                 /** @description these layers only (repeatable) */
                 store?: components["schemas"]["Store"][] | null;
+                /** @description recall as of this time: epoch seconds or an RFC 3339 date-time (default: now) */
+                at?: (number | string) | null;
             };
             header?: never;
             path: {
@@ -1899,6 +1953,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description InvalidInput: a request body over the service's limit (named in the message) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
             422: {
                 headers: {
@@ -1941,7 +2004,10 @@ export interface operations {
     };
     forget_all_v1_souls__soul_id__delete: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description these layers only (repeatable) */
+                store?: components["schemas"]["Store"][] | null;
+            };
             header?: never;
             path: {
                 /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
@@ -2104,6 +2170,15 @@ export interface operations {
                 headers: {
                     /** @description the methods the path takes */
                     Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description InvalidInput: a request body over the service's limit (named in the message) */
+            413: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
