@@ -4,7 +4,8 @@ port, fixed by Serve; the service gives each HAProxy ports of its own, so the se
 
 The first is started with ``--cors-origin``: through its real ingress (HAProxy, the replica), a page of that origin
 gets its preflight and its answers with the CORS headers, any other origin none; the second, started without,
-sends none to anyone.
+sends none to anyone. The second is also started with ``--no-inspector``: its ``/ui/`` is a 404, the first's serves
+the pages, and both answer ``/v1``.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def services(pages: tuple[str, str]) -> Iterator[list[dict[str, Any]]]:
     base = Path(tempfile.mkdtemp(prefix="two", dir="/tmp"))
     started: list[dict[str, Any]] = []
     try:
-        for i, cors in enumerate((["--cors-origin", pages[0]], [])):
+        for i, extra in enumerate((["--cors-origin", pages[0]], ["--no-inspector"])):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "SOUL_"))}
             env["SOUL_DATA_DIR"] = str(base / f"data{i}")
             add = subprocess.run([SOUL, "tenants", "add", "acme", "--json"], env=env, capture_output=True, text=True,
@@ -101,7 +102,7 @@ def services(pages: tuple[str, str]) -> Iterator[list[dict[str, Any]]]:
             port = _free_port()
             log = base / f"serve{i}.log"
             with open(log, "w") as out:
-                proc = subprocess.Popen([SOUL, "serve", "--port", str(port), *cors], env=env, stdout=out,
+                proc = subprocess.Popen([SOUL, "serve", "--port", str(port), *extra], env=env, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             started.append({"url": f"http://127.0.0.1:{port}", "port": port, "proc": proc, "log": log, "env": env,
                             "key": json.loads(add.stdout)["key"]})
@@ -172,6 +173,17 @@ def test_two_services_side_by_side_each_with_its_own_tenants(services: list[dict
             assert {stats, metrics} <= binds, (stats, metrics, binds)
             assert httpx.get(f"http://127.0.0.1:{stats}/stats", timeout=30).status_code == 200
             assert "haproxy_" in httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=30).text
+
+
+def test_a_service_without_the_inspector(services: list[dict[str, Any]]) -> None:
+    a, b = services
+    page = httpx.get(a["url"] + "/ui/", timeout=60)
+    assert page.status_code == 200 and 'id="app"' in page.text
+    for path in ("/ui/", "/ui/app.js"):
+        assert httpx.get(b["url"] + path, timeout=60).status_code == 404
+    souls = httpx.get(b["url"] + "/v1/souls", headers={"Authorization": f"Bearer {b['key']}"}, timeout=60)
+    assert souls.status_code == 200 and "souls" in souls.json(), souls.text
+    assert httpx.get(b["url"] + "/v1/souls", timeout=60).status_code == 401  # /v1 as it is: a key is needed
 
 
 def test_cors_through_a_real_service(services: list[dict[str, Any]], pages: tuple[str, str]) -> None:
