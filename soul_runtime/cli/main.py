@@ -126,8 +126,8 @@ class Ctx:
         if self.json:
             render.print_json(data)
         else:
-            for r in renderables:
-                self.out.print(r)
+            for r in renderables:  # a line of text is never wrapped: a log or a pipe gets it whole, for grep
+                self.out.print(r, soft_wrap=isinstance(r, str))
 
 
 
