@@ -63,6 +63,16 @@ def _dated(it: RecalledItem) -> bool:
     return it.store == "episodic" and bool(it.at)
 
 
+def _body(it: RecalledItem, text: str) -> str:
+    """An episode's text as it is; a fact's or a procedure's after its id, by which the model can name it."""
+    return text if _dated(it) else f"[{it.store} {it.id}] {text}"
+
+
+def _line(day: str, body: str, same_day: bool = False) -> str:
+    """``body`` under ``day`` (indented instead when the line before is of the same day); undated as it is."""
+    return body if not day else SAME_DAY + body if same_day else f"{day}: {body}"
+
+
 def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = False,
                 weights: dict[str, float] | None = None) -> str:
     """``3 March 2024 (2 days ago): …``: an episode says when it happened (and, while that is recent, how long
@@ -70,8 +80,7 @@ def memory_line(it: RecalledItem, now: float | None = None, *, short: bool = Fal
     which the model can name it. A text longer than its room (FULL_CHARS, or SHORT_CHARS when ``short``) that
     holds the question's terms (``weights``, from :func:`query_weights`) is shown by its excerpt; else by its
     opening."""
-    text = _shown(it, short, weights)
-    return f"{when(it, now)}: {text}" if _dated(it) else f"[{it.store} {it.id}] {text}"
+    return _line(when(it, now) if _dated(it) else "", _body(it, _shown(it, short, weights)))
 
 
 def line_tokens(line: str) -> int:
@@ -86,12 +95,9 @@ def _render(chosen: list[tuple[int, RecalledItem, str, str]]) -> list[tuple[Reca
     for i, _, day, _ in sorted(chosen, key=lambda x: x[0]):
         first.setdefault(day, i)
     ordered = sorted(chosen, key=lambda x: (bool(x[2]), first[x[2]] if x[2] else 0, x[0]))
-    out, last_day = [], None
-    for _, it, day, text in ordered:
-        if not day:
-            out.append((it, text))
-            continue
-        out.append((it, SAME_DAY + text if day == last_day else f"{day}: {text}"))
+    out, last_day = [], ""
+    for _, it, day, body in ordered:
+        out.append((it, _line(day, body, day == last_day)))
         last_day = day
     return out
 
@@ -107,19 +113,16 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
     are shown by the one that answers best)."""
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
-    rows = []
-    for i, it in enumerate(recalled):
-        text = _shown(it, i >= FULL_LINES, weights)
-        day = when(it, now) if _dated(it) else ""
-        rows.append((i, it, day, text if day else f"[{it.store} {it.id}] {text}"))
+    rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
+            for i, it in enumerate(recalled)]
     by_value = sorted(rows, key=lambda r: (-(max(r[1].score, 1e-9) ** VALUE_POWER)
-                                           / max(MIN_LINE_TOKENS, line_tokens(f"{r[2]}: {r[3]}" if r[2] else r[3])), r[0]))
+                                           / max(MIN_LINE_TOKENS, line_tokens(_line(r[2], r[3]))), r[0]))
     used, chosen = 0, []
     shown: set[str] = set()
     days: set[str] = set()
     for row in by_value:
-        _, it, day, text = row
-        t = line_tokens(text if not day else SAME_DAY + text if day in days else f"{day}: {text}")
+        _, it, day, body = row
+        t = line_tokens(_line(day, body, day in days))
         episode = it.store == "episodic"
         if used + t <= budget and not (episode and it.sources and shown.issuperset(it.sources)):
             chosen.append(row)

@@ -114,15 +114,16 @@ def read_memory_lines(lines: tuple[str, ...] | list[str]) -> list[MemoryLine]:
     another episode of the same day. Any other line is an episode without a day."""
     out, day = [], ""
     for line in lines:
+        text = line.strip()
         if line[:1].isspace() and day:
-            out.append(MemoryLine("episodic", day, line.strip()))
-        elif m := _TAGGED.match(line.strip()):
+            out.append(MemoryLine("episodic", day, text))
+        elif m := _TAGGED.match(text):
             out.append(MemoryLine(m.group("store"), m.group("id"), m.group("text")))
-        elif m := _DATED.match(line.strip()):
+        elif m := _DATED.match(text):
             day = m.group("day")
             out.append(MemoryLine("episodic", day, m.group("text")))
         else:
-            out.append(MemoryLine("episodic", "", line.strip()))
+            out.append(MemoryLine("episodic", "", text))
     return out
 
 
