@@ -13,6 +13,7 @@ from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, 
 from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import ChatMessage, Exchange, MemoryDecision, ReplyRequest
 from soul_runtime.models.offline import OfflineModel
+from soul_runtime.models.offline_episode import LIMIT
 from soul_runtime.records import Extraction
 from tests.fakes import HashEmbedder
 
@@ -244,7 +245,16 @@ def test_episode_third_person_and_fillers() -> None:
 def test_episode_is_capped() -> None:
     long = " ".join(f"I visited city number {i} with my cousin and we took many photos." for i in range(12))
     e = M.decide(ex(long, speaker="Lee")).extraction.episode
-    assert 0 < len(e) <= 301 and e.count(".") <= 3
+    assert 1 < e.count(".") < 12 and 0 < len(e) <= LIMIT + 5 * e.count(".")  # "I" → "Lee", "my" → "Lee's"
+
+
+def test_episode_keeps_every_content_sentence_of_a_short_message() -> None:
+    said = ("I'm still figuring out the details, but I'm thinking of working with trans people and supporting their "
+            "mental health. Last Friday I went to an LGBTQ+ counseling workshop with Jo. They talked about therapeutic "
+            "methods for trans clients. I got a reading list from the host, Dr. Amal Reyes, with six books on it.")
+    e = M.decide(ex(said, speaker="Caro")).extraction.episode
+    for kept in ("supporting their mental health", "counseling workshop", "therapeutic methods", "six books"):
+        assert kept in e, (kept, e)
 
 
 def test_elliptic_answer_includes_the_question() -> None:

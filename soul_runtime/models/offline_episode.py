@@ -14,7 +14,9 @@ import re
 from soul_runtime.models import offline_rules as rules
 from soul_runtime.timeref import resolve_relative
 
-LIMIT = 200  # characters of an episode's text (the dated line adds ~30)
+LIMIT = 400
+"""Characters of the content sentences an episode keeps of a message (the least informative dropped first beyond
+it); a message of a few sentences is kept whole, and the packing shows a longer episode by its excerpt."""
 _PHOTO = re.compile(r"\s*\[shares a photo: (?P<cap>[^\]]*)\]")
 _CAPTION_LEAD = re.compile(r"^(?:a |an )?(?:photo|photograph|picture|image|photography|close up|closeup)s?\s+"
                            r"(?:of\s+)?", re.I)
