@@ -422,6 +422,26 @@ def test_a_time_scoped_hit_that_is_also_a_lexical_hit_keeps_its_lexical_score(tm
     m.close()
 
 
+def test_the_lexical_search_finds_every_word_of_the_question_as_the_text_was_stemmed(tmp_path: Path) -> None:
+    """The words of a question reach FTS5 as written, so its stemmer reads them as it read the stored text:
+    a word the engine's own light stemmer and FTS5's Porter stemmer would both cut ("microservices" →
+    "microservic" → "microserv") still finds the episodes that hold it, in a small store and in a pruned one."""
+    from soul_runtime.memory.policy_episodic import LexicalLimits
+    m = SoulMemory(tmp_path, embedder=HashEmbedder())
+    texts = ["We split the billing monolith into microservices.", "Ana's databases moved to Postgres 16.",
+             "Running the nightly job took 40 minutes.", "Caroline's sister lives in Lund."]
+    for i, text in enumerate(texts):
+        m.write(req(f"t{i}", Extraction(episode=text, event=True), at=NOW + i))
+    store = m.episodic
+    for pruned in (False, True):
+        if pruned:
+            store.lexical = LexicalLimits(prune_at=2, postings_budget=10)
+        for query, key in (("How many microservices are there?", 1), ("Which databases did Ana move?", 2),
+                           ("How long was the running of the job?", 3), ("Where does Caroline's sister live?", 4)):
+            assert key in store._lexical(query, 10), (pruned, query, store._match(query))
+    m.close()
+
+
 def test_the_size_lexical_pruning_reads_follows_inserts_and_deletes(tmp_path: Path) -> None:
     """The store size the lexical query is pruned by is remembered between recalls: it follows inserts, and a
     forget that removes the newest episodes brings a store back under ``prune_at`` (every term searched)."""

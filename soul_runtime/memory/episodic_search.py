@@ -8,7 +8,7 @@ import numpy as np
 
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.episodic_table import EpisodeTable
-from soul_runtime.memory.episodic_tokens import fts_tokens
+from soul_runtime.memory.episodic_tokens import fts_tokens, query_words
 from soul_runtime.memory.layer_db import unpack
 from soul_runtime.memory.policy_episodic import (
     fused_score,
@@ -18,7 +18,6 @@ from soul_runtime.memory.policy_episodic import (
     recency_weight,
 )
 from soul_runtime.records import Episode, RecalledItem
-from soul_runtime.text import terms
 from soul_runtime.timeref import TimeScope, query_scope
 
 _Hit = tuple[int, float, float, int, int, bytes, int]
@@ -95,8 +94,9 @@ class EpisodeSearch(EpisodeTable):
         return self._max_key
 
     def _match(self, query: str) -> str:
-        """The FTS5 MATCH expression of ``query`` (see :func:`lexical_clauses`); empty when nothing to match."""
-        qt = list(dict.fromkeys(terms(query)))
+        """The FTS5 MATCH expression of ``query``'s words (:func:`query_words`, see :func:`lexical_clauses`);
+        empty when nothing to match."""
+        qt = query_words(query)
         if not qt:
             return ""
         size = self._size()

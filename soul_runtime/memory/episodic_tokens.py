@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 
+from soul_runtime.text import STOPWORDS, stem, words
+
 FTS_TOKENIZE = "porter unicode61"
 """The tokenizer of ``episodes_fts`` (migration 0001): its vocabulary holds these tokens, not ``text.terms``."""
 _tokens_lock = threading.Lock()
@@ -40,3 +42,19 @@ def fts_tokens(words: list[str]) -> dict[str, tuple[str, ...]]:
             for i, w in enumerate(missing):
                 _tokens[w] = tuple(got.get(i, ()))
     return {w: _tokens.get(w, ()) for w in words}
+
+
+def query_words(query: str) -> list[str]:
+    """The words of ``query`` the lexical search looks for, as written (a possessive's 's dropped), one per
+    :func:`~soul_runtime.text.terms` stem and without stop words: FTS5's own stemmer reads them, as it read the
+    stored text. Handing it ``terms``' stems instead would stem twice, and a word stemmed twice can miss every
+    episode ("microservices" → "microservic" → "microserv", "databases" → "databa")."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for w in words(query):
+        w = w[:-2] if w.endswith("'s") else w
+        if w in STOPWORDS or len(w) <= 1 or stem(w) in seen:
+            continue
+        seen.add(stem(w))
+        out.append(w)
+    return out
