@@ -53,8 +53,8 @@ def query_words(query: str) -> list[str]:
     seen: set[str] = set()
     for w in words(query):
         w = w[:-2] if w.endswith("'s") else w
-        if w in STOPWORDS or len(w) <= 1 or stem(w) in seen:
-            continue
-        seen.add(stem(w))
-        out.append(w)
+        key = stem(w)
+        if w not in STOPWORDS and len(w) > 1 and key not in seen:
+            seen.add(key)
+            out.append(w)
     return out
