@@ -58,7 +58,7 @@ def serve() -> Iterator[dict[str, Any]]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(proc, url, base / "serve.log")
-        yield {"url": url, "key": key}
+        yield {"url": url, "key": key, "proc": proc, "log": base / "serve.log", "data": base / "data"}
     finally:
         stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         _stop_head(base / "data" / "cluster" / "head.json")
@@ -276,3 +276,20 @@ def test_a_wrong_key_is_an_auth_error_and_connect_needs_one(serve: dict[str, Any
     monkeypatch.setenv("SOUL_API_KEY", serve["key"])
     with soul_runtime.connect(serve["url"]) as rt:
         assert isinstance(rt.souls(), list)
+
+
+def test_a_sigterm_stops_the_service_and_leaves_its_runtime_without_serve(serve: dict[str, Any]) -> None:
+    """Runs last: SIGTERM stops ``soul serve`` (Serve's Python proxy ingress, whose replicas Serve's throughput mode
+    gives a direct ingress too): it exits 0 once stopped, its port refuses connections, and on the runtime, which
+    stays up, no process of Serve is left (its controller, proxy and replica); the runtime's own actors are."""
+    from actors.local_cluster import _scan
+    proc = serve["proc"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 0, serve["log"].read_text()[-4000:]
+    assert "stopped (SIGTERM)" in serve["log"].read_text()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(serve["url"] + "/healthz", timeout=10)
+    head = json.loads((serve["data"] / "cluster" / "head.json").read_text())
+    titles = [c.split()[0] for c in _scan(head["session_id"], head["temp_dir"]).values() if c.startswith("ray::")]
+    assert "ray::RuntimeController" in titles, titles
+    assert not [t for t in titles if t.startswith(("ray::Serve", "ray::ProxyActor"))], titles

@@ -61,8 +61,9 @@ def test_ingress_choice(monkeypatch) -> None:
     """auto: HAProxy when a binary is found and the replicas are reachable (one node, or a host that is not a
     loopback address), else Serve's proxy, with the caller's RAY_SERVE_ENABLE_HA_PROXY deciding when set; the
     value is always explicit (a node's own environment never decides); haproxy and proxy win over the caller's
-    variable; haproxy without a binary or with replicas out of reach is refused; Serve's throughput mode is on with
-    either ingress; the caller's RAY_SERVE_* settings pass and win (the throughput mode's among them)."""
+    variable; haproxy without a binary or with replicas out of reach is refused; Serve's throughput mode and a 2 s
+    draining period are on with either ingress; the caller's RAY_SERVE_* settings pass and win (the throughput
+    mode's among them)."""
     import os
 
     import pytest
@@ -74,10 +75,11 @@ def test_ingress_choice(monkeypatch) -> None:
 
     def ha(ingress: str, **kw: object) -> str:
         return serve_app.ingress_env(ingress, **kw)["RAY_SERVE_ENABLE_HA_PROXY"]  # type: ignore[arg-type]
-    assert serve_app.ingress_env("auto", binary=True) == {**serve_app.HAPROXY_ENV,
-                                                          "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+    drain = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}  # with either ingress: a stop holds 2 s, not 30
+    assert serve_app.ingress_env("auto", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "1",
+                                                          "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", **drain}
     assert serve_app.ingress_env("proxy", binary=True) == {"RAY_SERVE_ENABLE_HA_PROXY": "0",
-                                                           "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+                                                           "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", **drain}
     assert ha("auto", binary=False) == "0" and ha("haproxy", binary=True) == "1"
     assert ha("auto", binary=True, nodes=3) == "0" and ha("auto", binary=True, nodes=3, host="0.0.0.0") == "1"
     with pytest.raises(InvalidInput, match="--host 0.0.0.0"):

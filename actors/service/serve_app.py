@@ -34,12 +34,17 @@ log monitor tails). On offline-model turns at 64 callers it saves the replica ab
 a tenth of its share. The routes keep the loop free: what blocks or takes long (the idempotency ledger's SQLite,
 the runtime connection, an export's rewrite) runs in a thread. Set ``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` in
 ``soul serve``'s environment to turn it off."""
-HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+DRAIN_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+"""With either ingress, a stopping replica stays reachable for 2 s, then drains its requests in flight and stops.
+Serve's throughput mode turns on its direct ingress (a replica's own HTTP server) with the Python proxy too, and with
+it Serve's minimum draining period of 30 s for an external load balancer to drop the replica: every stop of the
+service (``soul serve`` on SIGINT/SIGTERM, ``--replace``) then held 30 s whatever was in flight. HAProxy drops a
+stopping replica from its table within the 2 s; the Python proxy is told at once by Serve's controller."""
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
 """Serve's HAProxy ingress: HAProxy listens on the port and passes each connection to a replica's own HTTP server
 (on a port of 30000-31000 of its node, at the service's host). Serve's other ingress (``proxy``) is a Python proxy
 actor that hands every request to a replica as Ray calls: a hop that costs each request CPU and latency
-(docs/benchmarks.md, "The HTTP service"). A stopping replica stays in HAProxy's table for 2 s (Serve's default, 30 s,
-would hold every stop that long) before it drains its requests in flight."""
+(docs/benchmarks.md, "The HTTP service")."""
 PROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
 HAPROXY_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
                  "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT")
@@ -127,7 +132,7 @@ def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.
         use = ingress == "haproxy"
     ports = {name: str(p) for name, p in zip(HAPROXY_PORTS, free_ports, strict=False) if name not in user} \
         if use else {}
-    return {**THROUGHPUT_ENV, **(HAPROXY_ENV if use else PROXY_ENV), **ports, **user,
+    return {**THROUGHPUT_ENV, **DRAIN_ENV, **(HAPROXY_ENV if use else PROXY_ENV), **ports, **user,
             "RAY_SERVE_ENABLE_HA_PROXY": "1" if use else "0"}
 
 
