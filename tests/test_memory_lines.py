@@ -110,6 +110,25 @@ def test_packing_by_value_per_token_within_the_budget() -> None:
     assert pack_memory(recalled, 0) == []
 
 
+def test_a_line_that_says_again_what_is_shown_gives_its_room_to_one_that_does_not() -> None:
+    advice = "Run the migration in a transaction and keep a backup of the orders table before you start."
+    again = item(2, "Keep a backup of the orders table and run the migration in a transaction before you start.", 0.58)
+    other = item(3, "Ana moved the nightly builds to the runner in the Oslo office.", 0.40)
+    recalled = [item(1, advice, 0.6), again, other]
+    fits_two = line_tokens(memory_line(recalled[0])) + line_tokens(memory_line(again)) + 2
+    assert line_tokens(memory_line(other)) <= line_tokens(memory_line(again))
+    # the same advice from another message is left out: the budget reaches the line that says something else
+    assert [it.id for it, _ in pack_memory(recalled, fits_two)] == ["ep-1", "ep-3"]
+    # a line with a figure the shown one lacks is no repeat, however many words they share
+    price = [item(1, "Ana paid 40 dollars for the blue lead at the pet shop.", 0.6),
+             item(2, "Ana paid 45 dollars for the blue lead at the pet shop.", 0.58)]
+    assert [it.id for it, _ in pack_memory(price, 1000)] == ["ep-1", "ep-2"]
+    # sharing some words is not repeating: both lines are shown
+    near = [item(1, "Ana moved the nightly builds to the runner in the Oslo office.", 0.6),
+            item(2, "Ana moved the weekly reports to the shared drive in the Oslo office.", 0.58)]
+    assert [it.id for it, _ in pack_memory(near, 1000)] == ["ep-1", "ep-2"]
+
+
 def ex(text: str, speaker: str, at: float = SAT, history: tuple[ChatMessage, ...] = ()) -> str:
     return M.decide(Exchange(text, "", speaker, ("m1",), at, history=history)).extraction.episode
 

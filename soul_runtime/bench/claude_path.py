@@ -40,12 +40,16 @@ def _tool(name: str, data: dict[str, Any], out_tokens: int) -> Scripted:
                                  stop_reason="tool_use", output_tokens=out_tokens))
 
 
+_EXCHANGE = re.compile(r"<exchange[^>]*>\n(.*)")
+
+
 def keep_everything(body: dict[str, Any]) -> Scripted:
     """A stand-in model that keeps every message: the episode is the message's first 100 characters."""
     tool = (body.get("tool_choice") or {}).get("name")
     prompt = str(body["messages"][-1]["content"])
     if tool == "record_memory":
-        said = prompt.rsplit("<exchange>\n", 1)[-1].split("\n", 1)[0]
+        found = _EXCHANGE.search(prompt)  # the exchange's first line: who said what
+        said = found.group(1) if found else ""
         return _tool(tool, {"persist": True, "categories": ["event"], "reason": "bench: keep", "facts": [],
                             "episode": said[:100], "event": True, "entities": [], "task": None}, 40)
     if tool == "record_memories":

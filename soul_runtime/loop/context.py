@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.buffer import ShortTermBuffer
-from soul_runtime.loop.excerpt import excerpt, query_weights
+from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
-from soul_runtime.text import estimate_tokens
+from soul_runtime.text import estimate_tokens, terms
 from soul_runtime.timeref import ago, day_text
 
 VALUE_POWER = 4.0
@@ -39,6 +39,24 @@ def short_text(text: str, limit: int | None = None) -> str:
 MIN_LINE_TOKENS = 40
 """A line is valued as if it cost at least this many tokens: a scrap of a few words ("4.", ``for item in
 items:``) that matches a question word is not worth more than a passage of the same relevance."""
+
+REPEAT = 0.8
+"""A line at least this share of whose content words one line already chosen holds says again what the model is
+shown (the same advice given in two answers, a message and its own summary): it is left out, and its room goes
+to something said once."""
+
+
+def _said(body: str) -> tuple[frozenset[str], frozenset[str]]:
+    """What a line says, as :data:`REPEAT` compares it: its content words and its figures."""
+    return frozenset(terms(body)), frozenset(FIGURE.findall(body))
+
+
+def _repeats(line: tuple[frozenset[str], frozenset[str]], before: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """Whether ``line`` says again what ``before`` said: REPEAT of its content words and every figure it states
+    are there ("the lead cost 40 dollars" does not repeat "the lead cost 45 dollars")."""
+    words, figures = line
+    return bool(words) and figures <= before[1] and len(words & before[0]) >= REPEAT * len(words)
+
 
 SAME_DAY = "  "
 """An episode of the same day as the line before it starts with this indent instead of repeating the date."""
@@ -111,7 +129,7 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     dates. The first FULL_LINES items are rendered in full, the others short: by the part that answers
     ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
-    are shown by the one that answers best)."""
+    are shown by the one that answers best); so is a line that repeats one already chosen (:data:`REPEAT`)."""
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
     rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
             for i, it in enumerate(recalled)]
@@ -120,15 +138,21 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     used, chosen = 0, []
     shown: set[str] = set()
     days: set[str] = set()
+    said: list[tuple[frozenset[str], frozenset[str]]] = []
     for row in by_value:
         _, it, day, body = row
         t = line_tokens(_line(day, body, day in days))
         episode = it.store == "episodic"
-        if used + t <= budget and not (episode and it.sources and shown.issuperset(it.sources)):
-            chosen.append(row)
-            shown.update(it.sources if episode else ())
-            days.add(day)
-            used += t
+        if used + t > budget or (episode and it.sources and shown.issuperset(it.sources)):
+            continue
+        words = _said(body)
+        if any(_repeats(words, before) for before in said):
+            continue
+        chosen.append(row)
+        shown.update(it.sources if episode else ())
+        days.add(day)
+        said.append(words)
+        used += t
     packed = _render(chosen)
     while chosen and sum(line_tokens(line) for _, line in packed) > budget:  # a date moved to a longer line
         chosen.pop()

@@ -22,7 +22,7 @@ PIECES = 2
 
 
 _WORD = re.compile(r"\w+(?:[-'.]\w+)*")
-_FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?![\w])")
+FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?![\w])")
 """A figure on its own: ``402`` in ``402 ms``, ``209`` in ``max_connections=209``, a version, a date; not the
 ``95`` of ``p95``."""
 
@@ -109,7 +109,7 @@ def excerpt(text: str, weights: dict[str, float], limit: int) -> str | None:
         scored = []
         for seg, marks in found:
             piece, held, w = _window(seg, marks, _discounted(weights, covered), left)
-            figure = bool(_FIGURE.search(piece))
+            figure = bool(FIGURE.search(piece))
             if held - covered or (pieces and figure):
                 scored.append((w, figure, -order[seg], seg, piece, held))
         if not scored:
