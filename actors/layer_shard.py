@@ -144,7 +144,10 @@ class LayerShard(ActorBase):
 
     @contextmanager
     def _soul(self, soul_id: str) -> Iterator[Any]:
-        """The soul's store, opened if need be, used by this thread alone until the block ends."""
+        """The soul's store, opened if need be, used by this thread alone until the block ends. Its memory is
+        measured when the block completes; after a failure the size of its last use stands: measuring reads the
+        database, and a call refused for a lock another process holds would wait out SQLite's busy timeout a
+        second time before its caller's retry policy heard of the lock."""
         with self._claimed(soul_id):
             with self.guard:
                 st = self.open.get(soul_id)
@@ -154,13 +157,11 @@ class LayerShard(ActorBase):
                 st = self._open_store(soul_id)
                 with self.guard:
                     self.open[soul_id] = st
-            try:
-                yield st
-            finally:
-                if self.capacity_bytes > 0 and soul_id in self.open:
-                    size = st.memory_bytes()
-                    with self.guard:
-                        self.sizes[soul_id] = size
+            yield st
+            if self.capacity_bytes > 0 and soul_id in self.open:
+                size = st.memory_bytes()
+                with self.guard:
+                    self.sizes[soul_id] = size
         self._evict()
 
     def _open_store(self, soul_id: str) -> Any:

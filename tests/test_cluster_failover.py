@@ -197,6 +197,49 @@ def test_a_read_waits_for_a_held_lock_as_a_turn_does_and_other_errors_reach_the_
         steps.throw(StorageError("souls/s/semantic.sqlite: disk full (database or disk is full)"))
 
 
+def test_a_shard_hands_a_read_refused_for_a_lock_on_without_touching_the_database_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read the soul's database refuses for a lock another connection holds reaches the caller (whose retry policy
+    waits the lock out) as the StorageError "database is locked" once; the shard sends no other statement to the
+    locked file, each of which would wait out SQLite's busy timeout again. A read that succeeds has the store's
+    memory measured for the shard's capacity in bytes, and the failed one leaves that figure as it was."""
+    import sqlite3
+    from dataclasses import asdict
+
+    from actors.layer_shard import LayerShard
+    from soul_runtime.config import MemoryConfig
+    from soul_runtime.memory import sqlite_db
+    monkeypatch.setattr(sqlite_db, "_storage", ["local"])  # the shard's storage setting stays this test's
+    # shared storage (a rollback journal), where a lock another process holds refuses readers too
+    shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "fast", 0, 1, 0.0, storage="shared",
+                       capacity_bytes=1 << 30)
+    try:
+        shard.read("maya", "stats")  # creates and opens the soul's semantic database
+        measured = shard.sizes["maya"]
+        assert measured > 0
+        db = shard.open["maya"].db
+        db.execute("PRAGMA busy_timeout=50")  # this test's own wait for the lock (the runtime's is 30 s)
+        sent: list[str] = []
+        db.set_trace_callback(sent.append)
+        holder = sqlite3.connect(tmp_path / "souls" / "maya" / "semantic.sqlite", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(StorageError) as refused:
+                shard.read("maya", "facts")
+            assert lock_held(refused.value), refused.value
+            assert len(sent) == 1, sent  # the refused statement alone
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert shard.sizes["maya"] == measured
+        sent.clear()
+        assert shard.read("maya", "facts") == []
+        assert any("page_count" in q for q in sent), sent  # measured after a read that succeeded
+        db.set_trace_callback(None)
+    finally:
+        shard.stop()
+
+
 @pytest.mark.ray
 def test_reads_wait_out_a_lock_held_on_a_layers_database_past_the_busy_timeout(
         caplog: pytest.LogCaptureFixture) -> None:
