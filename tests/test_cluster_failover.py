@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -129,15 +130,27 @@ def test_a_turn_on_a_new_owner_waits_out_a_lock_held_past_the_busy_timeout(caplo
         assert soul.turn("The production database for Tendril is Postgres 15.", user="maya").seq == 1
         db = base / "data" / "souls" / "maya" / "soul.sqlite"
         assert db.is_file()
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(base), str(HOLD_S)])
+        # held till a try of the turn was refused for it (past the busy timeout), at most HOLD_S
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(base), str(HOLD_S),
+                                   str(base / "release")])
         while not (base / "locked").exists():
             assert holder.poll() is None, "the lock holder died"
             time.sleep(0.05)
         host = raycalls.get_actor(rt.placement("maya")["host"], rt.cfg.namespace)
         os.kill(int(raycalls.get(raycalls.call(host, "pid"), timeout=60)), signal.SIGKILL)  # a new owner
+
+        def release_once_refused() -> None:
+            while holder.poll() is None:
+                if any(getattr(r, "lock_wait", None) is not None for r in list(caplog.records)):
+                    (base / "release").write_text("")
+                    return
+                time.sleep(0.1)
+        releaser = threading.Thread(target=release_once_refused, daemon=True)
         with caplog.at_level(logging.WARNING, logger="soul_runtime.routing"):
+            releaser.start()
             result = soul.turn("We moved the staging cluster to Frankfurt.", user="maya")
         done = time.time()
+        releaser.join()
         assert result.seq == 2  # the caller got its answer: no error reached it
         released = float((base / "released").read_text())
         locked = float((base / "locked").read_text())
