@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 from soul_runtime.errors import InvalidInput
 
@@ -111,8 +112,10 @@ _POSSESSIVE = re.compile(r"'s\b")
 _PUNCT = re.compile(r"[^\w\s'-]")
 
 
+@lru_cache(maxsize=1 << 14)
 def stem(w: str) -> str:
-    """A light suffix stripper shared by lexical search and the offline model's word matching."""
+    """A light suffix stripper shared by lexical search and the offline model's word matching (remembered for
+    the commonest words: packing a turn's memories stems every word of them)."""
     for suf in ("'s", "ing", "ies", "ed", "es", "s"):
         if w.endswith(suf) and len(w) - len(suf) >= 3:
             return w[: -len(suf)] + ("y" if suf == "ies" else "")

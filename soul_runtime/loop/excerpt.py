@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from soul_runtime.text import segments, terms
 
@@ -45,11 +46,18 @@ def query_weights(query: str, texts: Sequence[str]) -> dict[str, float]:
     return {t: 1.0 + RARITY * max(0.0, math.log((n + 1) / (d + 0.5))) for t, d in df.items()}
 
 
+@lru_cache(maxsize=1 << 14)
+def _word_terms(word: str) -> tuple[str, ...]:
+    """:func:`terms` of one word (remembered: a packing reads every word of every recalled memory, and most of
+    them are common words)."""
+    return tuple(terms(word))
+
+
 def _marks(segment: str, weights: dict[str, float]) -> list[tuple[int, int, str]]:
     """(start, end, term) of each word of ``segment`` that carries a weighted query term."""
     out = []
     for m in _WORD.finditer(segment):
-        for t in terms(m.group()):
+        for t in _word_terms(m.group()):
             if weights.get(t, 0.0) > 0:
                 out.append((m.start(), m.end(), t))
     return out
