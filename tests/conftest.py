@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +47,40 @@ def soul_id(request: pytest.FixtureRequest) -> str:
     """A fresh soul id per test (souls share the session runtime)."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60].strip("-")
     return f"{name}-{next(_counter)}"
+
+
+SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py")
+"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`). Each test
+there makes souls of its own (fresh ids) and asserts only on them, so the service need not be started for each
+module (a start and a stop cost 30 s); they run one after the other, and the service stops after the last of them."""
+_served_pair = contextlib.ExitStack()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of :data:`SERVED_PAIR_MODULES` run next to each other (in their own order), where the first of
+    them was collected."""
+    users = [i for i in items if i.path.name in SERVED_PAIR_MODULES]
+    if not users:
+        return
+    at = items.index(users[0])
+    moved = {id(i) for i in users}
+    rest = [i for i in items if id(i) not in moved]
+    items[:] = rest[:at] + users + rest[at:]
+
+
+@pytest.fixture(scope="session")
+def served_pair() -> Iterator[Any]:
+    """``soul serve`` on a fresh data dir with tenants ``acme`` and ``beta`` (:func:`tests.inspector_browser.served`:
+    Serve's Python proxy ingress), for the modules of :data:`SERVED_PAIR_MODULES`; stopped by its pid (its runtime by
+    ``soul down``) once the last test of theirs is done."""
+    from tests.inspector_browser import served
+    srv = _served_pair.enter_context(served(("acme", "beta")))
+    yield srv
+    _served_pair.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    if item.path.name in SERVED_PAIR_MODULES and (nextitem is None or nextitem.path.name not in SERVED_PAIR_MODULES):
+        _served_pair.close()  # the last of them: the service goes now, not at the end of the session

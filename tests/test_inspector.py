@@ -9,22 +9,21 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.inspector_browser import Served, chromium, observe, served, sign_in, turn
+from tests.inspector_browser import Served, chromium, observe, sign_in, turn
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def srv() -> Iterator[Served]:
-    with served(("acme", "beta")) as s:
-        yield s
+def srv(served_pair: Served) -> Served:
+    """``soul serve`` with tenants acme and beta, shared with tests/test_typescript_client.py (tests/conftest.py)."""
+    return served_pair
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.inspector_browser import CHROMIUM, chromium, served
+from tests.inspector_browser import CHROMIUM, Served, chromium
 
 pytestmark = [pytest.mark.ray,
               pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")),
@@ -47,11 +46,11 @@ def built() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[dict[str, Any]]:
+def server(served_pair: Served) -> dict[str, Any]:
     """``soul serve`` on a temp data dir with two tenants (:func:`tests.inspector_browser.served`: Serve's Python
-    proxy ingress, Ray's start tried again on a loaded machine); stopped by its pid, its runtime by ``soul down``."""
-    with served(("acme", "beta")) as srv:
-        yield {"url": srv.url, "key": srv.keys["acme"], "other_key": srv.keys["beta"]}
+    proxy ingress, Ray's start tried again on a loaded machine), shared with tests/test_inspector.py
+    (tests/conftest.py); stopped by its pid, its runtime by ``soul down``."""
+    return {"url": served_pair.url, "key": served_pair.keys["acme"], "other_key": served_pair.keys["beta"]}
 
 
 def test_client_compiles_against_the_running_servers_document(built: Path, server: dict[str, Any],
