@@ -49,22 +49,30 @@ def soul_id(request: pytest.FixtureRequest) -> str:
     return f"{name}-{next(_counter)}"
 
 
-SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py")
-"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`). Each test
-there makes souls of its own (fresh ids) and asserts only on them, so the service need not be started for each
-module (a start and a stop cost 30 s); they run one after the other, and the service stops after the last of them."""
+SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_http_client.py")
+"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`), in the order
+they run. Each test there makes souls of its own (fresh ids) and asserts only on them, so the service need not be
+started for each module (a start and a stop cost 30 s); they run one after the other, a test marked
+``stops_served_pair`` last, and the service stops after the last of them."""
 _served_pair = contextlib.ExitStack()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stops_served_pair: stops the soul serve of SERVED_PAIR_MODULES (runs last "
+                                       "of their tests)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of :data:`SERVED_PAIR_MODULES` run next to each other (in their own order), where the first of
-    them was collected."""
+    """The tests of :data:`SERVED_PAIR_MODULES` run next to each other, module by module in that order (a test marked
+    ``stops_served_pair`` last), where the first of them was collected."""
     users = [i for i in items if i.path.name in SERVED_PAIR_MODULES]
     if not users:
         return
     at = items.index(users[0])
     moved = {id(i) for i in users}
     rest = [i for i in items if id(i) not in moved]
+    users.sort(key=lambda i: (i.get_closest_marker("stops_served_pair") is not None,
+                              SERVED_PAIR_MODULES.index(i.path.name)))  # stable: each module's own order stays
     items[:] = rest[:at] + users + rest[at:]
 
 

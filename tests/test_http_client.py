@@ -1,5 +1,6 @@
 """The Python API over HTTP against the same API over Ray: one scenario played on a tenant's soul of a real
-``soul serve`` (its own data dir and Ray, the tenant's key) through ``soul_runtime.connect``, and on the soul of
+``soul serve`` (its own data dir and Ray, shared with the inspector's and the TypeScript client's tests; the
+tenant's key) through ``soul_runtime.connect``, and on the soul of
 the same runtime id (``tenant:soul``) of the session's Ray runtime; every answer compared: the same record types,
 the same values once the tenant's prefix is taken off the Ray side's ids as the service takes it off (so the model
 read the same text on both sides, token counts included), the same errors. A turn whose answer is lost in transit
@@ -8,16 +9,10 @@ is sent again with its Idempotency-Key and applied once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,8 +24,6 @@ from soul_runtime.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain
-from tests.fakes import stop_serve, wait_healthy
-from tests.test_service import SOUL, _env, _free_port, _soul
 
 pytestmark = pytest.mark.ray
 
@@ -42,37 +35,11 @@ or two."""
 
 
 @pytest.fixture(scope="module")
-def serve() -> Iterator[dict[str, Any]]:
-    """A real ``soul serve`` on a free 127.0.0.1 port, with one tenant."""
-    base = Path(tempfile.mkdtemp(prefix="hc", dir="/tmp"))
-    (base / "r").mkdir()  # its own Ray directory: this process's Ray (the session's runtime) has the default one
-    env = _env(SOUL_DATA_DIR=str(base / "data"), RAY_TMPDIR=str(base / "r"))
-    key = json.loads(_soul(env, "tenants", "add", TENANT.tenant, "--json").stdout)["key"]
-    port = _free_port()
-    log = open(base / "serve.log", "w")  # noqa: SIM115 - closed at teardown
-    assert SOUL
-    # Serve's Python proxy as the ingress: HAProxy binds fixed ports of its own, which another service on the
-    # machine may hold (the client is the same with either)
-    proc = subprocess.Popen([SOUL, "serve", "--port", str(port), "--ingress", "proxy"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(proc, url, base / "serve.log")
-        yield {"url": url, "key": key, "proc": proc, "log": base / "serve.log", "data": base / "data"}
-    finally:
-        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
-        _stop_head(base / "data" / "cluster" / "head.json")
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _stop_head(record: Path) -> None:
-    """Kill what is left of the Ray head this module started (when ``soul down`` could not stop it)."""
-    if not record.exists():
-        return
-    for pid in json.loads(record.read_text()).get("pids", []):
-        with contextlib.suppress(OSError, ValueError):
-            if b"ray" in Path(f"/proc/{int(pid)}/cmdline").read_bytes():  # still that head's process, not a reused pid
-                os.kill(int(pid), signal.SIGKILL)
+def serve(served_pair: Any) -> dict[str, Any]:
+    """A real ``soul serve`` on a free 127.0.0.1 port (Serve's Python proxy as the ingress), its tenant ``acme``: the
+    one tests/test_inspector.py and tests/test_typescript_client.py use too (tests/conftest.py)."""
+    return {"url": served_pair.url, "key": served_pair.keys[TENANT.tenant], "proc": served_pair.proc,
+            "log": served_pair.base / "serve.log", "data": served_pair.data}
 
 
 @pytest.fixture(scope="module")
@@ -278,8 +245,9 @@ def test_a_wrong_key_is_an_auth_error_and_connect_needs_one(serve: dict[str, Any
         assert isinstance(rt.souls(), list)
 
 
+@pytest.mark.stops_served_pair
 def test_a_sigterm_stops_the_service_and_leaves_its_runtime_without_serve(serve: dict[str, Any]) -> None:
-    """Runs last: SIGTERM stops ``soul serve`` (Serve's Python proxy ingress, whose replicas Serve's throughput mode
+    """Runs last of the tests that share the service: SIGTERM stops ``soul serve`` (Serve's Python proxy ingress, whose replicas Serve's throughput mode
     gives a direct ingress too): it exits 0 once stopped, its port refuses connections, and on the runtime, which
     stays up, no process of Serve is left (its controller, proxy and replica); the runtime's own actors are."""
     from actors.local_cluster import _scan

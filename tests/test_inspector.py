@@ -22,7 +22,8 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def srv(served_pair: Served) -> Served:
-    """``soul serve`` with tenants acme and beta, shared with tests/test_typescript_client.py (tests/conftest.py)."""
+    """``soul serve`` with tenants acme and beta, shared with the TypeScript client's and the HTTP client's tests
+    (tests/conftest.py)."""
     return served_pair
 
 

@@ -48,8 +48,8 @@ def built() -> Path:
 @pytest.fixture(scope="module")
 def server(served_pair: Served) -> dict[str, Any]:
     """``soul serve`` on a temp data dir with two tenants (:func:`tests.inspector_browser.served`: Serve's Python
-    proxy ingress, Ray's start tried again on a loaded machine), shared with tests/test_inspector.py
-    (tests/conftest.py); stopped by its pid, its runtime by ``soul down``."""
+    proxy ingress, Ray's start tried again on a loaded machine), shared with the inspector's and the HTTP client's
+    tests (tests/conftest.py); stopped by its pid, its runtime by ``soul down``."""
     return {"url": served_pair.url, "key": served_pair.keys["acme"], "other_key": served_pair.keys["beta"]}
 
 
