@@ -31,12 +31,14 @@ def _no_ray_in_unit_tests(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
 
 @pytest.fixture(scope="session")
 def runtime() -> Iterator[object]:
-    """One local Ray runtime (offline model) for all Ray tests of the session."""
+    """One local Ray runtime (offline model) for all Ray tests of the session; stopped once the last test that
+    uses this process's Ray is done (:data:`RAY_MODULES`), not at the end of the session."""
     import soul_runtime
     data = Path(tempfile.mkdtemp(prefix="soul-data-"))
     rt = soul_runtime.connect(data_dir=str(data), host_capacity=8, idle_passivate_s=3600)
+    _shared["runtime"].callback(rt.close)
     yield rt
-    rt.close()
+    _shared["runtime"].close()
 
 
 _counter = iter(range(1_000_000))
@@ -49,12 +51,23 @@ def soul_id(request: pytest.FixtureRequest) -> str:
     return f"{name}-{next(_counter)}"
 
 
+RAY_MODULES = ("test_bad_input.py", "test_channel.py", "test_cluster_failover.py", "test_faults.py",
+               "test_inspector.py", "test_typescript_client.py", "test_http_client.py", "test_isolation.py",
+               "test_many_souls.py", "test_ordering.py", "test_public_api.py", "test_runtime.py",
+               "test_user_models_on_ray.py")
+"""The modules whose tests use this process's Ray (the session's :func:`runtime`, or runtimes of other namespaces
+joined to its Ray), in the order they run: next to each other, where the first of them was collected, so that Ray
+stops after the last of them instead of idling through the rest of the session (an idle runtime takes a sixth of
+a core: 3-4 s more for each fresh head of tests/test_cluster_heads.py). The modules that share one ``soul serve``
+are among them (tests/test_http_client.py compares it with the session's runtime)."""
 SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_http_client.py")
-"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`), in the order
-they run. Each test there makes souls of its own (fresh ids) and asserts only on them, so the service need not be
-started for each module (a start and a stop cost 30 s); they run one after the other, a test marked
-``stops_served_pair`` last, and the service stops after the last of them."""
-_served_pair = contextlib.ExitStack()
+"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`). Each test
+there makes souls of its own (fresh ids) and asserts only on them, so the service need not be started for each
+module (a start and a stop cost 30 s); a test marked ``stops_served_pair`` runs last of theirs, and the service
+stops after the last of them."""
+_shared = {"runtime": contextlib.ExitStack(), "served_pair": contextlib.ExitStack()}
+_last_user: dict[str, str] = {}
+"""The node id of the last test that needs each of :data:`_shared` (set once the tests are ordered)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,18 +75,27 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "of their tests)")
 
 
+def _needs(item: pytest.Item, what: str) -> bool:
+    if what == "runtime":
+        return item.path.name in RAY_MODULES or "runtime" in getattr(item, "fixturenames", ())
+    return "served_pair" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of :data:`SERVED_PAIR_MODULES` run next to each other, module by module in that order (a test marked
-    ``stops_served_pair`` last), where the first of them was collected."""
-    users = [i for i in items if i.path.name in SERVED_PAIR_MODULES]
-    if not users:
-        return
-    at = items.index(users[0])
-    moved = {id(i) for i in users}
-    rest = [i for i in items if id(i) not in moved]
-    users.sort(key=lambda i: (i.get_closest_marker("stops_served_pair") is not None,
-                              SERVED_PAIR_MODULES.index(i.path.name)))  # stable: each module's own order stays
-    items[:] = rest[:at] + users + rest[at:]
+    """The tests of :data:`RAY_MODULES` run next to each other, module by module in that order (a test marked
+    ``stops_served_pair`` last of its module), where the first of them was collected."""
+    users = [i for i in items if i.path.name in RAY_MODULES]
+    if users:
+        at = items.index(users[0])
+        moved = {id(i) for i in users}
+        rest = [i for i in items if id(i) not in moved]
+        users.sort(key=lambda i: (RAY_MODULES.index(i.path.name),
+                                  i.get_closest_marker("stops_served_pair") is not None))  # stable otherwise
+        items[:] = rest[:at] + users + rest[at:]
+    for what in _shared:
+        last = [i.nodeid for i in items if _needs(i, what)]
+        if last:
+            _last_user[what] = last[-1]
 
 
 @pytest.fixture(scope="session")
@@ -82,13 +104,14 @@ def served_pair() -> Iterator[Any]:
     Serve's Python proxy ingress), for the modules of :data:`SERVED_PAIR_MODULES`; stopped by its pid (its runtime by
     ``soul down``) once the last test of theirs is done."""
     from tests.inspector_browser import served
-    srv = _served_pair.enter_context(served(("acme", "beta")))
+    srv = _shared["served_pair"].enter_context(served(("acme", "beta")))
     yield srv
-    _served_pair.close()
+    _shared["served_pair"].close()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
-    if item.path.name in SERVED_PAIR_MODULES and (nextitem is None or nextitem.path.name not in SERVED_PAIR_MODULES):
-        _served_pair.close()  # the last of them: the service goes now, not at the end of the session
+    for what, stack in _shared.items():
+        if _last_user.get(what) == item.nodeid:
+            stack.close()  # the last test that needs it is done: it goes now, not at the end of the session
