@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.buffer import ShortTermBuffer
-from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights
+from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights, text_terms
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
-from soul_runtime.text import estimate_tokens, terms
+from soul_runtime.text import estimate_tokens
 from soul_runtime.timeref import ago, day_text
 
 VALUE_POWER = 4.0
@@ -46,16 +47,31 @@ shown (the same advice given in two answers, a message and its own summary): it 
 to something said once."""
 
 
-def _said(body: str) -> tuple[frozenset[str], frozenset[str]]:
-    """What a line says, as :data:`REPEAT` compares it: its content words and its figures."""
-    return frozenset(terms(body)), frozenset(FIGURE.findall(body))
+class _Said:
+    """What the lines chosen so far say, as :data:`REPEAT` compares a new line with them: each line's content
+    words and figures, and which lines hold each word."""
 
+    def __init__(self) -> None:
+        self.lines: list[tuple[frozenset[str], frozenset[str]]] = []
+        self.holders: dict[str, list[int]] = {}
 
-def _repeats(line: tuple[frozenset[str], frozenset[str]], before: tuple[frozenset[str], frozenset[str]]) -> bool:
-    """Whether ``line`` says again what ``before`` said: REPEAT of its content words and every figure it states
-    are there ("the lead cost 40 dollars" does not repeat "the lead cost 45 dollars")."""
-    words, figures = line
-    return bool(words) and figures <= before[1] and len(words & before[0]) >= REPEAT * len(words)
+    def repeats(self, body: str) -> bool:
+        """Whether one chosen line holds REPEAT of ``body``'s content words and every figure it states ("the
+        lead cost 45 dollars" does not repeat "the lead cost 40 dollars"); if not, ``body`` is taken as chosen.
+        A line that holds that many of the words holds one of any ``len - need + 1`` of them: only the holders
+        of the rarest that many are compared."""
+        words, figures = text_terms(body), frozenset(FIGURE.findall(body))
+        if words:
+            need = math.ceil(REPEAT * len(words) - 1e-9)
+            rare = sorted(words, key=lambda w: len(self.holders.get(w, ())))[:len(words) - need + 1]
+            for i in {i for w in rare for i in self.holders.get(w, ())}:
+                held, figs = self.lines[i]
+                if figures <= figs and len(words & held) >= need:
+                    return True
+        for w in words:
+            self.holders.setdefault(w, []).append(len(self.lines))
+        self.lines.append((words, figures))
+        return False
 
 
 SAME_DAY = "  "
@@ -138,20 +154,18 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     used, chosen = 0, []
     shown: set[str] = set()
     days: set[str] = set()
-    said: list[tuple[frozenset[str], frozenset[str]]] = []
+    said = _Said()
     for row in by_value:
         _, it, day, body = row
         t = line_tokens(_line(day, body, day in days))
         episode = it.store == "episodic"
         if used + t > budget or (episode and it.sources and shown.issuperset(it.sources)):
             continue
-        words = _said(body)
-        if any(_repeats(words, before) for before in said):
+        if said.repeats(body):
             continue
         chosen.append(row)
         shown.update(it.sources if episode else ())
         days.add(day)
-        said.append(words)
         used += t
     packed = _render(chosen)
     while chosen and sum(line_tokens(line) for _, line in packed) > budget:  # a date moved to a longer line

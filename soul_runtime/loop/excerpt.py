@@ -40,10 +40,18 @@ def query_weights(query: str, texts: Sequence[str]) -> dict[str, float]:
         return {}
     df = dict.fromkeys(wanted, 0)
     for text in texts:
-        for t in wanted & set(terms(text)):
+        for t in wanted & text_terms(text):
             df[t] += 1
     n = len(texts)
     return {t: 1.0 + RARITY * max(0.0, math.log((n + 1) / (d + 0.5))) for t, d in df.items()}
+
+
+@lru_cache(maxsize=1024)
+def text_terms(text: str) -> frozenset[str]:
+    """The distinct :func:`terms` of a memory's text (remembered for the last 1,024 texts: a turn reads each
+    recalled memory's terms for the question's weights and its line's again to tell a repeat, and the next turns
+    recall many of the same memories)."""
+    return frozenset(terms(text))
 
 
 @lru_cache(maxsize=1 << 14)
