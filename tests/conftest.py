@@ -98,6 +98,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             _last_user[what] = last[-1]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With ``SOUL_SLOW_IDS`` set (.ci/run), the ids of the tests marked ``slow`` are written to that file, a line
+    each, so CI reports the slow part of the suite without collecting it a second time."""
+    path = os.environ.get("SOUL_SLOW_IDS")
+    if path:
+        Path(path).write_text("".join(f"{i.nodeid}\n" for i in session.items if i.get_closest_marker("slow")))
+
+
 @pytest.fixture(scope="session")
 def served_pair() -> Iterator[Any]:
     """``soul serve`` on a fresh data dir with tenants ``acme`` and ``beta`` (:func:`tests.inspector_browser.served`:
