@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _one_head(i: int) -> dict:
+def _stop(script_pid: int, temp_dir: str, home: str) -> None:
+    lc.stop_session(script_pid, temp_dir)  # the script's own session: nothing another test started
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _one_head(i: int, stops: ThreadPoolExecutor) -> dict:
     home = tempfile.mkdtemp(prefix="c50h", dir="/tmp")  # an empty HOME: the script makes its own token there
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     gcs, client = _free_port(), _free_port()
@@ -84,18 +91,19 @@ def _one_head(i: int) -> dict:
         except (ValueError, IndexError):
             row["error"] = f"client exit {r.returncode}: {r.stderr[-1500:]}"
         return row
-    finally:
-        lc.stop_session(script.pid, temp_dir)  # the script's own session: nothing another test started
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    finally:  # the head is stopped while the next one starts (its own ports, HOME and temp dir)
+        row["stopped"] = stops.submit(_stop, script.pid, temp_dir, home)
 
 
 def test_twenty_fresh_heads_from_the_script_each_take_a_client_at_once() -> None:
     rows = []
-    for i in range(HEADS):
-        row = _one_head(i)
-        print(row)
-        rows.append(row)
+    with ThreadPoolExecutor(max_workers=1) as stops:
+        for i in range(HEADS):
+            row = _one_head(i, stops)
+            print({k: v for k, v in row.items() if k != "stopped"})
+            rows.append(row)
+        for row in rows:
+            row.pop("stopped").result()  # every head stopped (a failure to stop one is this test's)
     ok = [r for r in rows if "error" not in r and r.get("seq") == 1]
     print(f"{len(ok)}/{HEADS} immediate connects with a turn; script p50 "
           f"{sorted(r['script_s'] for r in rows)[HEADS // 2]} s")
