@@ -52,45 +52,52 @@ def soul_id(request: pytest.FixtureRequest) -> str:
 
 
 RAY_MODULES = ("test_bad_input.py", "test_channel.py", "test_cluster_failover.py", "test_faults.py",
-               "test_inspector.py", "test_typescript_client.py", "test_http_client.py", "test_isolation.py",
-               "test_many_souls.py", "test_ordering.py", "test_public_api.py", "test_runtime.py",
-               "test_user_models_on_ray.py")
+               "test_isolation.py", "test_many_souls.py", "test_ordering.py", "test_public_api.py", "test_runtime.py",
+               "test_user_models_on_ray.py", "test_inspector.py", "test_typescript_client.py", "test_http_client.py")
 """The modules whose tests use this process's Ray (the session's :func:`runtime`, or runtimes of other namespaces
 joined to its Ray), in the order they run: next to each other, where the first of them was collected, so that Ray
 stops after the last of them instead of idling through the rest of the session (an idle runtime takes a sixth of
 a core: 3-4 s more for each fresh head of tests/test_cluster_heads.py). The modules that share one ``soul serve``
-are among them (tests/test_http_client.py compares it with the session's runtime)."""
+are among them, last (tests/test_http_client.py compares it with the session's runtime)."""
 SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_http_client.py")
-"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`). Each test
-there makes souls of its own (fresh ids) and asserts only on them, so the service need not be started for each
-module (a start and a stop cost 30 s); a test marked ``stops_served_pair`` runs last of theirs, and the service
-stops after the last of them."""
-_shared = {"runtime": contextlib.ExitStack(), "served_pair": contextlib.ExitStack()}
+"""The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`), in the order
+of :data:`RAY_MODULES`. Each test there makes souls of its own (fresh ids) and asserts only on them, so the service
+need not be started for each module (a start and a stop cost 30 s); a test marked ``stops_shared_service`` runs
+last of theirs, and the service stops after the last of them."""
+SERVICE_MODULES = ("test_service.py", "test_openapi.py")
+"""The modules that share tests/test_service.py's ``soul serve`` (:func:`shared_service`), in the order they run:
+test_service's own tests on a fresh service first, then test_openapi's (a schemathesis run makes souls of its own),
+then test_service's test marked ``stops_shared_service``, which stops it."""
+GROUPS = (RAY_MODULES, SERVICE_MODULES)
+_shared = {"runtime": contextlib.ExitStack(), "served_pair": contextlib.ExitStack(),
+           "shared_service": contextlib.ExitStack()}
 _last_user: dict[str, str] = {}
 """The node id of the last test that needs each of :data:`_shared` (set once the tests are ordered)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "stops_served_pair: stops the soul serve of SERVED_PAIR_MODULES (runs last "
-                                       "of their tests)")
+    config.addinivalue_line("markers", "stops_shared_service: stops a soul serve that the modules of its group share "
+                                       "(runs last of their tests)")
 
 
 def _needs(item: pytest.Item, what: str) -> bool:
-    if what == "runtime":
-        return item.path.name in RAY_MODULES or "runtime" in getattr(item, "fixturenames", ())
-    return "served_pair" in getattr(item, "fixturenames", ())
+    if what == "runtime" and item.path.name in RAY_MODULES:
+        return True
+    return what in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of :data:`RAY_MODULES` run next to each other, module by module in that order (a test marked
-    ``stops_served_pair`` last of its module), where the first of them was collected."""
-    users = [i for i in items if i.path.name in RAY_MODULES]
-    if users:
+    """The tests of each of :data:`GROUPS` run next to each other, module by module in the group's order (a test
+    marked ``stops_shared_service`` last of the group), where the first of them was collected."""
+    for group in GROUPS:
+        users = [i for i in items if i.path.name in group]
+        if not users:
+            continue
         at = items.index(users[0])
         moved = {id(i) for i in users}
         rest = [i for i in items if id(i) not in moved]
-        users.sort(key=lambda i: (RAY_MODULES.index(i.path.name),
-                                  i.get_closest_marker("stops_served_pair") is not None))  # stable otherwise
+        users.sort(key=lambda i: (i.get_closest_marker("stops_shared_service") is not None,
+                                  group.index(i.path.name)))  # stable: each module's own order stays
         items[:] = rest[:at] + users + rest[at:]
     for what in _shared:
         last = [i.nodeid for i in items if _needs(i, what)]
@@ -115,6 +122,16 @@ def served_pair() -> Iterator[Any]:
     srv = _shared["served_pair"].enter_context(served(("acme", "beta")))
     yield srv
     _shared["served_pair"].close()
+
+
+@pytest.fixture(scope="session")
+def shared_service() -> Iterator[dict[str, Any]]:
+    """tests/test_service.py's ``soul serve`` (tenants acme and beta), for the modules of :data:`SERVICE_MODULES`;
+    stopped once the last test of theirs is done."""
+    from tests.test_service import running_service
+    srv = _shared["shared_service"].enter_context(running_service())
+    yield srv
+    _shared["shared_service"].close()
 
 
 @pytest.hookimpl(hookwrapper=True)

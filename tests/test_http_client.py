@@ -245,7 +245,7 @@ def test_a_wrong_key_is_an_auth_error_and_connect_needs_one(serve: dict[str, Any
         assert isinstance(rt.souls(), list)
 
 
-@pytest.mark.stops_served_pair
+@pytest.mark.stops_shared_service
 def test_a_sigterm_stops_the_service_and_leaves_its_runtime_without_serve(serve: dict[str, Any]) -> None:
     """Runs last of the tests that share the service: SIGTERM stops ``soul serve`` (Serve's Python proxy ingress, whose replicas Serve's throughput mode
     gives a direct ingress too): it exits 0 once stopped, its port refuses connections, and on the runtime, which

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -54,8 +55,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def running_service() -> Iterator[dict[str, Any]]:
+    """A real ``soul serve`` (the default ingress) on a fresh data dir with tenants acme and beta; stopped by its pid
+    (its runtime by ``soul down``) on exit."""
     base = Path(tempfile.mkdtemp(prefix="sv", dir="/tmp"))
     data = base / "data"
     env = _env(SOUL_DATA_DIR=str(data))
@@ -74,6 +77,13 @@ def server() -> Iterator[dict[str, Any]]:
     finally:
         stop_serve(proc, log, lambda: _soul(env, "down", check=False))
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(shared_service: dict[str, Any]) -> dict[str, Any]:
+    """:func:`running_service`, shared with tests/test_openapi.py's tests against a real service, which run after
+    this module's tests but before its last one, which stops it (tests/conftest.py)."""
+    return shared_service
 
 
 def _client(srv: dict[str, Any], tenant: str | None = None) -> httpx.Client:
@@ -445,8 +455,9 @@ def test_one_service_per_runtime(server: dict[str, Any]) -> None:
     assert _client(server).get("/healthz").status_code == 200  # the running service is untouched
 
 
+@pytest.mark.stops_shared_service
 def test_stopped_mid_request_loses_no_acknowledged_turn(server: dict[str, Any]) -> None:
-    """Runs last: SIGTERM while turns are in flight; every turn answered 200 is in the soul's record."""
+    """Runs last of the tests that share the service: SIGTERM while turns are in flight; every turn answered 200 is in the soul's record."""
     key = server["keys"]["acme"]
     run = uuid.uuid4().hex[:6]
     souls = [f"stop-{run}-{i}" for i in range(6)]
