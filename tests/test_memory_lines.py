@@ -127,6 +127,13 @@ def test_a_line_that_says_again_what_is_shown_gives_its_room_to_one_that_does_no
     near = [item(1, "Ana moved the nightly builds to the runner in the Oslo office.", 0.6),
             item(2, "Ana moved the weekly reports to the shared drive in the Oslo office.", 0.58)]
     assert [it.id for it, _ in pack_memory(near, 1000)] == ["ep-1", "ep-2"]
+    # a fact is shown whatever an episode said: the model names it by its id to correct it
+    fact = item(7, "Tendril production database: Postgres 15", 0.5, store="semantic")
+    said = item(8, "maya confirmed: Tendril's production database is Postgres 15.", 0.6)
+    assert {it.id for it, _ in pack_memory([said, fact], 1000)} == {"ep-8", "x:7"}
+    # while an episode that says what a fact shown says gives its room away
+    again = item(8, "The production database of Tendril is Postgres 15.", 0.5)
+    assert [it.id for it, _ in pack_memory([item(7, fact.text, 0.6, store="semantic"), again], 1000)] == ["x:7"]
 
 
 def ex(text: str, speaker: str, at: float = SAT, history: tuple[ChatMessage, ...] = ()) -> str:

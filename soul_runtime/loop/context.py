@@ -42,9 +42,10 @@ MIN_LINE_TOKENS = 40
 items:``) that matches a question word is not worth more than a passage of the same relevance."""
 
 REPEAT = 0.8
-"""A line at least this share of whose content words one line already chosen holds says again what the model is
-shown (the same advice given in two answers, a message and its own summary): it is left out, and its room goes
-to something said once."""
+"""An episode's line at least this share of whose content words one line already chosen holds says again what
+the model is shown (the same advice given in two answers, a message and its own summary): it is left
+out, and its room goes to something said once. Facts and procedures are always shown: they are current, and
+the model names them by their ids to correct them."""
 
 
 class _Said:
@@ -55,13 +56,13 @@ class _Said:
         self.lines: list[tuple[frozenset[str], frozenset[str]]] = []
         self.holders: dict[str, list[int]] = {}
 
-    def repeats(self, body: str) -> bool:
+    def repeats(self, body: str, check: bool = True) -> bool:
         """Whether one chosen line holds REPEAT of ``body``'s content words and every figure it states ("the
-        lead cost 45 dollars" does not repeat "the lead cost 40 dollars"); if not, ``body`` is taken as chosen.
-        A line that holds that many of the words holds one of any ``len - need + 1`` of them: only the holders
-        of the rarest that many are compared."""
+        lead cost 45 dollars" does not repeat "the lead cost 40 dollars"); if not (or not ``check``: a line
+        shown whatever it repeats), ``body`` is taken as chosen. A line that holds that many of the words holds
+        one of any ``len - need + 1`` of them: only the holders of the rarest that many are compared."""
         words, figures = text_terms(body), frozenset(FIGURE.findall(body))
-        if words:
+        if words and check:
             need = math.ceil(REPEAT * len(words) - 1e-9)
             rare = sorted(words, key=lambda w: len(self.holders.get(w, ())))[:len(words) - need + 1]
             for i in {i for w in rare for i in self.holders.get(w, ())}:
@@ -145,7 +146,8 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     dates. The first FULL_LINES items are rendered in full, the others short: by the part that answers
     ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
-    are shown by the one that answers best); so is a line that repeats one already chosen (:data:`REPEAT`)."""
+    are shown by the one that answers best); so is an episode's line that repeats one already chosen
+    (:data:`REPEAT`)."""
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
     rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
             for i, it in enumerate(recalled)]
@@ -161,7 +163,7 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
         episode = it.store == "episodic"
         if used + t > budget or (episode and it.sources and shown.issuperset(it.sources)):
             continue
-        if said.repeats(body):
+        if said.repeats(body, check=episode):
             continue
         chosen.append(row)
         shown.update(it.sources if episode else ())
