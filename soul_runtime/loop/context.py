@@ -56,23 +56,21 @@ class _Said:
         self.lines: list[tuple[frozenset[str], frozenset[str]]] = []
         self.holders: dict[str, list[int]] = {}
 
-    def repeats(self, body: str, check: bool = True) -> bool:
-        """Whether one chosen line holds REPEAT of ``body``'s content words and every figure it states ("the
-        lead cost 45 dollars" does not repeat "the lead cost 40 dollars"); if not (or not ``check``: a line
-        shown whatever it repeats), ``body`` is taken as chosen. A line that holds that many of the words holds
-        one of any ``len - need + 1`` of them: only the holders of the rarest that many are compared."""
-        words, figures = text_terms(body), frozenset(FIGURE.findall(body))
-        if words and check:
-            need = math.ceil(REPEAT * len(words) - 1e-9)
-            rare = sorted(words, key=lambda w: len(self.holders.get(w, ())))[:len(words) - need + 1]
-            for i in {i for w in rare for i in self.holders.get(w, ())}:
-                held, figs = self.lines[i]
-                if figures <= figs and len(words & held) >= need:
-                    return True
+    def repeats(self, words: frozenset[str], figures: frozenset[str]) -> bool:
+        """Whether one chosen line holds REPEAT of ``words`` and every one of ``figures`` ("the lead cost 45
+        dollars" does not repeat "the lead cost 40 dollars"). A line that holds that many of the words holds one
+        of any ``len - need + 1`` of them: only the holders of the rarest that many are compared."""
+        if not words:
+            return False
+        need = math.ceil(REPEAT * len(words) - 1e-9)
+        rare = sorted(words, key=lambda w: len(self.holders.get(w, ())))[:len(words) - need + 1]
+        return any(figures <= self.lines[i][1] and len(words & self.lines[i][0]) >= need
+                   for i in {i for w in rare for i in self.holders.get(w, ())})
+
+    def add(self, words: frozenset[str], figures: frozenset[str]) -> None:
         for w in words:
             self.holders.setdefault(w, []).append(len(self.lines))
         self.lines.append((words, figures))
-        return False
 
 
 SAME_DAY = "  "
@@ -163,8 +161,10 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
         episode = it.store == "episodic"
         if used + t > budget or (episode and it.sources and shown.issuperset(it.sources)):
             continue
-        if said.repeats(body, check=episode):
+        words, figures = text_terms(body), frozenset(FIGURE.findall(body))
+        if episode and said.repeats(words, figures):
             continue
+        said.add(words, figures)
         chosen.append(row)
         shown.update(it.sources if episode else ())
         days.add(day)
