@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.errors import ConfigError, InvalidInput, RuntimeUnavailable
+from soul_runtime.memory.soul_records import soul_ids
+from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.models.choice import make_model
 from soul_runtime.owner_only import write_file
 from soul_runtime.text import check_id
@@ -54,6 +56,7 @@ class RuntimeController:
         cfg = RuntimeConfig.from_dict(config)
         self.cfg = resolve(cfg, recorded_layout(cfg.data_dir), raycalls.cluster_cpus())
         self.config = self.cfg.to_dict()
+        use_storage(self.cfg.storage)
         self.host_class = host_class
         self.registry = Path(self.cfg.data_dir) / REGISTRY
         self.dedicated: dict[str, str] = read_registry(self.cfg.data_dir)
@@ -133,8 +136,7 @@ class RuntimeController:
         return {"host": rendezvous(soul_id, self.hosts), "dedicated": False}
 
     async def souls(self) -> list[str]:
-        root = Path(self.cfg.data_dir) / "souls"
-        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+        return soul_ids(self.cfg.data_dir)
 
     async def stop(self) -> int:
         """Stop (the lifecycle of :mod:`actors.introspection`): nothing runs beside its calls."""

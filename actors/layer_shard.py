@@ -22,7 +22,7 @@ from soul_runtime import telemetry
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.batching import BatchingEmbedder
 from soul_runtime.embedding.choice import make_embedder
-from soul_runtime.errors import SoulError
+from soul_runtime.errors import SoulError, StaleOwner
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.episodic_writes import vector_text
 from soul_runtime.memory.erasure import Erased, ForgetQuery
@@ -30,6 +30,7 @@ from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
+from soul_runtime.memory.soul_records import soul_ids, stored
 from soul_runtime.memory.sqlite_db import storage_error, use_storage
 from soul_runtime.records import Store, request_from_plain
 from soul_runtime.text import check_id, check_write_request
@@ -109,10 +110,8 @@ class LayerShard(ActorBase):
         return self.layer is Store.SEMANTIC and self.cfg.archived_fact_ttl_days > 0
 
     def my_souls(self) -> list[str]:
-        """The souls with a directory in the data dir that hash to this shard."""
-        root = Path(self.data_dir) / "souls"
-        names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
-        return [sid for sid in names if store_of(sid, self.layer.value, self.shards) == self.name]
+        """The souls with records that hash to this shard."""
+        return [sid for sid in soul_ids(self.data_dir) if store_of(sid, self.layer.value, self.shards) == self.name]
 
     def sweep_due(self, now: float | None = None) -> dict[str, int]:
         """Retention on schedule: sweep each of this shard's souls not swept for ``retention_every_s``
@@ -178,7 +177,7 @@ class LayerShard(ActorBase):
         with self.guard:
             if soul_id in self.open:
                 return False
-        return not (soul_dir(self.data_dir, soul_id) / f"{self.layer.value}.sqlite").exists()
+        return not stored(soul_dir(self.data_dir, soul_id) / f"{self.layer.value}.sqlite")
 
     def _evict(self) -> None:
         """Close the least recently used stores beyond capacity (a count and, if set, bytes of memory), skipping
@@ -262,11 +261,15 @@ class LayerShard(ActorBase):
         answer = answer_without_store(self.layer, requests, marks)
         if answer is not None:  # nothing to write: no store opened (or created), no transaction
             return answer
-        with self._soul(soul_id) as st:
-            if self.layer is Store.EPISODIC:
-                out = st.apply_many(requests, **(marks or {}))
-            else:
-                out = st.apply_many(requests)
+        try:
+            with self._soul(soul_id) as st:
+                if self.layer is Store.EPISODIC:
+                    out = st.apply_many(requests, **(marks or {}))
+                else:
+                    out = st.apply_many(requests)
+        except StaleOwner:  # another owner wrote the soul: this cache is behind; the next call opens it anew
+            self._close(soul_id)
+            raise
         for ws in out:
             for w in ws:
                 self.metrics.write(w.store.value, w.op.value)

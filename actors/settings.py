@@ -14,6 +14,8 @@ from soul_runtime.errors import ConfigError
 from soul_runtime.models.choice import check_model_name
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.plugins import check_args
+from soul_runtime.memory.postgres_db import redacted
+from soul_runtime.storage_modes import check_storage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +74,9 @@ class RuntimeConfig:
     embedder_args: dict[str, str] = field(default_factory=dict)
     """Keyword arguments of a user's embedder class or factory (str values)."""
     storage: str = "local"
-    """``local``: SQLite in WAL mode (one machine). ``shared``: a rollback journal, for a data dir on network
-    storage that actors on several nodes open (see docs/deploying.md)."""
+    """``local``: SQLite in WAL mode (one machine). ``postgresql://…``: the souls' records in PostgreSQL, each
+    node's data dir holding caches of them (a cluster of several nodes: docs/deploying.md). ``shared``: a
+    rollback journal, for a data dir on network storage that actors on several nodes open."""
     model: str = "auto"
     """``auto`` (Anthropic when ANTHROPIC_API_KEY is set, else offline), ``offline``, ``anthropic``, ``openai`` (an
     OpenAI-compatible chat-completions server), or a user's model as ``package.module:attr`` or an entry point of
@@ -114,8 +117,7 @@ class RuntimeConfig:
             raise ConfigError(f"local_channels must be True or False, got {self.local_channels!r}")
         check_embedder_name(self.embedder)
         object.__setattr__(self, "embedder_args", check_args(self.embedder_args, "embedder_args"))
-        if self.storage not in ("local", "shared"):
-            raise ConfigError(f"storage must be local or shared, got {self.storage!r}")
+        check_storage(self.storage)
         check_model_name(self.model)
         object.__setattr__(self, "model_args", check_args(self.model_args, "model_args"))
 
@@ -213,7 +215,7 @@ def layout(cfg: RuntimeConfig) -> dict[str, Any]:
     return {"format": DATA_FORMAT, "namespace": cfg.namespace, "hosts": cfg.hosts,
             "episodic_shards": cfg.episodic_shards, "semantic_shards": cfg.semantic_shards,
             "procedural_shards": cfg.procedural_shards, "embedder": embedder_id, "embedder_dim": dim,
-            "storage": cfg.storage, "model": cfg.model}
+            "storage": redacted(cfg.storage), "model": cfg.model}
 
 
 def upgraded(recorded: dict[str, Any]) -> dict[str, Any]:

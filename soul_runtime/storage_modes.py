@@ -20,10 +20,22 @@ LAYOUT_FILE = "runtime.json"
 """Where a data dir records its layout, ``storage`` among it (written by ``actors.settings.claim_data_dir``)."""
 
 
+POSTGRES = ("postgresql://", "postgres://")
+"""A storage given as a PostgreSQL URL keeps the souls' records in that server; each node's data dir holds
+caches of them (:mod:`soul_runtime.memory.pg_cache`)."""
+
+
 def check_storage(kind: object) -> str:
+    if isinstance(kind, str) and kind.startswith(POSTGRES):
+        return kind
     if kind not in JOURNAL:
-        raise ConfigError(f"storage must be one of {', '.join(JOURNAL)}, got {kind!r}")
+        raise ConfigError(f"storage must be one of {', '.join(JOURNAL)} or a postgresql:// URL, got {kind!r}")
     return str(kind)
+
+
+def journal_for(kind: str) -> str:
+    """The SQLite journal of a storage's files: a PostgreSQL storage's node-local caches use WAL."""
+    return "wal" if kind.startswith(POSTGRES) else JOURNAL[kind]
 
 
 def recorded_storage(data_dir: str | os.PathLike[str]) -> str:

@@ -140,3 +140,34 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     for what, stack in _shared.items():
         if _last_user.get(what) == item.nodeid:
             stack.close()  # the last test that needs it is done: it goes now, not at the end of the session
+
+
+STORAGE_CONTRACT_MODULES = ("test_stores.py", "test_storage_contract.py")
+"""Modules whose tests run on both storages: SQLite files, and PostgreSQL rows behind node-local caches."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__.rsplit(".", 1)[-1] + ".py" in STORAGE_CONTRACT_MODULES:
+        metafunc.parametrize("backend", ["local", "postgresql"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The storage this process's databases use for the test: ``local`` unless the module is a storage contract
+    module (:data:`STORAGE_CONTRACT_MODULES`), whose tests run once on each; a PostgreSQL run gets a fresh
+    database of the tests' server (tests/pg.py)."""
+    from soul_runtime.memory import pg_cache
+    from soul_runtime.memory.sqlite_db import use_storage
+
+    kind = getattr(request, "param", "local")
+    if kind == "local":
+        yield "local"
+        return
+    from tests.pg import fresh_database
+    url = fresh_database()
+    use_storage(url)
+    try:
+        yield url
+    finally:
+        use_storage("local")
+        pg_cache.forget_known()

@@ -12,7 +12,8 @@ from soul_runtime.errors import NotFound, StaleOwner
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.soul_state_schema import MIGRATIONS
 from soul_runtime.loop.trace import TurnTrace, add_usage
-from soul_runtime.memory.erasure import ForgetQuery, compact, unlink_files
+from soul_runtime.memory.erasure import ForgetQuery, compact
+from soul_runtime.memory.soul_records import forget_db
 from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 
 
@@ -123,7 +124,7 @@ class SoulState:
         n = self.count()
         epoch = self._epoch()
         self.db.close()
-        unlink_files(self.dir, "soul")
+        forget_db(self.dir / "soul.sqlite")
         self.db = open_db(self.dir / "soul.sqlite", MIGRATIONS)
         with transaction(self.db):
             self.db.executemany("INSERT INTO state VALUES (?, ?)", [("last_seq", self.last_seq), ("epoch", epoch)])

@@ -20,7 +20,7 @@ from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import EmbedderError, InvalidInput
 from soul_runtime.memory import fence
 from soul_runtime.memory.episodic_erasure import EpisodeErasure
-from soul_runtime.memory.episodic_schema import MIGRATIONS
+from soul_runtime.memory.episodic_schema import DERIVED, MIGRATIONS
 from soul_runtime.memory.episodic_search import EpisodeSearch, _Hit, top_rounded
 from soul_runtime.memory.episodic_table import INDEXED
 from soul_runtime.memory.episodic_tokens import FTS_TOKENIZE, fts_tokens
@@ -69,6 +69,7 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
     MIGRATIONS = MIGRATIONS
     TABLES = ("episodes", "sessions", "applied")
     COUNTED = "episodes"
+    DERIVED = DERIVED
 
     def __init__(self, directory: Path, embedder: Embedder, cfg: MemoryConfig,
                  index_params: IndexParams | None = None, lexical: LexicalLimits = LEXICAL) -> None:

@@ -54,3 +54,10 @@ MIGRATIONS = [
 its vector and text, and its later columns sit on overflow pages; reading them per candidate dominated recall
 in a large store. 0008: whether an episode is a unit of a long message (:mod:`soul_runtime.loop.units`), which
 shares its message's vector: recall weighs its dense side by ``unit_dense_weight``."""
+
+DERIVED = (
+    "INSERT INTO episodes_fts (rowid, summary) SELECT rowid, CASE WHEN key_text <> '' THEN key_text ELSE summary END"
+    " FROM episodes ORDER BY rowid",
+)
+"""The full-text index derived from the rows (what a write and an import put in it: the text an episode is
+indexed under, its summary for rows written before it had one), for a cache rebuilt from a PostgreSQL storage."""

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 from soul_runtime.config import MemoryConfig
 from soul_runtime.memory import fence
-from soul_runtime.memory.erasure import unlink_files
 from soul_runtime.memory.layer_db import dump_tables, file_bytes, is_empty, load_tables
+from soul_runtime.memory.soul_records import forget_db
 from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 from soul_runtime.records import Store
 
@@ -30,6 +30,8 @@ class LayerStore:
     MIGRATIONS: ClassVar[Sequence[tuple[str, str]]]
     TABLES: ClassVar[tuple[str, ...]]
     COUNTED: ClassVar[str]
+    DERIVED: ClassVar[Sequence[str]] = ()
+    """Statements that fill the database's derived (virtual) tables from its rows, after a cache is rebuilt."""
 
     def __init__(self, directory: Path, cfg: MemoryConfig) -> None:
         self.dir = Path(directory)
@@ -38,7 +40,7 @@ class LayerStore:
 
     def _open(self) -> None:
         """Open the layer's database (a subclass opens what it keeps beside it too)."""
-        self.db = open_db(self.path, self.MIGRATIONS)
+        self.db = open_db(self.path, self.MIGRATIONS, derived=self.DERIVED)
 
     @property
     def path(self) -> Path:
@@ -64,7 +66,7 @@ class LayerStore:
         n = self._count()
         epoch = fence.current(self.db)
         self.db.close()  # nothing is saved first: it all goes
-        unlink_files(self.dir, self.store.value)
+        forget_db(self.path)
         self._open()
         fence.restore(self.db, epoch)  # an older owner stays refused
         return n

@@ -14,8 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from soul_runtime.errors import ConfigError, StorageError
+from soul_runtime.memory import postgres_db
+from soul_runtime.memory.pg_cache import CachedDb, Mirror
 from soul_runtime.owner_only import create_file, private_umask, write_file
-from soul_runtime.storage_modes import JOURNAL  # local: WAL; shared: a rollback journal
+from soul_runtime.storage_modes import check_storage, journal_for  # local: WAL; shared: a rollback journal
 
 Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 512
@@ -41,10 +43,20 @@ _storage = ["local"]
 
 
 def use_storage(kind: str) -> None:
-    """Choose the journal for every database this process opens from now on (``local`` or ``shared``)."""
-    if kind not in JOURNAL:
-        raise ConfigError(f"storage must be one of {', '.join(JOURNAL)}, got {kind!r}")
-    _storage[0] = kind
+    """Choose the storage of every database this process opens from now on: ``local`` or ``shared`` (the
+    journal of the SQLite files that are the record), or a ``postgresql://`` URL (the files are node-local caches
+    of PostgreSQL rows: :mod:`soul_runtime.memory.pg_cache`)."""
+    _storage[0] = check_storage(kind)
+
+
+def storage() -> str:
+    """The storage this process opens databases with (see :func:`use_storage`)."""
+    return _storage[0]
+
+
+def postgres_url() -> str | None:
+    """The PostgreSQL URL of this process's storage; None for SQLite files."""
+    return _storage[0] if postgres_db.is_postgres(_storage[0]) else None
 
 
 def grow_pages(con: sqlite3.Connection, journal: str) -> bool:
@@ -92,7 +104,8 @@ def _create(path: Path, migrations: Sequence[Migration], page_size: int) -> None
     write_file(path, _template(migrations, page_size), replace=False)
 
 
-def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAGE_SIZE) -> sqlite3.Connection:
+def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAGE_SIZE,
+            derived: Sequence[str] = ()) -> sqlite3.Connection:
     """Open (creating) a database and apply the migrations it has not seen, in order.
 
     Migration names are recorded in ``schema_migrations``; an applied migration is
@@ -103,8 +116,15 @@ def open_db(path: Path, migrations: Sequence[Migration], *, page_size: int = PAG
     The file (and its directory) is created owner-only; SQLite gives the ``-wal`` and
     ``-shm`` files the database file's mode. ``page_size`` applies to a new file only (a power of two,
     512..65536): small pages keep a near-empty database small, larger ones suit large tables.
+
+    With a PostgreSQL storage the file is the node's cache of the soul database's rows, checked against the
+    server and rebuilt when missing or behind (``derived``: statements that fill its virtual tables from its
+    rows after a rebuild).
     """
     path = Path(path)
+    url = postgres_url()
+    if url is not None:
+        return _open_cache(path, migrations, page_size, derived, url)
     try:
         if not path.exists():
             _create(path, migrations, page_size)
@@ -117,14 +137,16 @@ def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite
     try:
         create_file(path)
         with private_umask():
-            con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+            con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0,
+                                  factory=CachedDb)
             con.execute(f"PRAGMA page_size={int(page_size)}")  # takes effect on a new (empty) file only
-            want = JOURNAL[_storage[0]]
+            want = journal_for(_storage[0])
             got = con.execute(f"PRAGMA journal_mode={want}").fetchone()[0]
         if str(got).lower() != want:
             raise StorageError(f"{path}: journal mode {want} refused (got {got}); is another process holding it?")
         con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
-        con.execute("PRAGMA synchronous=FULL")
+        # a cache's durability is the server's: its file need not be synced on every commit
+        con.execute("PRAGMA synchronous=NORMAL" if postgres_url() else "PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA secure_delete=ON")  # deleted and overwritten content is zeroed, not left in free space
         con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (seq INTEGER PRIMARY KEY, name TEXT UNIQUE)")
@@ -249,18 +271,81 @@ def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         con.execute("BEGIN IMMEDIATE")
     except sqlite3.DatabaseError as e:
         raise storage_error(e, _path(con)) from e
+    mirror = getattr(con, "mirror", None)
     try:
         yield con
+        if mirror is not None:  # the rows go to the server before SQLite commits them
+            mirror.push(con, mirror.code_schema)
     except sqlite3.DatabaseError as e:
         _rollback(con)
+        if mirror is not None:
+            mirror.rolled_back(con)
         if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError):
             raise
         raise storage_error(e, _path(con)) from e
     except BaseException:
         _rollback(con)
+        if mirror is not None:
+            mirror.rolled_back(con)
         raise
     try:
         con.execute("COMMIT")
     except sqlite3.DatabaseError as e:
         _rollback(con)
         raise storage_error(e, _path(con)) from e
+
+
+def _open_cache(path: Path, migrations: Sequence[Migration], page_size: int, derived: Sequence[str],
+                url: str) -> sqlite3.Connection:
+    """Open a soul database's node-local cache (see :mod:`soul_runtime.memory.pg_cache`): kept when it holds
+    the server's version, else rebuilt from the server's rows under the schema they were written with, then
+    migrated by the same runner as any database (a migration's changes go to the server whole)."""
+    from soul_runtime.memory.erasure import unlink_files
+
+    mirror = Mirror(url, path, derived)
+    state = mirror.state()
+    local = _cache_mark(path) if path.exists() else None
+    if path.exists() and local is None:
+        raise StorageError(f"{path}: a SQLite record, not a cache of {postgres_db.redacted(url)}: move the data "
+                           "dir's records into PostgreSQL with `soul storage migrate` first")
+    try:
+        rebuilt = False
+        if local is not None and (state is None or local[0] != state[0]):
+            unlink_files(path.parent, path.stem)  # behind the server (or forgotten there): derive it anew
+        if state is not None and not path.exists():
+            _create(path, migrations[: state[1]], page_size)
+            con = _open(path, migrations[: state[1]], page_size)
+            mirror.attach_mark(con)
+            with transaction(con):
+                mirror.load(con, *state)
+            con.close()
+            rebuilt = True
+        if not path.exists():
+            _create(path, migrations, page_size)
+        con = _open(path, migrations, page_size)
+        have = int(con.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0])
+        mirror.attach(con)
+        mirror.code_schema = have
+        con.mirror = mirror  # type: ignore[attr-defined]
+        if state is not None and mirror.schema < have:  # migrated here: the server gets the rows as they are now
+            with transaction(con):
+                mirror.push(con, have, everything=True)
+        mirror.rebuilt = rebuilt
+        return con
+    except (sqlite3.DatabaseError, OSError) as e:
+        raise storage_error(e, path) from e
+
+
+def _cache_mark(path: Path) -> tuple[int, int] | None:
+    """The (version, schema) a cache file says it holds; None if the file is not a cache (or unreadable)."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+    except sqlite3.Error:
+        return None
+    try:
+        r = con.execute("SELECT version, schema FROM pg_mark WHERE id = 0").fetchone()
+        return (int(r[0]), int(r[1])) if r else (0, 0)
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()

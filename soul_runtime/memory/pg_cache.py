@@ -1,0 +1,281 @@
+"""A soul database as a node-local SQLite cache of its PostgreSQL rows (a ``postgresql://`` storage).
+
+The layers run on SQLite either way: with a PostgreSQL storage, each soul database
+(``DATA_DIR/souls/SOUL/<db>.sqlite``, DATA_DIR on the node's own disk) is a cache derived from the soul's rows
+in PostgreSQL (:mod:`soul_runtime.memory.postgres_db`), so recall ranks from the local full-text and vector
+indices and never queries the server, and the layers' code does not know which storage it runs on.
+
+- **Writes**: temporary triggers note each changed row of the database's tables; when a transaction commits
+  (:func:`soul_runtime.memory.sqlite_db.transaction`), the changed rows go to PostgreSQL in one transaction
+  that first compares the database's ``version`` with the one this cache was derived from and bumps it (a
+  compare-and-set), and only then does SQLite commit. A writer whose cache is behind — an old owner on another
+  node, after a new owner fenced the soul — is refused with :class:`StaleOwner`: one writer per soul across
+  nodes, with no file lock and no lease to wait out.
+- **The mark**: the cache records the version it holds (``pg_mark``). Opening a database whose cache is
+  missing or behind rebuilds it from the rows (and its derived tables: the full-text index; the vector index is
+  rebuilt from the rows' vectors as after any loss of its file).
+- **Not mirrored**: virtual tables and their shadow tables (derived), the vector index's change log (local to
+  its index file), ``schema_migrations`` (code) and the mark itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from soul_runtime.errors import StaleOwner
+from soul_runtime.memory import postgres_db
+
+LOCAL_ONLY = frozenset({"schema_migrations", "index_log", "pg_mark", "sqlite_sequence", "sqlite_stat1"})
+"""Tables of a soul database that are not rows of the soul (see the module's docstring)."""
+
+
+class CachedDb(sqlite3.Connection):
+    """A SQLite connection; with a PostgreSQL storage, the cache of one soul database (``mirror`` set)."""
+
+    mirror: Mirror | None = None
+
+
+def key_of(path: Path) -> tuple[str, str]:
+    """(soul id, database) of a soul database's file: ``.../souls/SOUL/episodic.sqlite``."""
+    return path.parent.name, path.stem
+
+
+class Mirror:
+    """What ties one open cache to its rows: the server, the soul database's key, the version the cache holds."""
+
+    def __init__(self, url: str, path: Path, derived: Sequence[str] = ()) -> None:
+        self.url = url
+        self.soul, self.db = key_of(path)
+        self.derived = tuple(derived)
+        self.version = 0
+        self.schema = 0
+        self.tables: list[str] = []
+        self.columns: dict[str, tuple[list[str], bool]] = {}
+        self.code_schema = 0
+        """How many migrations this code's schema has (what a push records the rows as written under)."""
+        self.rebuilt = False
+        """Whether opening rebuilt the cache from the server's rows."""
+
+    # ---- the server's side ------------------------------------------------------------
+    def state(self) -> tuple[int, int] | None:
+        """(version, schema) of the soul database on the server; None if it has no rows."""
+        def read() -> tuple[int, int] | None:
+            with postgres_db.connection(self.url) as con:
+                r = con.execute("SELECT version, schema FROM soul_dbs WHERE soul = %s AND db = %s",
+                                (self.soul, self.db)).fetchone()
+            return None if r is None else (int(r[0]), int(r[1]))
+        got = postgres_db.retrying(read, self.url)
+        _present(self.url, self.soul, self.db, got is not None)
+        return got
+
+    def rows(self) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        def read() -> dict[str, list[tuple[int, dict[str, Any]]]]:
+            out: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+            with postgres_db.connection(self.url) as con:
+                cur = con.execute("SELECT tbl, rid, cells FROM soul_rows WHERE soul = %s AND db = %s "
+                                  "ORDER BY tbl, rid", (self.soul, self.db))
+                for tbl, rid, cells in cur:
+                    out[tbl].append((int(rid), msgpack.unpackb(bytes(cells), raw=False)))
+            return out
+        return postgres_db.retrying(read, self.url)
+
+    # ---- the cache's side -------------------------------------------------------------
+    @staticmethod
+    def attach_mark(con: sqlite3.Connection) -> None:
+        con.execute("CREATE TABLE IF NOT EXISTS pg_mark (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER "
+                    "NOT NULL, schema INTEGER NOT NULL)")
+
+    def attach(self, con: sqlite3.Connection) -> None:
+        """Note the cache's tables and start noting their changes (temporary triggers: not in the file)."""
+        self.attach_mark(con)
+        con.execute("CREATE TEMP TABLE IF NOT EXISTS pg_changes (tbl TEXT NOT NULL, rid INTEGER NOT NULL)")
+        self.tables = mirrored_tables(con)
+        self.columns = {t: _columns(con, t) for t in self.tables}
+        for t in self.tables:
+            note = "INSERT INTO pg_changes VALUES ('{t}', {which}.rowid)"
+            con.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS pg_{t}_i AFTER INSERT ON main.{t} BEGIN "
+                        f"{note.format(t=t, which='new')}; END")
+            con.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS pg_{t}_u AFTER UPDATE ON main.{t} BEGIN "
+                        f"{note.format(t=t, which='old')}; {note.format(t=t, which='new')}; END")
+            con.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS pg_{t}_d AFTER DELETE ON main.{t} BEGIN "
+                        f"{note.format(t=t, which='old')}; END")
+        con.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's implicit delete is noted too
+        r = con.execute("SELECT version, schema FROM pg_mark WHERE id = 0").fetchone()
+        self.version, self.schema = (int(r[0]), int(r[1])) if r else (0, 0)
+
+    def mark(self, con: sqlite3.Connection) -> tuple[int, int] | None:
+        """The (version, schema) a cache file records; None for a file that is not a cache yet."""
+        try:
+            r = con.execute("SELECT version, schema FROM pg_mark WHERE id = 0").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return (int(r[0]), int(r[1])) if r else None
+
+    def load(self, con: sqlite3.Connection, version: int, schema: int) -> int:
+        """Fill an empty cache (at the rows' schema) with the server's rows, derive its virtual tables and mark
+        it; inside the caller's transaction. Returns how many rows."""
+        n = 0
+        for tbl, rows in self.rows().items():
+            cols, has_alias = _columns(con, tbl)
+            if not rows:
+                continue
+            names = [c for c in cols if c in rows[0][1]]
+            head = names if has_alias else ["rowid", *names]
+            sql = f"INSERT INTO main.{tbl} ({','.join(head)}) VALUES ({','.join('?' * len(head))})"
+            con.executemany(sql, [[cells.get(c) for c in names] if has_alias else [rid, *(cells.get(c) for c in names)]
+                                  for rid, cells in rows])
+            n += len(rows)
+        for stmt in self.derived:
+            con.execute(stmt)
+        con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (version, schema))
+        self.version, self.schema = version, schema
+        return n
+
+    def push(self, con: sqlite3.Connection, schema: int, *, everything: bool = False) -> None:
+        """Inside the caller's SQLite transaction, before it commits: send the rows it changed (or, with
+        ``everything``, all rows, replacing the server's) to PostgreSQL in one transaction that takes the
+        database's next version if the server's is the one this cache holds; then mark the cache with it."""
+        if everything:
+            changed = [(t, int(r[0])) for t in self.tables for r in con.execute(f"SELECT rowid FROM main.{t}")]
+        else:
+            changed = [(str(t), int(r)) for t, r in con.execute("SELECT DISTINCT tbl, rid FROM temp.pg_changes")]
+        con.execute("DELETE FROM temp.pg_changes")
+        if not changed and not everything:
+            return
+        puts: list[tuple[str, int, bytes]] = []
+        dels: list[tuple[str, int]] = []
+        for tbl, rid in changed:
+            cols, _ = self.columns.get(tbl) or _columns(con, tbl)
+            row = con.execute(f"SELECT {','.join(cols)} FROM main.{tbl} WHERE rowid = ?", (rid,)).fetchone()
+            if row is None:
+                dels.append((tbl, rid))
+            else:
+                puts.append((tbl, rid, msgpack.packb(dict(zip(cols, row, strict=True)), use_bin_type=True)))
+        txn = uuid.uuid4().hex
+        expected = self.version
+
+        def send() -> None:
+            with postgres_db.connection(self.url) as pg:
+                r = pg.execute("SELECT version, txn FROM soul_dbs WHERE soul = %s AND db = %s FOR UPDATE",
+                               (self.soul, self.db)).fetchone()
+                if r is not None and int(r[0]) == expected + 1 and r[1] == txn:
+                    return  # an earlier try committed and its answer was lost
+                if (0 if r is None else int(r[0])) != expected:
+                    raise StaleOwner(f"soul {self.soul} {self.db}: another owner wrote it (version "
+                                     f"{0 if r is None else r[0]}, this one holds {expected}); nothing was written")
+                if r is None:
+                    pg.execute("INSERT INTO soul_dbs (soul, db, version, schema, txn) VALUES (%s, %s, %s, %s, %s)",
+                               (self.soul, self.db, expected + 1, schema, txn))
+                else:
+                    pg.execute("UPDATE soul_dbs SET version = %s, schema = %s, txn = %s WHERE soul = %s AND db = %s",
+                               (expected + 1, schema, txn, self.soul, self.db))
+                if everything:
+                    pg.execute("DELETE FROM soul_rows WHERE soul = %s AND db = %s", (self.soul, self.db))
+                elif dels:
+                    with pg.cursor() as cur:
+                        cur.executemany("DELETE FROM soul_rows WHERE soul = %s AND db = %s AND tbl = %s AND rid = %s",
+                                        [(self.soul, self.db, t, r) for t, r in dels])
+                if puts:
+                    with pg.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO soul_rows (soul, db, tbl, rid, cells) VALUES (%s, %s, %s, %s, %s) "
+                            "ON CONFLICT (soul, db, tbl, rid) DO UPDATE SET cells = EXCLUDED.cells",
+                            [(self.soul, self.db, t, r, c) for t, r, c in puts])
+
+        postgres_db.retrying(send, self.url)
+        self.version, self.schema = expected + 1, schema
+        con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (self.version, schema))
+        _present(self.url, self.soul, self.db, True)
+
+    def rolled_back(self, con: sqlite3.Connection) -> None:
+        """The SQLite transaction was rolled back: forget the changes it noted (the version stays whatever the
+        server said: a push that failed after the server committed leaves the cache behind, and the next
+        opening rebuilds it)."""
+        try:
+            con.execute("DELETE FROM temp.pg_changes")
+        except sqlite3.Error:
+            pass
+
+
+def mirrored_tables(con: sqlite3.Connection) -> list[str]:
+    rows = con.execute("SELECT name, sql FROM main.sqlite_master WHERE type = 'table'").fetchall()
+    virtual = [str(n) for n, sql in rows if str(sql or "").upper().startswith("CREATE VIRTUAL")]
+    return sorted(str(n) for n, sql in rows
+                  if str(n) not in LOCAL_ONLY and str(n) not in virtual and not str(n).startswith("sqlite_")
+                  and not any(str(n).startswith(v + "_") for v in virtual))
+
+
+def _columns(con: sqlite3.Connection, table: str) -> tuple[list[str], bool]:
+    """A table's columns, and whether one of them is its rowid (an INTEGER PRIMARY KEY)."""
+    info = con.execute(f"PRAGMA main.table_info({table})").fetchall()
+    pks = [r for r in info if r[5]]
+    alias = len(pks) == 1 and str(pks[0][2]).upper() == "INTEGER"
+    return [str(r[1]) for r in info], alias
+
+
+# ---- which souls have rows: asked of the server once per process and database, then kept ----------------
+_known: dict[tuple[str, str, str], bool] = {}
+_known_lock = threading.Lock()
+
+
+def _present(url: str, soul: str, db: str, present: bool) -> None:
+    with _known_lock:
+        _known[(url, soul, db)] = present
+
+
+def stored(url: str, path: Path) -> bool:
+    """Has this soul database rows on the server? (Its one writer is this process, so an answer is kept until
+    this process writes or drops it.)"""
+    soul, db = key_of(path)
+    with _known_lock:
+        got = _known.get((url, soul, db))
+    if got is not None:
+        return got
+
+    def read() -> bool:
+        with postgres_db.connection(url) as con:
+            return con.execute("SELECT 1 FROM soul_dbs WHERE soul = %s AND db = %s", (soul, db)).fetchone() is not None
+    got = postgres_db.retrying(read, url)
+    _present(url, soul, db, got)
+    return got
+
+
+def drop(url: str, soul: str, db: str | None = None) -> int:
+    """Delete a soul database's rows (every database of the soul when ``db`` is None) from the server; how many."""
+    def run() -> int:
+        with postgres_db.connection(url) as con:
+            if db is None:
+                n = con.execute("DELETE FROM soul_rows WHERE soul = %s", (soul,)).rowcount
+                con.execute("DELETE FROM soul_dbs WHERE soul = %s", (soul,))
+            else:
+                n = con.execute("DELETE FROM soul_rows WHERE soul = %s AND db = %s", (soul, db)).rowcount
+                con.execute("DELETE FROM soul_dbs WHERE soul = %s AND db = %s", (soul, db))
+            return int(n)
+    n = postgres_db.retrying(run, url)
+    with _known_lock:
+        for key in [k for k in _known if k[0] == url and k[1] == soul and (db is None or k[2] == db)]:
+            _known[key] = False
+    return n
+
+
+def soul_ids(url: str, prefix: str = "") -> list[str]:
+    """The souls with rows on the server (whose id starts with ``prefix``)."""
+    def read() -> list[str]:
+        with postgres_db.connection(url) as con:
+            return [str(r[0]) for r in con.execute(
+                "SELECT DISTINCT soul FROM soul_dbs WHERE starts_with(soul, %s) ORDER BY soul", (prefix,))]
+    return postgres_db.retrying(read, url)
+
+
+def forget_known() -> None:
+    """Forget which souls were seen on a server (a process that switches servers, as tests do)."""
+    with _known_lock:
+        _known.clear()
