@@ -11,10 +11,10 @@ from typing import Any
 from soul_runtime.config import SoulConfig
 from soul_runtime.embedding.choice import check_embedder_name, embedder_identity
 from soul_runtime.errors import ConfigError
+from soul_runtime.memory.postgres_db import redacted
 from soul_runtime.models.choice import check_model_name
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.plugins import check_args
-from soul_runtime.memory.postgres_db import redacted
 from soul_runtime.storage_modes import check_storage
 
 

@@ -147,7 +147,8 @@ STORAGE_CONTRACT_MODULES = ("test_stores.py", "test_storage_contract.py")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.module.__name__.rsplit(".", 1)[-1] + ".py" in STORAGE_CONTRACT_MODULES:
+    if metafunc.module.__name__.rsplit(".", 1)[-1] + ".py" in STORAGE_CONTRACT_MODULES and \
+            "pg" not in metafunc.fixturenames:  # a test on PostgreSQL alone takes ``pg``
         metafunc.parametrize("backend", ["local", "postgresql"], indirect=True)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from soul_runtime.errors import ConfigError, StorageError
+from soul_runtime.errors import StorageError
 from soul_runtime.memory import postgres_db
 from soul_runtime.memory.pg_cache import CachedDb, Mirror
 from soul_runtime.owner_only import create_file, private_umask, write_file

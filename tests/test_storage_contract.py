@@ -1,0 +1,243 @@
+"""What every storage promises, on SQLite files and on PostgreSQL (a real server, tests/pg.py), and what the
+PostgreSQL storage adds: caches rebuilt from the server's rows on any node, one writer per soul by a version the
+server keeps, erasure that leaves nothing in a pg_dump, a server away or refusing answered with the error tree."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from soul_runtime.clock import DAY
+from soul_runtime.errors import RuntimeUnavailable, StaleOwner, StorageError
+from soul_runtime.loop.soul_state import SoulState
+from soul_runtime.memory import pg_cache, postgres_db
+from soul_runtime.memory.soul_memory import SoulMemory
+from soul_runtime.memory.soul_records import remove_soul, soul_ids, stored
+from soul_runtime.memory.sqlite_db import use_storage
+from soul_runtime.records import Extraction, FactCandidate, TaskReport, WriteRequest
+from tests.fakes import HashEmbedder
+
+NOW = 1_780_000_000.0
+SECRET = "the vault code is 7741 orchid"
+
+
+def req(key: str, ex: Extraction, at: float = NOW, session: str = "s1", epoch: int = 0) -> WriteRequest:
+    return WriteRequest(turn_key=key, now=at, actor="maya", sources=(f"{key}/u",), extraction=ex, session=session,
+                        epoch=epoch)
+
+
+def fill(m: SoulMemory, n: int = 40) -> None:
+    """Episodes over several sessions, a fact and its correction, a procedure's runs."""
+    for i in range(n):
+        m.write(req(f"t{i}", Extraction(episode=f"Maya worked on ticket {i} about the {['billing', 'search', 'login'][i % 3]}"
+                                        f" service, step {i * 7}", event=True), NOW + i * 3600, session=f"s{i // 10}"))
+    m.write(req("f1", Extraction(facts=(FactCandidate("tendril", "db", "Postgres 15", "confirmed", ("f1/u",), "Tendril",
+                                                      "db"),)), NOW + DAY))
+    m.write(req("f2", Extraction(facts=(FactCandidate("tendril", "db", "Postgres 16", "corrected", ("f2/u",),
+                                                      "Tendril", "db"),)), NOW + 2 * DAY))
+    for i in range(3):
+        m.write(req(f"p{i}", Extraction(task=TaskReport("deploy", ("build", "test", "ship"), "success")),
+                    NOW + 3 * DAY + i))
+
+
+def snapshot(m: SoulMemory) -> dict[str, object]:
+    """What a user reads of a soul: recalls (ids and scores), facts with history, procedures, stats."""
+    recalls = {q: [(it.id, round(it.score, 9)) for it in m.recall(q, 8, at=NOW + 4 * DAY)]
+               for q in ("billing ticket", "which database does tendril use", "how to deploy", "step 91")}
+    return {"recalls": recalls, "facts": [(f.entity, f.value) for f in m.facts()],
+            "history": [h.value for h in m.fact_history("tendril", "db")],
+            "procedures": [(p.task_class, p.version, p.steps) for p in m.procedures()],
+            "stats": {k: v for k, v in m.stats().items() if not k.endswith("bytes")}}
+
+
+@pytest.fixture
+def pg() -> str:
+    """A fresh database of the tests' server as this process's storage, for the PostgreSQL-only tests."""
+    from tests.pg import fresh_database
+    url = fresh_database()
+    use_storage(url)
+    yield url
+    use_storage("local")
+    pg_cache.forget_known()
+
+
+def test_every_layer_reads_back_what_was_written(tmp_path: Path, backend: str) -> None:
+    m = SoulMemory(tmp_path / "souls" / "ana", embedder=HashEmbedder())
+    fill(m)
+    got = snapshot(m)
+    m.close()
+    assert got["history"] == ["Postgres 15", "Postgres 16"] and got["facts"] == [("tendril", "Postgres 16")]
+    assert got["procedures"] and got["recalls"]["billing ticket"]
+    m = SoulMemory(tmp_path / "souls" / "ana", embedder=HashEmbedder())
+    assert snapshot(m) == got  # reopened: the same
+    m.close()
+
+
+def test_postgres_returns_what_sqlite_returns(tmp_path: Path, pg: str) -> None:
+    """The same writes on both storages: every read (recall ids and scores included) is the same, also from a
+    cache rebuilt on another node from the server's rows alone."""
+    use_storage("local")
+    local = SoulMemory(tmp_path / "local" / "souls" / "ana", embedder=HashEmbedder())
+    fill(local)
+    want = snapshot(local)
+    local.close()
+    use_storage(pg)
+    m = SoulMemory(tmp_path / "node1" / "souls" / "ana", embedder=HashEmbedder())
+    fill(m)
+    assert snapshot(m) == want
+    m.close()
+    shutil.rmtree(tmp_path / "node1")  # the node is lost with its disk
+    moved = SoulMemory(tmp_path / "node2" / "souls" / "ana", embedder=HashEmbedder())
+    assert moved.episodic.db.mirror.rebuilt and moved.episodic.index.rebuilt
+    assert snapshot(moved) == want
+    moved.close()
+
+
+def test_a_cache_behind_the_server_is_caught_up_on_opening(tmp_path: Path, pg: str) -> None:
+    """Node 1 kept its cache while the soul was written on node 2: opening it on node 1 again reads node 2's
+    writes, not its own stale file."""
+    a = SoulMemory(tmp_path / "n1" / "souls" / "bo", embedder=HashEmbedder())
+    fill(a, 6)
+    a.close()
+    b = SoulMemory(tmp_path / "n2" / "souls" / "bo", embedder=HashEmbedder())
+    b.write(req("late", Extraction(episode="Bo moved the standup to Thursday mornings", event=True), NOW + 9 * DAY))
+    want = snapshot(b)
+    b.close()
+    a = SoulMemory(tmp_path / "n1" / "souls" / "bo", embedder=HashEmbedder())
+    assert a.episodic.db.mirror.rebuilt and snapshot(a) == want
+    assert any("Thursday" in it.text for it in a.recall("when is the standup", 5, at=NOW + 10 * DAY))
+    a.close()
+
+
+def test_an_old_owner_on_another_node_is_refused_and_writes_nothing(tmp_path: Path, pg: str) -> None:
+    old = SoulMemory(tmp_path / "n1" / "souls" / "cy", embedder=HashEmbedder())
+    old.write(req("a", Extraction(episode="Cy opened the quarterly plan", event=True)))
+    state_old = SoulState(tmp_path / "n1" / "souls" / "cy", 1000)
+    assert state_old.claim() == 1
+    # a new owner on another node takes the soul over and fences every layer
+    new = SoulMemory(tmp_path / "n2" / "souls" / "cy", embedder=HashEmbedder())
+    state_new = SoulState(tmp_path / "n2" / "souls" / "cy", 1000)
+    assert state_new.claim() == 2
+    new.fence(2)
+    with pytest.raises(StaleOwner):
+        old.write(req("b", Extraction(episode="Cy wrote from the zombie", event=True), epoch=1))
+    with pytest.raises(StaleOwner):
+        state_old.save_intent({"trace": {"seq": 1}})
+    new.write(req("c", Extraction(episode="Cy closed the quarterly plan", event=True), NOW + 60, epoch=2))
+    texts = [e.summary for e in new.episodes()]
+    assert texts == ["Cy opened the quarterly plan", "Cy closed the quarterly plan"]
+    for m in (old, new):
+        m.close()
+    state_old.close()
+    state_new.close()
+
+
+def test_two_owners_racing_for_a_new_soul_one_wins(tmp_path: Path, pg: str) -> None:
+    a = SoulState(tmp_path / "n1" / "souls" / "dee", 1000)
+    b = SoulState(tmp_path / "n2" / "souls" / "dee", 1000)
+    assert a.claim() == 1
+    with pytest.raises(StaleOwner):
+        b.claim()  # its cache was opened before a's claim: behind the server
+    b.close()
+    b = SoulState(tmp_path / "n2" / "souls" / "dee", 1000)
+    assert b.claim() == 2
+    a.close()
+    b.close()
+
+
+def _dump(url: str) -> str:
+    pgbin = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    args = [str(pgbin / "pg_dump"), "--data-only", url]
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+def test_forget_leaves_no_byte_of_the_text_on_the_server_or_the_node(tmp_path: Path, pg: str) -> None:
+    d = tmp_path / "souls" / "eve"
+    m = SoulMemory(d, embedder=HashEmbedder())
+    fill(m, 5)
+    m.write(req("x", Extraction(episode=f"Eve said {SECRET}", event=True), NOW + 100))
+    hexed = SECRET.encode().hex()
+    assert hexed in _dump(pg)  # the dump shows rows' cells as hex
+    m.forget_where(query="vault code")
+    m.close()
+    dump = _dump(pg)
+    assert SECRET not in dump and hexed not in dump
+    for f in d.iterdir():
+        assert SECRET.encode() not in f.read_bytes(), f
+    assert SoulMemory(d, embedder=HashEmbedder()).stats()["episodes"] == 5
+
+
+def test_a_forgotten_soul_is_gone_from_the_server_and_from_every_list(tmp_path: Path, pg: str) -> None:
+    root = tmp_path / "n1"
+    for sid in ("acme:one", "acme:two", "beta:one"):
+        m = SoulMemory(root / "souls" / sid, embedder=HashEmbedder())
+        fill(m, 3)
+        m.close()
+    assert soul_ids(root) == ["acme:one", "acme:two", "beta:one"] == soul_ids(tmp_path / "elsewhere")
+    assert soul_ids(root, "acme:") == ["acme:one", "acme:two"]
+    remove_soul(root, "acme:two")
+    assert soul_ids(tmp_path / "elsewhere") == ["acme:one", "beta:one"]
+    assert not stored(tmp_path / "n2" / "souls" / "acme:two" / "episodic.sqlite")
+    assert "acme:two" not in _dump(pg)
+    m = SoulMemory(root / "souls" / "acme:one", embedder=HashEmbedder())
+    m.forget()
+    m.close()
+    assert SoulMemory(tmp_path / "n3" / "souls" / "acme:one", embedder=HashEmbedder()).stats()["episodes"] == 0
+
+
+def test_export_and_import_cross_storages(tmp_path: Path, pg: str) -> None:
+    m = SoulMemory(tmp_path / "pg" / "souls" / "fay", embedder=HashEmbedder())
+    fill(m, 12)
+    blob, want = m.export(), snapshot(m)
+    m.close()
+    use_storage("local")
+    local = SoulMemory(tmp_path / "local" / "souls" / "fay", embedder=HashEmbedder())
+    local.import_(blob)
+    assert snapshot(local) == want
+    back = local.export()
+    local.close()
+    use_storage(pg)
+    again = SoulMemory(tmp_path / "pg2" / "souls" / "gus", embedder=HashEmbedder())
+    again.import_(back)
+    again.close()
+    moved = SoulMemory(tmp_path / "pg3" / "souls" / "gus", embedder=HashEmbedder())
+    assert snapshot(moved) == want
+    moved.close()
+
+
+def test_a_server_away_is_runtime_unavailable_after_bounded_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    from tests.pg import _free_port
+    monkeypatch.setattr(postgres_db, "RETRY_S", 1.0)
+    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres?connect_timeout=1"
+    use_storage(url)
+    try:
+        with pytest.raises(RuntimeUnavailable, match="unreachable"):
+            SoulMemory(tmp_path / "souls" / "hal", embedder=HashEmbedder())
+    finally:
+        use_storage("local")
+        postgres_db.close_pools()
+
+
+def test_a_write_the_server_refuses_is_a_storage_error_naming_the_cause(tmp_path: Path, pg: str) -> None:
+    import psycopg
+    m = SoulMemory(tmp_path / "souls" / "ida", embedder=HashEmbedder())
+    m.write(req("a", Extraction(episode="Ida planned the offsite", event=True)))
+    name = pg.rsplit("/", 1)[1]
+    with psycopg.connect(pg, autocommit=True) as con:
+        con.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    postgres_db.close_pools()  # new sessions take the setting
+    try:
+        with pytest.raises(StorageError, match="read-only server"):
+            m.write(req("b", Extraction(episode="Ida booked the venue", event=True), NOW + 60))
+        assert [e.summary for e in m.episodes()] == ["Ida planned the offsite"]  # nothing half applied
+    finally:
+        with psycopg.connect(pg, autocommit=True, options="-c default_transaction_read_only=off") as con:
+            con.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+        postgres_db.close_pools()
+    m.write(req("b", Extraction(episode="Ida booked the venue", event=True), NOW + 60))
+    assert len(m.episodes()) == 2
+    m.close()
