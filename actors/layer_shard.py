@@ -15,7 +15,6 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 from soul_runtime import telemetry
@@ -30,10 +29,10 @@ from soul_runtime.memory.policy_episodic import decide_episode
 from soul_runtime.memory.procedural import ProceduralStore
 from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
-from soul_runtime.memory.soul_records import soul_ids, stored
+from soul_runtime.memory.soul_records import soul_dir, soul_ids, stored
 from soul_runtime.memory.sqlite_db import storage_error, use_storage
 from soul_runtime.records import Store, request_from_plain
-from soul_runtime.text import check_id, check_write_request
+from soul_runtime.text import check_write_request
 
 from . import raycalls
 from .introspection import ActorBase
@@ -51,10 +50,6 @@ log = logging.getLogger(__name__)
 def embed_threads(cpus: int, episodic_shards: int) -> int:
     """An episodic shard's embedder threads: its share of the cluster's CPUs, at least 1 and at most 2."""
     return max(1, min(2, int(cpus) // max(1, int(episodic_shards))))
-
-
-def soul_dir(data_dir: str, soul_id: str) -> Path:
-    return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
 
 
 class LayerShard(ActorBase):

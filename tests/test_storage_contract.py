@@ -241,3 +241,55 @@ def test_a_write_the_server_refuses_is_a_storage_error_naming_the_cause(tmp_path
     m.write(req("b", Extraction(episode="Ida booked the venue", event=True), NOW + 60))
     assert len(m.episodes()) == 2
     m.close()
+
+
+def test_a_sqlite_data_dir_moves_into_postgres_and_its_files_become_caches(tmp_path: Path, pg: str) -> None:
+    from soul_runtime.cli.main import main
+    from soul_runtime.memory.pg_move import move
+    use_storage("local")
+    data = tmp_path / "data"
+    want = {}
+    for sid in ("ana", "bo"):
+        m = SoulMemory(data / "souls" / sid, embedder=HashEmbedder())
+        fill(m, 10)
+        want[sid] = snapshot(m)
+        m.close()
+        st = SoulState(data / "souls" / sid, 1000)
+        st.claim()
+        st.close()
+    (data / "runtime.json").write_text('{"storage": "local", "format": "soul-runtime/data@1"}\n')
+    lines: list[str] = []
+    moved = move(data, pg, progress=lines.append)
+    assert (moved.souls, moved.databases, moved.skipped) == (2, 8, 0) and moved.rows > 40
+    assert lines[0].startswith("moving 2 souls") and lines[-1].startswith("moved 2 souls")
+    assert main(["storage", "migrate", "--to", pg, "--data-dir", str(data), "--json"]) == 0  # again: all there
+    use_storage(pg)
+    for sid in ("ana", "bo"):
+        here = SoulMemory(data / "souls" / sid, embedder=HashEmbedder())  # the moved files serve as caches
+        assert not here.episodic.db.mirror.rebuilt and snapshot(here) == want[sid]
+        here.close()
+        there = SoulMemory(tmp_path / "node2" / "souls" / sid, embedder=HashEmbedder())  # from the rows alone
+        assert there.episodic.db.mirror.rebuilt and snapshot(there) == want[sid]
+        there.close()
+        assert SoulState(tmp_path / "node2" / "souls" / sid, 1000).claim() == 2
+    assert '"storage": "postgresql://' in (data / "runtime.json").read_text()
+
+
+def test_pg_dump_and_pg_restore_bring_every_soul_back(tmp_path: Path, pg: str) -> None:
+    """The backup docs/deploying.md describes: pg_dump -Fc, then pg_restore into a new database; nodes with no
+    cache rebuild every soul from it."""
+    from tests.pg import fresh_database
+    m = SoulMemory(tmp_path / "n1" / "souls" / "cat", embedder=HashEmbedder())
+    fill(m, 15)
+    want = snapshot(m)
+    m.close()
+    pgbin = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    dump = tmp_path / "souls.dump"
+    subprocess.run([str(pgbin / "pg_dump"), "-Fc", "-f", str(dump), pg], check=True)
+    restored = fresh_database("restored")
+    subprocess.run([str(pgbin / "pg_restore"), "--no-owner", "-d", restored, str(dump)], check=True)
+    use_storage(restored)
+    back = SoulMemory(tmp_path / "n2" / "souls" / "cat", embedder=HashEmbedder())
+    assert back.episodic.db.mirror.rebuilt and snapshot(back) == want
+    back.close()
+    use_storage(pg)

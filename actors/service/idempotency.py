@@ -23,7 +23,7 @@ from pathlib import Path
 
 from soul_runtime.errors import StorageError
 from soul_runtime.owner_only import create_file, private_umask, restrict
-from soul_runtime.storage_modes import JOURNAL, check_storage, recorded_storage
+from soul_runtime.storage_modes import check_storage, journal_for, recorded_storage
 
 LEDGER_FILE = Path("service") / "idempotency.sqlite"
 MAX_KEY = 200
@@ -56,7 +56,7 @@ class Ledger:
     def _open(self) -> sqlite3.Connection:
         if self.storage is None:
             self.storage = recorded_storage(self.data_dir)
-        want = JOURNAL[self.storage]
+        want = journal_for(self.storage)
         create_file(self.path)
         try:
             with private_umask():

@@ -540,6 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "runtime of the data dir is recorded too)")
     from soul_runtime.cli.service import register as register_service
     register_service(add)
+    from soul_runtime.cli.storage import register as register_storage
+    register_storage(add)
     from soul_runtime.cli.bench import register
     register(sub, fmt)
     return p

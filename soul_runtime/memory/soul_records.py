@@ -3,6 +3,7 @@ the server that the node's files are caches of (:mod:`soul_runtime.memory.pg_cac
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,9 +12,15 @@ from soul_runtime.memory.erasure import unlink_files
 from soul_runtime.memory.sqlite_db import postgres_url
 from soul_runtime.text import check_id
 
+CACHE_DIR = "SOUL_CACHE_DIR"
+"""With a PostgreSQL storage, the environment variable naming this node's directory for the souls' caches (the
+data dir when unset): node-local disk, any node's cache rebuilt from the server's rows when missing."""
+
 
 def soul_dir(data_dir: str | Path, soul_id: str) -> Path:
-    return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
+    """Where a soul's databases (or, with a PostgreSQL storage, their caches on this node) are."""
+    root = os.environ.get(CACHE_DIR) if postgres_url() is not None else None
+    return Path(root or data_dir) / "souls" / check_id(soul_id, what="soul id")
 
 
 def soul_ids(data_dir: str | Path, prefix: str = "") -> list[str]:
@@ -21,7 +28,7 @@ def soul_ids(data_dir: str | Path, prefix: str = "") -> list[str]:
     url = postgres_url()
     if url is not None:
         return pg_cache.soul_ids(url, prefix)
-    root = Path(data_dir) / "souls"
+    root = soul_dir(data_dir, "x").parent
     return sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)) if root.is_dir() else []
 
 
