@@ -63,15 +63,15 @@ SCRIPT = textwrap.dedent("""
     errors = []
     stop = threading.Event()
 
-    def stream(s):
-        for i in range(turns):
-            if stop.is_set():
-                return
+    def stream(s):  # the soul's turns in order until told to stop
+        i = 0
+        while not stop.is_set():
             try:
                 r = rt.soul(s).turn(f"Confirmed: the owner of service {i} of {s} is team T{i}.", user="ops",
                                     request_id=f"{s}-{i}")
                 acked[s].append(r.seq)
                 answered_at[s].append(time.time())
+                i += 1
             except Exception as e:
                 errors.append(f"{s}#{i}: {e!r}")
                 return
@@ -81,16 +81,16 @@ SCRIPT = textwrap.dedent("""
         t.start()
     kills = []
     for round_ in range(2):
-        while sum(map(len, acked.values())) < (round_ + 1) * len(souls) * turns // 3 and any(t.is_alive() for t in threads):
+        goal = sum(map(len, acked.values())) + turns * len(souls)
+        while sum(map(len, acked.values())) < goal and not errors:
             time.sleep(0.05)
         placed = where()
-        on_worker = [w for w in workers if any(n == w.node_id for n in placed.values())]
-        victim = on_worker[0] if on_worker else workers[0]
+        victim = max(workers, key=lambda w: sum(n == w.node_id for n in placed.values()))
         lived = [n for n, node in placed.items() if node == victim.node_id]
         def actors_of(s):  # the soul's host and its three store shards
             return {rt.placement(s)["host"], *(store_of(s, l, n) for l, n in
                                                (("episodic", 2), ("semantic", 1), ("procedural", 1)))}
-        moved = [s for s in souls if actors_of(s) & set(lived) and len(acked[s]) < turns]  # still to speak
+        moved = [s for s in souls if actors_of(s) & set(lived)]
         t_kill = time.time()
         cluster.remove_node(victim, allow_graceful=False)
         shutil.rmtree(os.path.join(root, victim.cache_name))  # its disk goes with it
@@ -101,7 +101,7 @@ SCRIPT = textwrap.dedent("""
         workers.append(add())  # a replacement node joins, with an empty cache
         first = {}
         deadline = time.time() + 240
-        while time.time() < deadline and any(t.is_alive() for t in threads):
+        while time.time() < deadline and not errors:
             first = {s: min((a for a in answered_at[s] if a > t_kill), default=None) for s in moved}
             if all(v is not None for v in first.values()):
                 break
@@ -111,15 +111,16 @@ SCRIPT = textwrap.dedent("""
                       "answered": len(waits),
                       "kill_to_first_answer_p50_s": round(statistics.median(waits), 2) if waits else None,
                       "kill_to_first_answer_max_s": round(max(waits), 2) if waits else None})
+    stop.set()
     for t in threads:
         t.join(timeout=600)
     recall_after = {q: [it.id for it in rt.soul(q).recall("where is the runbook", k=5)] for q in quiet}
     out = {"kills": kills, "errors": errors[:20], "acked": acked,
-           "traces": {s: [t.seq for t in rt.soul(s).traces(last=turns + 5)] for s in souls},
+           "traces": {s: [t.seq for t in rt.soul(s).traces(last=len(acked[s]) + 5)] for s in souls},
            "episodes": {s: len(rt.soul(s).episodes()) for s in souls},
            "recall_same": recall_before == recall_after, "recall_before": recall_before,
            "recall_after": recall_after, "answers_again": all(rt.soul(s).turn("ping", request_id=f"{s}-ping").seq
-                                                              == turns + 1 for s in souls)}
+                                                              == len(acked[s]) + 1 for s in souls)}
     print("RESULT " + json.dumps(out))
     rt.close()
     ray.shutdown()
@@ -127,7 +128,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run(souls: int = 64, turns: int = 9) -> dict:
+def run(souls: int = 64, turns: int = 3) -> dict:
     from tests.pg import fresh_database
     url = fresh_database("nodeloss")
     root = tempfile.mkdtemp(prefix="nl-")
@@ -143,12 +144,12 @@ def test_losing_a_node_twice_loses_no_acknowledged_turn_and_every_soul_answers_a
     res = run()
     assert res["errors"] == [], res["errors"]
     for s, seqs in res["acked"].items():
-        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 9, (s, seqs)  # each once, in order
-        assert res["traces"][s] == list(range(1, 10)), (s, res["traces"][s])  # none doubled
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 2, (s, seqs)  # each once, in order
+        assert res["traces"][s] == seqs, (s, res["traces"][s])  # no acknowledged turn lost, none doubled
     assert res["answers_again"]
     assert res["recall_same"], (res["recall_before"], res["recall_after"])
     for k in res["kills"]:
-        assert k["actors_lost"] and k["souls_moved"] > 0 and k["answered"] == k["souls_moved"], k
+        assert k["actors_lost"] and k["souls_moved"] > 0 and k["answered"] == k["souls_moved"], k  # all answer again
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from soul_runtime.storage_modes import check_storage
+
 COUNTER_ENV = "SOUL_FSYNC_COUNTER"
 UNDER_ENV = "SOUL_FSYNC_UNDER"
 COUNTER_BYTES = 4096
@@ -187,9 +189,10 @@ def add_storage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", metavar="DIR",
                    help="where the souls' files go (default a fresh temp dir, removed after): a directory on the "
                         "storage to measure, e.g. an NFS or EFS mount")
-    p.add_argument("--storage", choices=("local", "shared"), default="local",
-                   help="the runtime's storage setting: local (SQLite WAL) or shared (rollback journal, for a "
-                        "network file system)")
+    p.add_argument("--storage", type=check_storage, default="local", metavar="STORAGE",
+                   help="the runtime's storage setting: local (SQLite WAL), a postgresql:// URL (the records in "
+                        "PostgreSQL, the data dir holding caches) or shared (rollback journal, for a network file "
+                        "system)")
     p.add_argument("--fsyncs", action="store_true",
                    help="count the fsyncs per turn on the data dir (a shim preloaded into the processes that write, "
                         "built with the system's C compiler)")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.bench import fsyncs
+from soul_runtime.memory.postgres_db import is_postgres, redacted
 
 Progress = Callable[[str, int, int], None]
 
@@ -389,6 +390,19 @@ def _calls_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, tu
             "per_turn": round(calls / turns, 3) if turns else None}
 
 
+def server_commits(storage: str) -> int | None:
+    """Transactions the PostgreSQL database of a ``postgresql://`` storage has committed so far (None for SQLite).
+    The server's statistics lag its backends by up to a second: read after a pause."""
+    if not is_postgres(storage):
+        return None
+    import psycopg
+    time.sleep(1.1)
+    with psycopg.connect(storage, autocommit=True) as con:
+        con.execute("SELECT pg_stat_clear_snapshot()")
+        row = con.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else None
+
+
 def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "fast", data_dir: str | None = None,
         host_capacity: int | None = None, store_capacity: int | None = None, seed: int = 7,
         overhead_sample: int = 200, reactivate: int = 0, local_channels: bool = True,
@@ -428,6 +442,9 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
 
     def synced() -> int | None:
         return syncs.read() if syncs else None
+
+    def committed() -> int | None:
+        return server_commits(storage)
     if host_capacity:
         opts["host_capacity"] = host_capacity
     if store_capacity:
@@ -465,14 +482,15 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             errors: dict[str, int] = {}
             examples: dict[str, str] = {}
             calls0 = standin.stats() if standin else None
-            synced0 = synced()
+            synced0, commits0 = synced(), committed()
             with sampler:
                 wall = asyncio.run(_drive(rt, [(sid, utterance(rng)) for sid in ids], max(active), lat, res,
                                           progress, "first turns", at0, errors=errors, examples=examples))
-            synced1 = synced()
+            synced1, commits1 = synced(), committed()
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
             first = _phase("first turns", max(active), wall, lat, over)
             first["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
+            first["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
             first["activations_per_s"] = first["turns_per_s"]
             first.update(errors=errors, error_examples=examples, runtime=sampler.report())
             if standin:
@@ -496,7 +514,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         procs0, host0, cpu0 = process_table(exclude=sampler.exclude), host_counters(rt), \
                             time.process_time()
                         calls0 = standin.stats() if standin else None
-                        synced0 = synced()
+                        synced0, commits0 = synced(), committed()
                         with sampler:
                             wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, label, clock,
                                                       wait_writes=wait, errors=errors, examples=examples))
@@ -504,7 +522,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         cpu = cpu_per_turn(procs0, process_table(exclude=sampler.exclude), len(jobs),
                                            time.process_time() - cpu0 - sampler.cpu_s)
                         calls1 = standin.settle() if standin else None  # the turns' memory work is done
-                        synced1 = synced()
+                        synced1, commits1 = synced(), committed()
                         clock += max(1e5, n_jobs + 1)
                         host1 = host_counters(rt)
                         stages: dict[str, list[float]] = {}
@@ -515,6 +533,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                         phase.update(wait_writes=wait, errors=errors, error_examples=examples)
                         phase["cpu_ms_per_turn"] = cpu
                         phase["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
+                        phase["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
                         # every call a turn makes, and of those the ones that went over a local channel instead
                         # of Ray
                         phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
@@ -574,8 +593,9 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "souls": souls, "active": sorted(set(active)), "turns_per_soul": turns, "embedder": embedder, "local_channels": local_channels,
         "model": model, "model_delays_s": [d for d in delays if d is not None], "wait_writes": waits,
         "embed_ms_per_text": round(embed_ms, 3), "runtime_start_s": round(start_s, 2),
-        "data_dir": None if own_dir else str(path), "storage": storage, "file_system": fs,
+        "data_dir": None if own_dir else str(path), "storage": redacted(storage), "file_system": fs,
         "fsyncs_per_turn": best.get("fsyncs_per_turn"), "fsyncs_measured": syncs is not None,
+        "server_commits_per_turn": best.get("server_commits_per_turn"),
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],
         "first_turns_per_s": first["turns_per_s"], "activations_per_s": first["activations_per_s"],
