@@ -18,7 +18,9 @@ from rich.table import Table
 
 from actors.service import INGRESSES
 from soul_runtime.bench import HTTP_CLIENTS, fsyncs, plotting
+from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.owner_only import write_file
+from soul_runtime.storage_modes import check_storage
 
 if TYPE_CHECKING:
     from soul_runtime.cli.main import Ctx
@@ -115,11 +117,27 @@ def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int],
         yield progress
 
 
+STORAGE_HELP = ("the storage of the souls' records: local (SQLite, the default) or a postgresql:// URL (PostgreSQL, "
+                "this process's caches in temp dirs)")
+
+
+def cmd_rebuild(ctx: Ctx) -> int:
+    from soul_runtime.bench import rebuild
+    args = ctx.args
+    res = rebuild.run(args.storage, args.data, args.episodes, args.repeats,
+                      progress=lambda line: ctx.out.print(line, soft_wrap=True))
+    ctx.out.print(json.dumps(res, indent=1))
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1) + "\n", durable=False)
+    return 0
+
+
 def cmd_locomo(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     if args.plot:
         plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
+    use_storage(args.storage)
     with progress_bar(out, "loading the embedder") as progress:
         res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
     from soul_runtime.bench.locomo import LABELS, SYSTEMS
@@ -209,6 +227,7 @@ def cmd_longchat(ctx: Ctx) -> int:
 def cmd_beam(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import beam as bench_beam
+    use_storage(args.storage)
     with progress_bar(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
                              chats=args.chats or None, baselines=not args.no_baselines)
@@ -564,6 +583,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lp.add_argument("data", help="a LoCoMo JSON file or a directory of them (never copied into the repo)")
     lp.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    lp.add_argument("--storage", type=check_storage, default="local", metavar="STORAGE", help=STORAGE_HELP)
     lp.add_argument("--json", metavar="FILE")
     lp.add_argument("--plot", metavar="PNG")
     lp.add_argument("--readme", metavar="MARKDOWN",
@@ -589,6 +609,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                                       "messages and ~400-character chunks and dense retrieval over the same chunks")
     bm.add_argument("data", help="a BEAM chat directory (chat.json + probing_questions/) or a directory of them, "
                                  "read in place (never copied into the repo)")
+    bm.add_argument("--storage", type=check_storage, default="local", metavar="STORAGE", help=STORAGE_HELP)
     bm.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     bm.add_argument("--chats", type=lambda t: [c for c in t.split(",") if c], default=[],
                     help="only these chat directories, comma-separated (like 3,4)")
@@ -690,6 +711,14 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                                                   "model delay")
     fsyncs.add_storage_args(sp)
     sp.set_defaults(bench_fn=cmd_scale)
+    rb = bsub.add_parser("rebuild", help="opening a soul on a node with no cache of it (PostgreSQL storage): "
+                                         "its caches rebuilt from the server's rows, by size")
+    rb.add_argument("data", help="a LoCoMo JSON file or directory: the episodes' texts (read in place)")
+    rb.add_argument("--storage", type=check_storage, required=True, metavar="URL", help="postgresql://…")
+    rb.add_argument("--episodes", type=_budgets, default=[1000, 10_000, 100_000], help="comma-separated sizes")
+    rb.add_argument("--repeats", type=int, default=5)
+    rb.add_argument("--json", metavar="FILE")
+    rb.set_defaults(bench_fn=cmd_rebuild)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
     cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
     cp.add_argument("--limit", type=int, default=None, help="only the first N conversations")

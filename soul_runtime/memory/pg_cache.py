@@ -76,16 +76,18 @@ class Mirror:
         _present(self.url, self.soul, self.db, got is not None)
         return got
 
-    def rows(self) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-        def read() -> dict[str, list[tuple[int, dict[str, Any]]]]:
-            out: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    def rows(self) -> tuple[dict[str, list[tuple[int, dict[str, Any]]]], int]:
+        """The soul database's rows on the server, by table in row order, and their size in bytes."""
+        def read() -> list[tuple[str, int, bytes]]:
             with postgres_db.connection(self.url) as con:
-                cur = con.execute("SELECT tbl, rid, cells FROM soul_rows WHERE soul = %s AND db = %s "
-                                  "ORDER BY tbl, rid", (self.soul, self.db))
-                for tbl, rid, cells in cur:
-                    out[tbl].append((int(rid), msgpack.unpackb(bytes(cells), raw=False)))
-            return out
-        return postgres_db.retrying(read, self.url)
+                return list(con.execute("SELECT tbl, rid, cells FROM soul_rows WHERE soul = %s AND db = %s "
+                                        "ORDER BY tbl, rid", (self.soul, self.db)).fetchall())
+        out: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        size = 0
+        for tbl, rid, cells in postgres_db.retrying(read, self.url):
+            size += len(cells)
+            out[tbl].append((int(rid), msgpack.unpackb(cells, raw=False)))
+        return out, size
 
     # ---- the cache's side -------------------------------------------------------------
     @staticmethod
@@ -119,20 +121,21 @@ class Mirror:
             return None
         return (int(r[0]), int(r[1])) if r else None
 
-    def load(self, con: sqlite3.Connection, version: int, schema: int) -> int:
-        """Fill an empty cache (at the rows' schema) with the server's rows, derive its virtual tables and mark
-        it; inside the caller's transaction. Returns how many rows."""
+    def load(self, con: sqlite3.Connection, version: int, schema: int,
+             rows: dict[str, list[tuple[int, dict[str, Any]]]]) -> int:
+        """Fill an empty cache (at the rows' schema) with the server's ``rows`` (:meth:`rows`), derive its virtual
+        tables and mark it; inside the caller's transaction. Returns how many rows."""
         n = 0
-        for tbl, rows in self.rows().items():
+        for tbl, table in rows.items():
             cols, has_alias = _columns(con, tbl)
-            if not rows:
+            if not table:
                 continue
-            names = [c for c in cols if c in rows[0][1]]
+            names = [c for c in cols if c in table[0][1]]
             head = names if has_alias else ["rowid", *names]
             sql = f"INSERT INTO main.{tbl} ({','.join(head)}) VALUES ({','.join('?' * len(head))})"
             con.executemany(sql, [[cells.get(c) for c in names] if has_alias else [rid, *(cells.get(c) for c in names)]
-                                  for rid, cells in rows])
-            n += len(rows)
+                                  for rid, cells in table])
+            n += len(table)
         for stmt in self.derived:
             con.execute(stmt)
         con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (version, schema))

@@ -313,11 +313,14 @@ def _open_cache(path: Path, migrations: Sequence[Migration], page_size: int, der
         if local is not None and (state is None or local[0] != state[0]):
             unlink_files(path.parent, path.stem)  # behind the server (or forgotten there): derive it anew
         if state is not None and not path.exists():
+            rows, size = mirror.rows()
+            if size >= GROW_AT:  # as large as a database that would grow its pages: large pages from the start
+                page_size = max(page_size, GROWN_PAGE_SIZE)
             _create(path, migrations[: state[1]], page_size)
             con = _open(path, migrations[: state[1]], page_size)
             mirror.attach_mark(con)
             with transaction(con):
-                mirror.load(con, *state)
+                mirror.load(con, *state, rows)
             con.close()
             rebuilt = True
         if not path.exists():
