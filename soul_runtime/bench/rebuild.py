@@ -74,7 +74,8 @@ def run(storage: str, locomo: str | Path, sizes: Sequence[int] = (1000, 10_000, 
                 m = SoulMemory(node, embedder=embedder)
                 got = m.recall(OPEN_QUERY, 8, at=1_700_000_000.0 + n * 3600.0)
                 cold.append(time.perf_counter() - t0)
-                assert got and m.episodic.db.mirror is not None and m.episodic.db.mirror.rebuilt
+                mirror = getattr(m.episodic.db, "mirror", None)
+                assert got and mirror is not None and mirror.rebuilt
                 m.close()
                 t0 = time.perf_counter()
                 m = SoulMemory(node, embedder=embedder)  # the cache this node now has
