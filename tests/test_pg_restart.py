@@ -50,8 +50,8 @@ SCRIPT = textwrap.dedent("""
     while min(map(len, acked.values())) < 3 and not errors:
         time.sleep(0.05)
     t_restart = time.time()
-    subprocess.run([*as_pg, f"{pgbin}/pg_ctl", "-D", pgdata, "restart", "-m", "fast", "-w"], check=True,
-                   capture_output=True)
+    subprocess.run([*as_pg, f"{pgbin}/pg_ctl", "-D", pgdata, "-l", os.path.join(os.path.dirname(pgdata), "log"),
+                    "restart", "-m", "fast", "-w"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t_ready = time.time()  # pg_ctl -w returns once the server accepts connections
     deadline = t_ready + 120
     first = {}
