@@ -2,8 +2,11 @@
 # Start the Ray head node of a soul-runtime cluster (Ray 2.60, token auth on).
 #
 # Environment (all optional except SOUL_DATA_DIR):
-#   SOUL_DATA_DIR        shared durable storage mounted at the same path on EVERY node
-#                        (NFS, CephFS, EFS, a RWX volume...). Required.
+#   SOUL_STORAGE         postgresql://USER@HOST:PORT/DB: the souls' records in PostgreSQL (the cluster's
+#                        storage: docs/deploying.md); SOUL_DATA_DIR is then a node-local disk holding
+#                        this node's caches (password: PGPASSWORD or ~/.pgpass, not the URL)
+#   SOUL_DATA_DIR        with SOUL_STORAGE: a local disk; without it, shared durable storage mounted at
+#                        the same path on EVERY node (NFS, CephFS, EFS, a RWX volume...). Required.
 #   RAY_PORT             GCS port                              (default 6379)
 #   RAY_CLIENT_PORT      Ray Client server port (ray://)       (default 10001)
 #   NUM_CPUS             CPUs Ray may schedule on this node    (default: detected)
@@ -40,7 +43,7 @@ export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 # new program, so it needs no fork handlers. Ray's 30 s wait for a session server
 # (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S) is kept: on a busy head one takes 8-12 s to start.
 export GRPC_ENABLE_FORK_SUPPORT="${GRPC_ENABLE_FORK_SUPPORT:-0}"
-: "${SOUL_DATA_DIR:?set SOUL_DATA_DIR to shared storage mounted at the same path on every node}"
+: "${SOUL_DATA_DIR:?set SOUL_DATA_DIR (a local disk with SOUL_STORAGE=postgresql://..., else shared storage mounted at the same path on every node)}"
 
 (umask 077 && mkdir -p "$SOUL_DATA_DIR")  # owner-only when created here (souls' memories)
 if ! touch "$SOUL_DATA_DIR/.write-test" 2>/dev/null; then
@@ -49,11 +52,13 @@ if ! touch "$SOUL_DATA_DIR/.write-test" 2>/dev/null; then
 fi
 rm -f "$SOUL_DATA_DIR/.write-test"
 fstype="$(stat -f -c %T "$SOUL_DATA_DIR" 2>/dev/null || echo unknown)"
-case "$fstype" in  # a node-local filesystem is fine for a one-node cluster only
-    ext2/ext3|ext4|xfs|btrfs|tmpfs|overlayfs|zfs)
-        echo "warning: SOUL_DATA_DIR is on a local '$fstype' filesystem; with more than one node it must be shared storage" >&2 ;;
+case "${SOUL_STORAGE:-}:$fstype" in  # without PostgreSQL, a node-local filesystem is fine for one node only
+    postgres*) ;;
+    *:ext2/ext3|*:ext4|*:xfs|*:btrfs|*:tmpfs|*:overlayfs|*:zfs)
+        echo "warning: SOUL_DATA_DIR is on a local '$fstype' filesystem; with more than one node set SOUL_STORAGE=postgresql://... (or use shared storage)" >&2 ;;
 esac
 export SOUL_DATA_DIR  # inherited by the raylet and so by every actor on this node
+if [[ -n "${SOUL_STORAGE:-}" ]]; then export SOUL_STORAGE; fi
 
 if [[ "$RAY_AUTH_MODE" == "token" && -z "${RAY_AUTH_TOKEN:-}" ]]; then
     export RAY_AUTH_TOKEN_PATH="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"

@@ -3,7 +3,8 @@
 #
 # Environment:
 #   RAY_HEAD_ADDRESS     head GCS address HOST:PORT. Required (or RAY_HEAD_IP + RAY_PORT).
-#   SOUL_DATA_DIR        the SAME shared storage path as on the head. Required.
+#   SOUL_DATA_DIR        with SOUL_STORAGE=postgresql://... (as on the head): this node's local disk for
+#                        its caches; without it, the SAME shared storage path as on the head. Required.
 #   NUM_CPUS             CPUs Ray may schedule here             (default: detected)
 #   SOUL_SLOTS           dedicated hot-soul actors this node admits: resource {"soul_slot": N}
 #                        (default 40 per CPU; measured: ~100-150 idle actors saturate a 2-core node)
@@ -34,6 +35,7 @@ if [[ ! -d "$SOUL_DATA_DIR" ]] || ! touch "$SOUL_DATA_DIR/.write-test" 2>/dev/nu
 fi
 rm -f "$SOUL_DATA_DIR/.write-test"
 export SOUL_DATA_DIR
+if [[ -n "${SOUL_STORAGE:-}" ]]; then export SOUL_STORAGE; fi
 
 if [[ "$RAY_AUTH_MODE" == "token" && -z "${RAY_AUTH_TOKEN:-}" ]]; then
     export RAY_AUTH_TOKEN_PATH="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
