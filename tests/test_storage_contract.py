@@ -293,3 +293,19 @@ def test_pg_dump_and_pg_restore_bring_every_soul_back(tmp_path: Path, pg: str) -
     assert back.episodic.db.mirror.rebuilt and snapshot(back) == want
     back.close()
     use_storage(pg)
+
+
+def test_the_service_ledger_on_postgres_is_shared_by_replicas_and_keeps_digests(tmp_path: Path, pg: str) -> None:
+    from actors.service.idempotency import Ledger
+    led, other = Ledger(tmp_path / "node1", pg), Ledger(tmp_path / "node2", pg)  # two replicas, two nodes
+    assert led.body_for("acme:maya", "k1") is None
+    assert led.record("acme:maya", "k1", "B1") == "B1"
+    assert other.record("acme:maya", "k1", "B2") == "B1"  # the first body stays, whichever replica saw it
+    assert other.body_for("acme:maya", "k1") == "B1" and other.body_for("beta:maya", "k1") is None
+    led.record("acme:zed", "k1", "B3")
+    led.record("beta:maya", "k1", "B4")
+    dump = _dump(pg)
+    assert "k1" not in dump and "acme:maya" in dump  # the key's digest, never the key
+    assert led.forget_soul("acme:maya") == 1 and other.body_for("acme:maya", "k1") is None
+    assert other.forget_prefix("acme:") == 1 and led.body_for("beta:maya", "k1") == "B4"
+    assert not (tmp_path / "node1" / "service").exists()  # nothing on the nodes' disks

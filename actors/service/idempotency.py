@@ -10,7 +10,8 @@ with the same key.
 The ledger follows the data dir's ``storage``, as the souls' databases do (:mod:`soul_runtime.storage_modes`):
 WAL on ``local``, a rollback journal on ``shared`` (Serve replicas on several nodes open it through the network
 file system, where WAL's shared-memory index would not be shared). It is opened at its first use, by when the
-runtime has recorded the data dir's layout.
+runtime has recorded the data dir's layout. With a PostgreSQL storage the ledger is a table on the server
+(:class:`~actors.service.pg_records.PgLedger`), shared by every replica on every node.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ import threading
 from pathlib import Path
 
 from soul_runtime.errors import StorageError
+from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.owner_only import create_file, private_umask, restrict
 from soul_runtime.storage_modes import check_storage, journal_for, recorded_storage
+
+from .pg_records import PgLedger
 
 LEDGER_FILE = Path("service") / "idempotency.sqlite"
 MAX_KEY = 200
@@ -45,6 +49,7 @@ class Ledger:
         self.storage = storage
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._pg = PgLedger(storage) if storage is not None and is_postgres(storage) else None
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -79,23 +84,31 @@ class Ledger:
 
     def body_for(self, soul: str, key: str) -> str | None:
         """The body digest the key was first used with on this soul, or None."""
+        if self._pg is not None:
+            return self._pg.body_for(soul, digest(key))
         with self._lock:
             row = self.db.execute("SELECT body FROM keys WHERE soul = ? AND key = ?", (soul, digest(key))).fetchone()
         return None if row is None else str(row[0])
 
     def record(self, soul: str, key: str, body: str) -> str:
         """Record the key's body digest (the first one recorded stays); returns the one that stays."""
+        if self._pg is not None:
+            return self._pg.record(soul, digest(key), body)
         with self._lock:
             self.db.execute("INSERT OR IGNORE INTO keys (soul, key, body) VALUES (?, ?, ?)", (soul, digest(key), body))
             row = self.db.execute("SELECT body FROM keys WHERE soul = ? AND key = ?", (soul, digest(key))).fetchone()
         return str(row[0])
 
     def forget_soul(self, soul: str) -> int:
+        if self._pg is not None:
+            return self._pg.forget("soul = %s", soul)
         with self._lock:
             return int(self.db.execute("DELETE FROM keys WHERE soul = ?", (soul,)).rowcount)
 
     def forget_prefix(self, prefix: str) -> int:
         """Every soul whose id starts with ``prefix`` (a tenant's ``name:``)."""
+        if self._pg is not None:
+            return self._pg.forget("starts_with(soul, %s)", prefix)
         with self._lock:
             return int(self.db.execute("DELETE FROM keys WHERE substr(soul, 1, ?) = ?", (len(prefix), prefix)).rowcount)
 

@@ -1,7 +1,8 @@
 """PostgreSQL, the record of truth of a ``postgresql://`` storage: one bounded pool per process, the schema's
 ordered named migrations, and what a failure of the server means to a caller.
 
-Every durable row of a soul lives in two tables (see :mod:`soul_runtime.memory.pg_cache` for how a node's
+The HTTP service keeps its idempotency ledger (``service_keys``: digests only) and its tenants (``service_docs``,
+one versioned JSON document) there too. Every durable row of a soul lives in two tables (see :mod:`soul_runtime.memory.pg_cache` for how a node's
 SQLite caches are derived from them):
 
 - ``soul_dbs``: one row per soul database (``soul``, ``db`` = ``episodic`` | ``semantic`` | ``procedural`` |
@@ -42,6 +43,10 @@ MIGRATIONS = [
         CREATE TABLE soul_rows (
             soul TEXT NOT NULL, db TEXT NOT NULL, tbl TEXT NOT NULL, rid BIGINT NOT NULL, cells BYTEA NOT NULL,
             PRIMARY KEY (soul, db, tbl, rid))
+    """),
+    ("0002_service", """
+        CREATE TABLE service_keys (soul TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (soul, key));
+        CREATE TABLE service_docs (name TEXT PRIMARY KEY, version BIGINT NOT NULL, body TEXT NOT NULL)
     """),
 ]
 """The schema's steps, in order: named ``NNNN_what``, recorded in ``schema_migrations``, never edited once

@@ -32,6 +32,15 @@ def soul_ids(data_dir: str | Path, prefix: str = "") -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)) if root.is_dir() else []
 
 
+def known(data_dir: str | Path, soul_id: str) -> bool:
+    """Has the soul any record (something wrote it, and it was not erased since)?"""
+    url = postgres_url()
+    if url is None:
+        return soul_dir(data_dir, soul_id).is_dir()
+    return any(pg_cache.stored(url, soul_dir(data_dir, soul_id) / f"{db}.sqlite")
+               for db in ("soul", "episodic", "semantic", "procedural"))
+
+
 def stored(path: Path) -> bool:
     """Has the soul database whose (cache) file is ``path`` any record?"""
     url = postgres_url()
