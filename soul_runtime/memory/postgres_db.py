@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from soul_runtime.errors import ConfigError, RuntimeUnavailable, StaleOwner, StorageError
+from soul_runtime.memory import migrations
 from soul_runtime.storage_modes import POSTGRES
 
 T = TypeVar("T")
@@ -106,18 +107,9 @@ def _migrate(p: Any) -> None:
     together take turns on an advisory lock."""
     with p.connection() as con, con.transaction():
         con.execute("SELECT pg_advisory_xact_lock(7461636)")
-        con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (seq INTEGER PRIMARY KEY, name TEXT UNIQUE)")
+        con.execute(migrations.TABLE)
         done = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY seq")]
-        known = [m[0] for m in MIGRATIONS]
-        if done != known[: len(done)]:
-            raise StorageError(f"PostgreSQL schema {done} does not match this version's migrations {known}")
-        for seq, (name, sql) in enumerate(MIGRATIONS):
-            if seq < len(done):
-                continue
-            for stmt in sql.split(";"):
-                if stmt.strip():
-                    con.execute(stmt)
-            con.execute("INSERT INTO schema_migrations (seq, name) VALUES (%s, %s)", (seq, name))
+        migrations.run(con.execute, done, MIGRATIONS, "PostgreSQL", placeholder="%s")
 
 
 def unreachable(e: BaseException) -> bool:

@@ -14,12 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from soul_runtime.errors import StorageError
+from soul_runtime.memory import migrations as migrations_runner
 from soul_runtime.memory import postgres_db
+from soul_runtime.memory.migrations import Migration
 from soul_runtime.memory.pg_cache import CachedDb, Mirror
 from soul_runtime.owner_only import create_file, private_umask, write_file
 from soul_runtime.storage_modes import check_storage, journal_for  # local: WAL; shared: a rollback journal
 
-Migration = tuple[str, str]  # (name, SQL script)
 PAGE_SIZE = 512
 """Bytes a page for new databases: SQLite's smallest, so a near-empty soul's schema (a page a table or
 index) takes an eighth of the space of 4 KiB pages."""
@@ -149,23 +150,15 @@ def _open(path: Path, migrations: Sequence[Migration], page_size: int) -> sqlite
         con.execute("PRAGMA synchronous=NORMAL" if postgres_url() else "PRAGMA synchronous=FULL")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA secure_delete=ON")  # deleted and overwritten content is zeroed, not left in free space
-        con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (seq INTEGER PRIMARY KEY, name TEXT UNIQUE)")
+        con.execute(migrations_runner.TABLE)
         done = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY seq")]
-        known = [m[0] for m in migrations]
-        if done != known[: len(done)]:
-            raise StorageError(f"{path}: schema {done} does not match this version's migrations {known}")
-        if len(done) < len(known):  # the pending migrations, in order, in one transaction (one fsync)
+        migrations_runner.check(done, migrations, path)
+        if len(done) < len(migrations):  # the pending migrations, in order, in one transaction (one fsync)
             con.execute("BEGIN IMMEDIATE")
             try:
                 # another process may have applied some since we looked (two open a new soul at once)
                 done = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY seq")]
-                for seq, (name, sql) in enumerate(migrations):
-                    if seq < len(done):
-                        continue
-                    for stmt in sql.split(";"):
-                        if stmt.strip():
-                            con.execute(stmt)
-                    con.execute("INSERT INTO schema_migrations (seq, name) VALUES (?, ?)", (seq, name))
+                migrations_runner.run(con.execute, done, migrations, path)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
