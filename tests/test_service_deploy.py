@@ -14,29 +14,33 @@ def _docs(name: str) -> list[dict]:
     return [d for d in yaml.safe_load_all((ROOT / "cluster" / name).read_text()) if d]
 
 
-def test_rayservice_builds_the_app_and_replaces_the_raycluster_on_the_same_volume() -> None:
+def test_rayservice_builds_the_app_on_postgres_with_the_secrets_of_the_raycluster(monkeypatch) -> None:
+    """The RayService keeps the souls in PostgreSQL: its replicas take the URL from the Secret (SOUL_STORAGE), not
+    from the Serve config, and every pod's data dir is its own disk (its caches)."""
     (svc,) = _docs("rayservice.yaml")
     assert svc["kind"] == "RayService" and svc["spec"]["upgradeStrategy"] == {"type": "None"}
     conf = yaml.safe_load(svc["spec"]["serveConfigV2"])
     (app,) = conf["applications"]
+    assert "storage" not in app["args"]  # no password in the config
     module, _, fn = app["import_path"].partition(":")
+    url = "postgresql://souls:secret@db.internal:5432/souls"
+    monkeypatch.setenv("SOUL_STORAGE", url)  # what the Secret gives every pod
     built = getattr(importlib.import_module(module), fn)(app["args"])
     dep = built._bound_deployment
     assert dep.name == "soul-service" and dep.num_replicas == app["args"]["replicas"]
     assert dep.max_ongoing_requests == 1000 and dep.ray_actor_options["num_cpus"] == 0
     assert conf["http_options"]["port"] == 8000
-    assert dep.init_args == (app["args"]["data_dir"], "souls", "shared", app["args"].get("embedder"))
-    # the same data dir, volume and secret as the RayCluster it replaces
+    assert dep.init_args == (app["args"]["data_dir"], "souls", url, app["args"].get("embedder"))
     raycluster = next(d for d in _docs("kuberay.yaml") if d["kind"] == "RayCluster")
-    head = svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
-    old = raycluster["spec"]["headGroupSpec"]["template"]["spec"]
-    assert head["volumes"] == old["volumes"]
-    env = {e["name"]: e.get("value") for e in head["containers"][0]["env"]}
-    assert env["SOUL_DATA_DIR"] == app["args"]["data_dir"] == "/data/souls"
-    assert head["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/souls"
-    worker = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
-    old_worker = raycluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]
-    assert worker["volumes"] == old_worker["volumes"] == old["volumes"] and worker["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/souls"
+    secret = raycluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    secret_name = next(e["valueFrom"]["secretKeyRef"]["name"] for e in secret if e["name"] == "RAY_AUTH_TOKEN")
+    for spec in (svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"],
+                 svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]):
+        env = {e["name"]: e for e in spec["containers"][0]["env"]}
+        assert env["SOUL_DATA_DIR"]["value"] == app["args"]["data_dir"] == "/data/souls"
+        assert env["SOUL_STORAGE"]["valueFrom"]["secretKeyRef"] == {"name": secret_name, "key": "storage_url"}
+        assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/souls"
+        assert spec["volumes"] == [{"name": "soul-data", "emptyDir": {}}]  # node-local caches
 
 
 def test_serve_app_defaults() -> None:

@@ -167,7 +167,9 @@ def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICA
 def app_builder(args: dict[str, Any]) -> Any:
     """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
     with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?, cors_origins?, inspector?}``
-    (``storage``: ``shared`` for a data dir on a volume every node mounts, as the runtime's ``storage`` setting;
+    (``storage``: as the runtime's ``storage`` setting, a ``postgresql://`` URL or ``shared`` for a data dir on a
+    volume every node mounts; when absent, the replica's ``SOUL_STORAGE``, so a URL with a password can come
+    from a secret rather than the config;
     ``embedder`` as the runtime's; ``cors_origins``: a list of origins, as ``soul serve --cors-origin``;
     ``inspector``: true, the default, or false, as ``soul serve --no-inspector``)."""
     from soul_runtime.errors import InvalidInput
@@ -178,7 +180,8 @@ def app_builder(args: dict[str, Any]) -> Any:
     if not isinstance(inspector, bool):
         raise InvalidInput(f"inspector must be true or false, got {inspector!r}")
     return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
-                       int(args.get("max_ongoing", MAX_ONGOING)), str(args.get("storage", "local")),
+                       int(args.get("max_ongoing", MAX_ONGOING)),
+                       str(args.get("storage") or os.environ.get("SOUL_STORAGE") or "local"),
                        args.get("embedder"), [str(o) for o in origins], inspector)
 
 
