@@ -74,6 +74,7 @@ def test_estimates_are_this_machines_last_time(tmp_path: Path, monkeypatch: pyte
     assert progress.estimate("start", " (first)") == " (first)"
     progress.remember("start", 31.26)
     progress.remember("other", 2.0)
+    assert progress.estimate("never") == ""  # a record without this step
     assert progress.estimate("start", " (first)") == " (took 31 s last time)"
     (tmp_path / "soul-runtime" / "timings.json").write_text("not json")
     assert progress.estimate("start") == ""  # a damaged record is no estimate, not an error

@@ -134,7 +134,7 @@ def _timings_file() -> Path:
 def estimate(key: str, first: str = "") -> str:
     """`` (took 38 s last time)`` when this step was timed here before, else ``first`` (a figure measured on a
     small machine, e.g. `` (~20-45 s the first time on 2 cores)``), else nothing."""
-    with contextlib.suppress(OSError, ValueError, TypeError):
+    with contextlib.suppress(OSError, ValueError, TypeError, LookupError):
         seconds = float(json.loads(_timings_file().read_text())[key])
         return f" (took {seconds:.0f} s last time)"
     return first
