@@ -55,7 +55,7 @@ class Ctx:
         self.json: bool = bool(getattr(args, "json", False))
         width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120  # rich uses 80 when piped
         self.out = Console(highlight=False, soft_wrap=False, width=width)
-        self.err = Console(stderr=True, highlight=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())  # a log gets lines whole
         addr = getattr(args, "address", None) or os.environ.get("SOUL_ADDRESS") or None
         self.address: str | None = None if addr in (None, "", "local") else addr
         self.explicit_data_dir = getattr(args, "data_dir", None) or os.environ.get("SOUL_DATA_DIR")

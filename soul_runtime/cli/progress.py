@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-EVERY_S = 5.0  # plain output: a line at least this often while work lasts (well inside a 10 s promise)
+EVERY_S = 4.0  # plain output: a line at least this often while work lasts (well inside a 10 s promise)
 QUIET_S = 0.5  # plain output: work that ends sooner prints no line at all
 
 
