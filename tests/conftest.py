@@ -65,10 +65,10 @@ SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_i
 of :data:`RAY_MODULES`. Each test there makes souls of its own (fresh ids) and asserts only on them, so the service
 need not be started for each module (a start and a stop cost 30 s); a test marked ``stops_shared_service`` runs
 last of theirs, and the service stops after the last of them."""
-SERVICE_MODULES = ("test_service.py", "test_openapi.py")
+SERVICE_MODULES = ("test_service.py", "test_openapi.py", "test_local_exposure.py")
 """The modules that share tests/test_service.py's ``soul serve`` (:func:`shared_service`), in the order they run:
 test_service's own tests on a fresh service first, then test_openapi's (a schemathesis run makes souls of its own),
-then test_service's test marked ``stops_shared_service``, which stops it."""
+then test_local_exposure's (the ports it listens on), then test_service's test marked ``stops_shared_service``, which stops it."""
 GROUPS = (RAY_MODULES, SERVICE_MODULES)
 _shared = {"runtime": contextlib.ExitStack(), "served_pair": contextlib.ExitStack(),
            "shared_service": contextlib.ExitStack()}

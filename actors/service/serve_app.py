@@ -233,20 +233,20 @@ def stop() -> None:
         return
     with contextlib.suppress(ray.exceptions.RayActorError):
         ray.get(controller.graceful_shutdown.options(max_task_retries=0).remote(), timeout=60)
-    with _quiet(NOTHING_TO_STOP):
-        serve.shutdown()  # forgets the controller this process knew
+    with _quiet(*GONE):
+        serve.shutdown()  # forgets the controller this process knew (and it knows it is gone)
 
 
 RECONNECT = "Connecting to existing Serve app"
-NOTHING_TO_STOP = "Nothing to shut down"
+GONE = ("The cached controller has died", "Nothing to shut down")
 
 
 @contextlib.contextmanager
-def _quiet(prefix: str) -> Iterator[None]:
-    """Serve's log lines starting with ``prefix`` are not shown while the block runs (they would read as a problem
-    where there is none)."""
+def _quiet(*prefixes: str) -> Iterator[None]:
+    """Serve's log lines starting with one of ``prefixes`` are not shown while the block runs (they would read as a
+    problem where there is none)."""
     def keep(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(prefix)
+        return not record.getMessage().startswith(prefixes)
     logger = logging.getLogger("ray.serve")
     logger.addFilter(keep)
     try:
