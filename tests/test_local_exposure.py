@@ -146,6 +146,32 @@ def test_socket_reader_sees_what_this_process_listens_on() -> None:
             s.close()
 
 
+def test_loopback_hook_only_for_a_loopback_service_on_one_node() -> None:
+    from actors.service import loopback
+    assert loopback.controller_env("127.0.0.1", 1) == {loopback.HOOK_ENV: "actors.service.loopback.bind_loopback",
+                                                       loopback.HOST_ENV: "127.0.0.1"}
+    assert loopback.controller_env("localhost", 1)[loopback.HOST_ENV] == "127.0.0.1"
+    assert loopback.controller_env("127.0.0.1", 2) == {} and loopback.controller_env("0.0.0.0", 1) == {}
+
+
+def test_loopback_hook_rewrites_servers_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the Serve this project pins: HAProxy's stats and metrics binds and the replica's gRPC address become the
+    service's loopback address (the hook warns, and the Ray test below fails, if Serve's template changes)."""
+    from ray.serve._private import haproxy, replica
+
+    from actors.service import loopback
+    monkeypatch.setattr(haproxy, "HAPROXY_CONFIG_TEMPLATE", haproxy.HAPROXY_CONFIG_TEMPLATE)
+    monkeypatch.setattr(replica, "add_port_to_grpc_server", lambda server, address: address)
+    monkeypatch.setenv(loopback.HOST_ENV, "127.0.0.1")
+    assert all(bind in haproxy.HAPROXY_CONFIG_TEMPLATE for bind in loopback.BINDS)
+    loopback.bind_loopback()
+    assert "bind 127.0.0.1:{{ config.stats_port }}" in haproxy.HAPROXY_CONFIG_TEMPLATE
+    assert "bind 127.0.0.1:{{ config.metrics_port }}" in haproxy.HAPROXY_CONFIG_TEMPLATE
+    assert not any(bind in haproxy.HAPROXY_CONFIG_TEMPLATE for bind in loopback.BINDS)
+    assert replica.add_port_to_grpc_server(None, "[::]:0") == "127.0.0.1:0"
+    assert replica.add_port_to_grpc_server(None, "10.0.0.1:9000") == "10.0.0.1:9000"
+
+
 # ---- the embedded default, as a user runs it ------------------------------------------------
 
 CHILD = textwrap.dedent("""
