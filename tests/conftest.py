@@ -53,21 +53,22 @@ def soul_id(request: pytest.FixtureRequest) -> str:
 
 RAY_MODULES = ("test_bad_input.py", "test_channel.py", "test_cluster_failover.py", "test_faults.py",
                "test_isolation.py", "test_many_souls.py", "test_ordering.py", "test_public_api.py", "test_runtime.py",
-               "test_user_models_on_ray.py", "test_inspector.py", "test_typescript_client.py", "test_http_client.py")
+               "test_user_models_on_ray.py", "test_inspector.py", "test_typescript_client.py", "test_install.py",
+               "test_http_client.py")
 """The modules whose tests use this process's Ray (the session's :func:`runtime`, or runtimes of other namespaces
 joined to its Ray), in the order they run: next to each other, where the first of them was collected, so that Ray
 stops after the last of them instead of idling through the rest of the session (an idle runtime takes a sixth of
 a core: 3-4 s more for each fresh head of tests/test_cluster_heads.py). The modules that share one ``soul serve``
 are among them, last (tests/test_http_client.py compares it with the session's runtime)."""
-SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_http_client.py")
+SERVED_PAIR_MODULES = ("test_inspector.py", "test_typescript_client.py", "test_install.py", "test_http_client.py")
 """The modules that share one ``soul serve`` with tenants ``acme`` and ``beta`` (:func:`served_pair`), in the order
 of :data:`RAY_MODULES`. Each test there makes souls of its own (fresh ids) and asserts only on them, so the service
 need not be started for each module (a start and a stop cost 30 s); a test marked ``stops_shared_service`` runs
 last of theirs, and the service stops after the last of them."""
-SERVICE_MODULES = ("test_service.py", "test_openapi.py")
+SERVICE_MODULES = ("test_service.py", "test_openapi.py", "test_local_exposure.py")
 """The modules that share tests/test_service.py's ``soul serve`` (:func:`shared_service`), in the order they run:
 test_service's own tests on a fresh service first, then test_openapi's (a schemathesis run makes souls of its own),
-then test_service's test marked ``stops_shared_service``, which stops it."""
+then test_local_exposure's (the ports it listens on), then test_service's test marked ``stops_shared_service``, which stops it."""
 GROUPS = (RAY_MODULES, SERVICE_MODULES)
 _shared = {"runtime": contextlib.ExitStack(), "served_pair": contextlib.ExitStack(),
            "shared_service": contextlib.ExitStack()}

@@ -170,6 +170,13 @@ def test_demo_embedded() -> None:
     assert "Postgres 15 [atlas/4/user, atlas/5/user] → Postgres 16 [atlas/10/user]" in " ".join(out.split())
     assert "procedure draft postmortem: v1 active" in out
     assert "data dir: " in out
+    # piped, its progress is plain lines stamped with the command's own clock: the Ray start-up is one of them,
+    # and no two follow each other (nor the start) by more than 10 s of that clock
+    stamps = [float(m[1]) for m in re.finditer(r"^\[\s*(\d+\.\d) s\] ", p.stderr, re.M)]
+    assert "Starting a local Ray and the soul actors" in p.stderr and "playing the scenario: done" in p.stderr
+    assert len(stamps) >= 3 and stamps == sorted(stamps), p.stderr
+    gaps = [b - a for a, b in zip([0.0, *stamps], stamps, strict=False)]
+    assert max(gaps) <= 10.0, p.stderr
 
 
 def test_bench_scale_small_run(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -145,6 +146,32 @@ def test_socket_reader_sees_what_this_process_listens_on() -> None:
             s.close()
 
 
+def test_loopback_hook_only_for_a_loopback_service_on_one_node() -> None:
+    from actors.service import loopback
+    assert loopback.controller_env("127.0.0.1", 1) == {loopback.HOOK_ENV: "actors.service.loopback.bind_loopback",
+                                                       loopback.HOST_ENV: "127.0.0.1"}
+    assert loopback.controller_env("localhost", 1)[loopback.HOST_ENV] == "127.0.0.1"
+    assert loopback.controller_env("127.0.0.1", 2) == {} and loopback.controller_env("0.0.0.0", 1) == {}
+
+
+def test_loopback_hook_rewrites_servers_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the Serve this project pins: HAProxy's stats and metrics binds and the replica's gRPC address become the
+    service's loopback address (the hook warns, and the Ray test below fails, if Serve's template changes)."""
+    from ray.serve._private import haproxy, replica
+
+    from actors.service import loopback
+    monkeypatch.setattr(haproxy, "HAPROXY_CONFIG_TEMPLATE", haproxy.HAPROXY_CONFIG_TEMPLATE)
+    monkeypatch.setattr(replica, "add_port_to_grpc_server", lambda server, address: address)
+    monkeypatch.setenv(loopback.HOST_ENV, "127.0.0.1")
+    assert all(bind in haproxy.HAPROXY_CONFIG_TEMPLATE for bind in loopback.BINDS)
+    loopback.bind_loopback()
+    assert "bind 127.0.0.1:{{ config.stats_port }}" in haproxy.HAPROXY_CONFIG_TEMPLATE
+    assert "bind 127.0.0.1:{{ config.metrics_port }}" in haproxy.HAPROXY_CONFIG_TEMPLATE
+    assert not any(bind in haproxy.HAPROXY_CONFIG_TEMPLATE for bind in loopback.BINDS)
+    assert replica.add_port_to_grpc_server(None, "[::]:0") == "127.0.0.1:0"
+    assert replica.add_port_to_grpc_server(None, "10.0.0.1:9000") == "10.0.0.1:9000"
+
+
 # ---- the embedded default, as a user runs it ------------------------------------------------
 
 CHILD = textwrap.dedent("""
@@ -230,3 +257,31 @@ def test_embedded_default_data_dir_is_owner_only(embedded: Embedded) -> None:
     # Ray's own session files (logs hold actor output) were written under umask 077 as well
     logs: list[Any] = [p for p in Path(embedded.ray_tmp).rglob("*") if p.is_file() and not p.is_symlink()]
     assert logs and not [p for p in logs if mode(p) & 0o077]
+
+
+# ---- `soul serve` on loopback ----------------------------------------------------------------
+
+@pytest.mark.ray
+def test_service_on_loopback_listens_on_loopback_only(shared_service: dict[str, Any]) -> None:
+    """tests/test_service.py's ``soul serve`` (the default host, 127.0.0.1; the default ingress): every port the
+    runtime's processes listen on — the service's own, Serve's controller and proxy, each replica's HTTP and gRPC
+    ports, HAProxy's frontend, stats and metrics — is on loopback."""
+    from actors import local_cluster, local_runtime
+    info = local_cluster.head_info(local_runtime.state_dir(str(shared_service["data"])))
+    assert info is not None
+    pids: set[int] = set()
+    for pid in json.loads(Path(info.pid_file).read_text())["pids"]:
+        pids |= listening_ports.descendants(pid)
+    found = listening_ports.listeners(pids)
+    port = int(shared_service["url"].rsplit(":", 1)[1])
+    log = (Path(shared_service["base"]) / "serve.log").read_text()
+    by_port = {x.port: x for x in found}
+    # not vacuous: the service's port, Serve's controller and a replica are among them
+    assert port in by_port, found
+    assert any("ServeController" in x.process for x in found) and any("ServeReplica" in x.process for x in found)
+    if "haproxy ingress" in log:  # HAProxy's stats and metrics ports, as `soul serve` printed them
+        extra = [int(p) for p in re.findall(r":(\d+)/(?:stats|metrics)\b", log)]
+        assert len(extra) == 2 and set(extra) <= set(by_port), (extra, found)
+    exposed = [x for x in found if not x.loopback]
+    assert not exposed, f"listening beyond loopback ({len(found)} ports in all):\n" + "\n".join(map(str, exposed))
+    print(f"{len(found)} listening ports of the runtime and its service, all on loopback")

@@ -7,16 +7,18 @@ async handles, so it takes ``num_cpus=0`` and many requests at once (``max_ongoi
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
 
-from . import INGRESSES
+from . import INGRESSES, loopback
 
 APP_NAME = "soul-runtime"
 CONTROLLER = "SERVE_CONTROLLER_ACTOR"
@@ -203,7 +205,8 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
         stop()
     found, free = ray.get(ray.remote(num_cpus=0)(node_probe).remote())  # on the runtime's node
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    env = ingress_env(ingress, binary=found is not None, nodes=nodes, host=host, free_ports=free)
+    env = {**ingress_env(ingress, binary=found is not None, nodes=nodes, host=host, free_ports=free),
+           **loopback.controller_env(host, nodes)}
     try:
         ray.get_actor(CONTROLLER, namespace="serve")
         running = True
@@ -211,8 +214,9 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
         running = False
     serve.start(http_options={"host": host, "port": port, "keep_alive_timeout_s": 30},
                 controller_options={"runtime_env": {"env_vars": env}})
-    serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins, inspector),
-              name=APP_NAME, route_prefix="/", blocking=False)
+    with contextlib.nullcontext() if running else _quiet(RECONNECT):  # serve.run reconnects to the Serve just started
+        serve.run(application(data_dir, namespace, replicas, max_ongoing, storage, embedder, cors_origins, inspector),
+                  name=APP_NAME, route_prefix="/", blocking=False)
     if running:
         return Started(RUNNING)
     if env["RAY_SERVE_ENABLE_HA_PROXY"] != "1":
@@ -221,6 +225,34 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
 
 
 def stop() -> None:
-    """Drain and remove the app, then Serve's controller and proxies."""
+    """Drain and remove the app, then Serve's controller and proxies. The controller is asked to shut down once,
+    not with its actors' endless retries: it ends itself as it answers, which a retried call would report as a
+    failure on the terminal."""
+    import ray
     serve.delete(APP_NAME)
-    serve.shutdown()
+    try:
+        controller = ray.get_actor(CONTROLLER, namespace="serve")
+    except ValueError:
+        return
+    with contextlib.suppress(ray.exceptions.RayActorError):
+        ray.get(controller.graceful_shutdown.options(max_task_retries=0).remote(), timeout=60)
+    with _quiet(*GONE):
+        serve.shutdown()  # forgets the controller this process knew (and it knows it is gone)
+
+
+RECONNECT = "Connecting to existing Serve app"
+GONE = ("The cached controller has died", "Nothing to shut down")
+
+
+@contextlib.contextmanager
+def _quiet(*prefixes: str) -> Iterator[None]:
+    """Serve's log lines starting with one of ``prefixes`` are not shown while the block runs (they would read as a
+    problem where there is none)."""
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(prefixes)
+    logger = logging.getLogger("ray.serve")
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)

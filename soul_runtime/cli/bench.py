@@ -6,18 +6,14 @@ import argparse
 import json
 import os
 import re
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from actors.service import INGRESSES
 from soul_runtime.bench import HTTP_CLIENTS, fsyncs, plotting
+from soul_runtime.cli.progress import working
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.owner_only import write_file
 from soul_runtime.storage_modes import check_storage
@@ -89,34 +85,6 @@ def update_readme(path: Path, block: str) -> bool:
     return True
 
 
-LOG_EVERY_S = 10.0
-
-
-@contextmanager
-def progress_bar(out: Console, first: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A transient progress bar; yields the ``progress(what, done, total)`` callback a benchmark reports to.
-    When the output is not a terminal (a log file, CI), a plain line instead, at most every ``LOG_EVERY_S``
-    seconds and at the end of each stage."""
-    if not out.is_terminal:
-        at, stage = 0.0, ""
-
-        def log(what: str, done: int, total: int) -> None:
-            nonlocal at, stage
-            now = time.monotonic()
-            if now - at >= LOG_EVERY_S or done >= total or what != stage:
-                at, stage = now, what
-                out.print(f"{what}: {done}/{total}", soft_wrap=True)
-        yield log
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=True) as prog:
-        task = prog.add_task(first, total=1)
-
-        def progress(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
-        yield progress
-
-
 STORAGE_HELP = ("the storage of the souls' records: local (SQLite, the default) or a postgresql:// URL (PostgreSQL, "
                 "this process's caches in temp dirs)")
 
@@ -138,7 +106,7 @@ def cmd_locomo(ctx: Ctx) -> int:
         plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
     use_storage(args.storage)
-    with progress_bar(out, "loading the embedder") as progress:
+    with working(out, "loading the embedder") as progress:
         res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
     from soul_runtime.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
@@ -181,7 +149,7 @@ def cmd_longchat(ctx: Ctx) -> int:
     if args.make is not None:
         made = write(args.data, args.make, args.tokens)
         out.print(f"wrote {len(made)} chats to {args.data}")
-    with progress_bar(out, "starting the runtime" if args.ray else "loading the embedder") as progress:
+    with working(out, "starting the runtime" if args.ray else "loading the embedder") as progress:
         if args.ray:
             from soul_runtime.bench.longchat_ray import run_on_ray
             res = run_on_ray(args.data, args.budget, callers=args.callers, limit=args.limit,
@@ -228,7 +196,7 @@ def cmd_beam(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import beam as bench_beam
     use_storage(args.storage)
-    with progress_bar(out, "loading the embedder") as progress:
+    with working(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
                              chats=args.chats or None, baselines=not args.no_baselines)
     budgets = [str(b) for b in res["budgets"]]
@@ -282,7 +250,8 @@ def cmd_latency(ctx: Ctx) -> int:
 def cmd_embedders(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import embedders as bench_embedders
-    res = bench_embedders.compare_embedders(args.data)
+    with working(out, "embedders on LoCoMo"):
+        res = bench_embedders.compare_embedders(args.data)
     out.print(bench_embedders.format_table(res))
     if args.json:
         write_file(args.json, json.dumps(res, indent=1, default=str), durable=False)
@@ -317,7 +286,7 @@ def cmd_scale(ctx: Ctx) -> int:
     if args.plot:
         plotting.require()
     from soul_runtime.bench import scale as bench_scale
-    with progress_bar(out, "starting the runtime") as progress:
+    with working(out, "starting the runtime") as progress:
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
                               reactivate=args.reactivate, local_channels=not args.ray_only, model=args.model,
@@ -424,7 +393,7 @@ def cmd_claude(ctx: Ctx) -> int:
 def cmd_client(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import client as bench_client
-    with progress_bar(out, "starting") as progress:
+    with working(out, "starting") as progress:
         res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
                                inflight=args.inflight, progress=progress, checkpoint=args.json,
                                keep_logs=args.keep_logs)
@@ -441,8 +410,8 @@ def cmd_client(ctx: Ctx) -> int:
 def cmd_cli(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import cli_latency
-    with out.status("starting…", spinner="dots") as status:
-        res = cli_latency.run(args.rounds, baseline=not args.no_baseline, progress=lambda what: status.update(what))
+    with working(out, "starting") as progress:
+        res = cli_latency.run(args.rounds, baseline=not args.no_baseline, progress=progress)
     table = Table(title="`soul` commands on the embedded default: wall seconds (client CPU seconds)")
     for col in ("", "n", "p50", "p90", "max"):
         table.add_column(col, justify="right" if col else "left")
@@ -478,7 +447,7 @@ def cmd_phrasing(ctx: Ctx) -> int:
     from soul_runtime.bench import phrasing
     from soul_runtime.embedding.base import default_embedder
     cases = phrasing.load(args.corpus)
-    with out.status(f"{len(cases)} conversations on the offline model…", spinner="dots"):
+    with working(out, f"{len(cases)} conversations on the offline model"):
         res = phrasing.run(cases, default_embedder())
     table = Table(title=f"offline model: exactly the expected current facts and procedures ({args.corpus})")
     for col in ("", "passed", "cases", "accuracy"):
@@ -503,7 +472,7 @@ def cmd_english(ctx: Ctx) -> int:
     from soul_runtime.bench import ordinary_english
     from soul_runtime.embedding.choice import make_embedder
     cases = ordinary_english.load(args.corpus)
-    with out.status(f"{len(cases)} conversations on the offline model…", spinner="dots"):
+    with working(out, f"{len(cases)} conversations on the offline model"):
         res = ordinary_english.run(cases, make_embedder(args.embedder))
     table = Table(title=f"offline model: the right current fact and no stale value ({args.corpus}, "
                         f"{args.embedder} embedder)")
@@ -534,7 +503,7 @@ def cmd_acts(ctx: Ctx) -> int:
     from soul_runtime.bench import dialogue_act, phrasing
     from soul_runtime.embedding.base import default_embedder
     cases = phrasing.load(args.corpus)
-    with out.status("dialogue acts: rules vs classifiers over the embedder…", spinner="dots"):
+    with working(out, "dialogue acts: rules vs classifiers over the embedder"):
         res = dialogue_act.run(cases, default_embedder())
     table = Table(title=f"dialogue act of a message, {res['turns']} corpus turns ({args.corpus})")
     table.add_column("method")
@@ -559,11 +528,11 @@ def cmd_serve(ctx: Ctx) -> int:
         raise argparse.ArgumentTypeError(f"--delays must be comma-separated seconds, got {args.delays!r}") from None
     if args.turns < 1 or args.min_turns < 0 or not delays or min(delays) < 0:
         raise argparse.ArgumentTypeError("--turns must be >= 1, --min-turns >= 0 and --delays >= 0")
-    with out.status("running", spinner="dots") as st:
+    with working(out, "running") as progress:
         res = bench_serve.run(levels=args.levels, turns=args.turns, delays=delays, embedder=args.embedder,
                               replicas=args.replicas, model=args.model, wait_writes=args.wait_writes == "true",
                               ingress=args.ingress, min_turns=args.min_turns, http_client=args.http_client,
-                              inspector=args.inspector, progress=lambda s: st.update(s))
+                              inspector=args.inspector, progress=progress)
     out.print(bench_serve.table(res))
     out.print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1))
     if args.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.rule import Rule
 
-from soul_runtime.cli import render
+from soul_runtime.cli import progress, render
 from soul_runtime.cli.scenario import ASSISTANT, EXPECTED_FACTS, EXPECTED_TASK_CLASS, SCENARIO, USER
 from soul_runtime.clock import iso
 from soul_runtime.errors import InvalidInput
@@ -52,9 +52,12 @@ def scenario_days(days: int | None) -> tuple[Any, ...]:
 
 
 def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = False,
-         soul_id: str = SOUL_ID) -> dict[str, Any]:
-    """Play the scenario against ``rt`` (a connected Runtime) and show it; returns everything shown as data."""
+         soul_id: str = SOUL_ID, work: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Play the scenario against ``rt`` (a connected Runtime) and show it; returns everything shown as data.
+    ``work(what, done, total)`` is told each turn (see :mod:`soul_runtime.cli.progress`)."""
     soul = rt.soul(soul_id)
+    say = work or (lambda what, done, total: None)
+    n_turns = sum(len(day.turns) for day in scenario_days(days))
     out: dict[str, Any] = {"soul": soul_id, "turns": []}
     t_start = time.perf_counter()
     show = not as_json
@@ -65,6 +68,7 @@ def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = 
             console.print(f"[dim]{escape(day.note)}[/]")
         for i, text in enumerate(day.turns):
             at = day.date.timestamp() + 60 * i
+            say(f"day {d}, turns", len(out["turns"]), n_turns)
             res = soul.turn(text, user=USER, at=at)
             model_seen = res.model
             out["turns"].append({"day": d, "at": iso(at), "user": USER, "text": text, "reply": res.reply,
@@ -75,6 +79,7 @@ def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = 
                 console.print()
                 render.print_turn(console, USER, text, res, assistant=ASSISTANT)
     out["turn_seconds"] = round(time.perf_counter() - t_start, 2)
+    say("reading back what the soul remembers", 0, 0)
     out["model"] = model_seen
     facts = soul.facts()
     procs = soul.procedures()
@@ -132,7 +137,8 @@ def run_cli(ctx: Any) -> int:
     t0 = time.perf_counter()
     with ctx.runtime(data_dir=data_dir, namespace=namespace, background=False) as rt:
         connected = time.perf_counter() - t0
-        out = play(rt, ctx.out, days=ctx.args.days, as_json=ctx.json)
+        with progress.working(ctx.err, "playing the scenario", live=False) as work:
+            out = play(rt, ctx.out, days=ctx.args.days, as_json=ctx.json, work=work)
         if ctx.address is not None:
             rt.shutdown_actors()  # detached actors on a cluster: do not leave the demo's behind
     out.update(data_dir=data_dir, model_label=label, offline=offline, connect_seconds=round(connected, 2),

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from actors import local_runtime as background
 from soul_runtime import telemetry
-from soul_runtime.cli import render
+from soul_runtime.cli import progress, render
 from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
 from soul_runtime.owner_only import write_file
@@ -38,12 +38,15 @@ EPILOG = """examples:
   soul audit-writes transcript.jsonl          where would each exchange be written? (no Ray)
 
 Without --address the first call starts a local runtime for the data dir in the background
-(~10-20 s, once; it listens on 127.0.0.1 only); later calls attach to it (~1 s); `soul down`
+(~20-40 s on 2 cores, once; it listens on 127.0.0.1 only); later calls attach to it (~1 s); `soul down`
 stops it (SOUL_LOCAL_RUNTIME=per-call: a private Ray for each call instead). Against a cluster
 (`soul cluster up`, which listens on the node's address so other machines can join, and
 --address ray://...) the actors stay up between calls and a call costs ~3-4 s."""
 
 STORES = ("episodic", "semantic", "procedural")
+# Ray and the soul actors from nothing, measured with `soul demo` on a 2-core machine (18-38 s, the machine
+# shared or not); after the first run the estimate is this machine's own last time (progress.remember)
+FIRST_START = " (~20-40 s the first time on 2 cores)"
 
 
 class Ctx:
@@ -52,7 +55,7 @@ class Ctx:
         self.json: bool = bool(getattr(args, "json", False))
         width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120  # rich uses 80 when piped
         self.out = Console(highlight=False, soft_wrap=False, width=width)
-        self.err = Console(stderr=True, highlight=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())  # a log gets lines whole
         addr = getattr(args, "address", None) or os.environ.get("SOUL_ADDRESS") or None
         self.address: str | None = None if addr in (None, "", "local") else addr
         self.explicit_data_dir = getattr(args, "data_dir", None) or os.environ.get("SOUL_DATA_DIR")
@@ -95,16 +98,22 @@ class Ctx:
         local = address is None and background and (bg.mode() == "background" or bg.running(data_dir))
         t0 = time.perf_counter()
         if local:
-            what = "Connecting to the local runtime" if bg.running(data_dir) else \
-                "Starting the local runtime in the background (~10-20 s, once)"
-            with self.err.status(what + "…", spinner="dots"):
+            if bg.running(data_dir):
+                what = "Connecting to the local runtime"
+            else:
+                what = "Starting the local runtime in the background, once" + progress.estimate(
+                    "local-runtime", FIRST_START)
+            with progress.working(self.err, what):
                 address, started = bg.attach(data_dir)
             if started:
+                progress.remember("local-runtime", time.perf_counter() - t0)
                 self.err.print(f"[dim]started a local runtime for {data_dir} in {time.perf_counter() - t0:.0f} s; "
                                "later commands attach to it; `soul down` stops it[/]")
-        what = "Starting a local Ray and the soul actors (~10-20 s)" if address is None else \
-            "Attaching to the local runtime" if local else f"Connecting to {address}"
-        with self.err.status(what + "…", spinner="dots"):
+        private = address is None
+        what = "Starting a local Ray and the soul actors" + progress.estimate("private-ray", FIRST_START) \
+            if private else "Attaching to the local runtime" if local else f"Connecting to {address}"
+        t1 = time.perf_counter()
+        with progress.working(self.err, what):
             from actors.runtime import connect as connect_ray  # after attach: Ray reads the head's auth then
             try:
                 rt = connect_ray(address, data_dir=data_dir, namespace=namespace or self.namespace)
@@ -113,12 +122,14 @@ class Ctx:
                     raise
                 address, _ = bg.attach(data_dir, replace=True)  # a head that accepts ports but is broken
                 rt = connect_ray(address, data_dir=data_dir, namespace=namespace or self.namespace)
+        if private:
+            progress.remember("private-ray", time.perf_counter() - t1)
         if self.args.debug:
             self.err.print(f"[dim]connected in {time.perf_counter() - t0:.1f} s[/]")
         try:
             yield rt
         finally:
-            with self.err.status("Closing…", spinner="dots"):
+            with progress.working(self.err, "Closing"):
                 rt.close(flush=not local)  # the local runtime's actors stay up; `soul down` flushes them
             self.quick_exit = local
 
@@ -203,8 +214,6 @@ def _chat_line(ctx: Ctx, soul: Any, user: str, line: str) -> bool:
 
 
 def cmd_observe(ctx: Ctx) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from soul_runtime.loop.ingest import load
     sid = check_id(ctx.args.soul, what="soul id")
     convs = load(ctx.args.file, ctx.args.format)  # a bad file fails here, before Ray starts
@@ -216,17 +225,15 @@ def cmd_observe(ctx: Ctx) -> int:
     with ctx.runtime() as rt:
         soul = rt.soul(sid)
         t1 = time.perf_counter()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=ctx.err, transient=ctx.json) as bar:
-            task = bar.add_task(f"observing {n_msgs} messages", total=len(batches))
-            for b in batches:
-                bar.update(task, description=f"observe {b.label}")
+        with progress.working(ctx.err, f"observing {n_msgs} messages") as work:
+            for i, b in enumerate(batches):
+                work(f"observe {b.label}", i, len(batches))
                 res = soul.observe(b.messages, at=b.at, session=b.session)
                 for w in res.writes:
                     if w.op.value != "NOOP":
                         writes[w.store.value] = writes.get(w.store.value, 0) + 1
                 persisted += bool(res.writes)
-                bar.advance(task)
+            work("observed", len(batches), len(batches))
     seconds = time.perf_counter() - t1
     data = {"soul": sid, "file": str(ctx.args.file), "conversations": len(convs), "batches": len(batches),
             "messages": n_msgs, "batches_with_writes": persisted, "writes": writes,
@@ -333,7 +340,7 @@ def cmd_audit(ctx: Ctx) -> int:
 
 def cmd_export(ctx: Ctx) -> int:
     sid = ctx.require_soul(ctx.args.soul)
-    with ctx.runtime() as rt:
+    with ctx.runtime() as rt, progress.working(ctx.err, f"Exporting soul '{sid}'"):
         blob = rt.soul(sid).export()
     write_file(ctx.args.file, blob)  # owner-only (0600): an export is the soul's whole memory
     digest = hashlib.sha256(blob).hexdigest()
@@ -349,7 +356,7 @@ def cmd_import(ctx: Ctx) -> int:
     unpack_export(blob)  # a bad file fails here, before Ray starts
     if ctx.local_data() and (Path(ctx.data_dir) / "souls" / sid).exists():
         raise InvalidInput(f"soul '{sid}' already exists in {ctx.data_dir}; import needs a new soul id (--soul)")
-    with ctx.runtime() as rt:
+    with ctx.runtime() as rt, progress.working(ctx.err, f"Importing {len(blob)} bytes as soul '{sid}'"):
         rt.soul(sid).import_(blob)
     data = {"soul": sid, "file": str(ctx.args.file), "bytes": len(blob), "data_dir": ctx.data_dir}
     ctx.emit(data, f"imported {ctx.args.file} as soul '{sid}' in {ctx.data_dir}")
@@ -384,7 +391,7 @@ def _stop_head(ctx: Ctx, state_dir: str) -> int:
     from actors import local_cluster as lc
     info = lc.head_info(state_dir)
     if info is not None and lc.head_alive(state_dir) and Path(state_dir) == background.state_dir(ctx.data_dir):
-        with contextlib.suppress(SoulError), ctx.err.status("Flushing the soul actors…", spinner="dots"):
+        with contextlib.suppress(SoulError), progress.working(ctx.err, "Flushing the soul actors"):
             if not ctx.args.debug:
                 os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
             os.environ.update(lc.client_env(info))  # before Ray is imported: it reads the auth mode then
@@ -395,7 +402,7 @@ def _stop_head(ctx: Ctx, state_dir: str) -> int:
                     rt.shutdown_actors()
             finally:
                 raycalls.shutdown()  # disconnect before the head goes, or its dying words reach this terminal
-    with ctx.err.status("Stopping the Ray head…", spinner="dots"):
+    with progress.working(ctx.err, "Stopping the Ray head"):
         stopped = lc.stop_head_locked(state_dir)
     ctx.emit({"stopped": stopped, "state_dir": state_dir},
              f"stopped the Ray head of {state_dir}" if stopped else f"no Ray head recorded in {state_dir}")
@@ -409,10 +416,12 @@ def cmd_cluster(ctx: Ctx) -> int:
     if a.action == "up" and lc.head_alive(state_dir):
         pass  # already up (perhaps the local runtime of the data dir): show it
     elif a.action == "up":
-        with ctx.err.status("Starting a Ray head (~10-20 s)…", spinner="dots"):
+        t0 = time.perf_counter()
+        with progress.working(ctx.err, "Starting a Ray head" + progress.estimate("ray-head")):
             try:
                 lc.start_head(port=a.port, client_port=a.client_port, num_cpus=a.num_cpus, state_dir=state_dir,
                               node_ip=a.node_ip)
+                progress.remember("ray-head", time.perf_counter() - t0)
             except (RuntimeError, ValueError) as e:
                 raise RuntimeUnavailable(str(e).splitlines()[0] + (" (--debug for ray's output)" if not a.debug
                                                                    else "\n" + str(e))) from None

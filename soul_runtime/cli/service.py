@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.service import INGRESSES
 from actors.service.tenants import TenantTable, check_tenant, souls_of
+from soul_runtime.cli import progress
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def cmd_serve(ctx: Ctx) -> int:
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, on_signal)
         t0 = time.perf_counter()
-        with ctx.err.status("Starting Ray Serve and the service replicas…", spinner="dots"):
+        with progress.working(ctx.err, "Starting Ray Serve and the service replicas" + progress.estimate("serve")):
             started = serve_app.start(rt.cfg.data_dir, rt.cfg.namespace, host, a.port, a.replicas, a.max_ongoing,
                                       replace=a.replace, storage=rt.cfg.storage, embedder=rt.cfg.embedder,
                                       ingress=a.ingress, cors_origins=cors, inspector=inspector)
@@ -147,6 +148,8 @@ def cmd_serve(ctx: Ctx) -> int:
             except BaseException:
                 serve_app.stop()  # nothing of a service that never answered is left on the runtime
                 raise
+        if not stop.is_set():
+            progress.remember("serve", time.perf_counter() - t0)
         code = 0
         if not stop.is_set():
             ingress, ports = started.ingress, started.ports
@@ -168,7 +171,7 @@ def cmd_serve(ctx: Ctx) -> int:
                     code = 3
                     break
         if code == 0:
-            with ctx.err.status("Draining requests in flight and stopping the service…", spinner="dots"):
+            with progress.working(ctx.err, "Draining requests in flight and stopping the service"):
                 serve_app.stop()
             ctx.err.print(f"stopped ({why[0] if why else 'done'})")
     return code
