@@ -309,3 +309,18 @@ def test_the_service_ledger_on_postgres_is_shared_by_replicas_and_keeps_digests(
     assert led.forget_soul("acme:maya") == 1 and other.body_for("acme:maya", "k1") is None
     assert other.forget_prefix("acme:") == 1 and led.body_for("beta:maya", "k1") == "B4"
     assert not (tmp_path / "node1" / "service").exists()  # nothing on the nodes' disks
+
+
+def test_tenants_on_postgres_are_one_table_for_every_replica(tmp_path: Path, pg: str) -> None:
+    from actors.service.tenants import TenantTable
+    a, b = TenantTable(tmp_path / "node1", pg), TenantTable(tmp_path / "node2", pg)
+    key = a.add("acme")
+    assert b.authenticate(key) == "acme" and [t.name for t in b.tenants()] == ["acme"]
+    b.add("beta")
+    assert [t.name for t in a.tenants()] == ["acme", "beta"]
+    a.revoke("acme")
+    assert b.authenticate(key) is None  # at once, on the other replica
+    assert key not in _dump(pg)  # its hash only
+    b.remove("beta")
+    assert [t.name for t in a.tenants()] == ["acme"]
+    assert not (tmp_path / "node1").exists() and not (tmp_path / "node2").exists()

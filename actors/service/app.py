@@ -32,7 +32,7 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
         chosen: dict[str, Any] = {} if embedder is None else {"embedder": embedder}  # None: SOUL_EMBEDDER or default
         return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, **chosen)
 
-    backend = Backend(data_dir, connect)
+    backend = Backend(data_dir, connect, storage)
 
     async def souls_for(tenant: str) -> TenantSouls:
         rt = await backend.runtime()

@@ -124,9 +124,10 @@ class ForgetOut(TurnOut):
 class Backend:
     """What the routes need: the runtime (connected lazily), the key table and the idempotency ledger."""
 
-    def __init__(self, data_dir: str, connect: Callable[[], Any]) -> None:
+    def __init__(self, data_dir: str, connect: Callable[[], Any], storage: str | None = None) -> None:
         self.data_dir = data_dir
-        self.tenants = TenantTable(data_dir)
+        self.storage = storage
+        self.tenants = TenantTable(data_dir, storage)
         self._connect = connect
         self._rt: Any = None
         self._ledger: Ledger | None = None
@@ -136,7 +137,7 @@ class Backend:
         if self._rt is None:
             async with self._lock:
                 if self._rt is None:
-                    self._ledger = await asyncio.to_thread(Ledger, self.data_dir)
+                    self._ledger = await asyncio.to_thread(Ledger, self.data_dir, self.storage)
                     self._rt = await asyncio.to_thread(self._connect)
         return self._rt
 

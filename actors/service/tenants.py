@@ -8,7 +8,9 @@ and compared with every tenant's hash in constant time.
 A tenant's soul ``maya`` is the runtime's soul ``TENANT:maya`` (``:`` is allowed in soul ids and never in a
 tenant name, so the prefix is unambiguous). Everything shown to the tenant has the prefix taken off again
 (:class:`Scope`): turn ids, sources, traces, error messages. The key table is read again whenever the file
-changes, so every process that sees the data dir sees ``add``, ``revoke`` and ``remove`` at once.
+changes, so every process that sees the data dir sees ``add``, ``revoke`` and ``remove`` at once. With a
+PostgreSQL storage the table is a versioned document on the server instead of the file (every replica on every
+node reads it again when its version changed).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from typing import Any
 
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.limits import SOUL_ID_MAX, TENANT_MAX
+from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.text import check_id
+
+from .pg_records import PgDocument
 
 TENANTS_FILE = "tenants.json"
 KEY_PREFIX = "soul_"
@@ -71,16 +76,23 @@ class Tenant:
 
 
 class TenantTable:
-    """The key table of one data dir. Safe for concurrent writers (a file lock) and for readers in other
-    processes (the file is replaced atomically; readers reload it when its identity or mtime changes)."""
+    """The key table of one data dir (or, with a PostgreSQL ``storage``, of its server: ``None`` takes
+    ``SOUL_STORAGE``, as ``soul`` commands do). Safe for concurrent writers (a file lock; a row lock) and for
+    readers in other processes (the file is replaced atomically; readers reload it when its identity or mtime
+    changes, or the document's version)."""
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], storage: str | None = None) -> None:
         self.path = Path(data_dir) / TENANTS_FILE
         self._seen: tuple[int, int, int] | None = None
         self._tenants: dict[str, Tenant] = {}
+        url = os.environ.get("SOUL_STORAGE", "") if storage is None else storage
+        self._doc = PgDocument(url, "tenants") if is_postgres(url) else None
 
     # ---- reading ----------------------------------------------------------------------
     def _stamp(self) -> tuple[int, int, int] | None:
+        if self._doc is not None:
+            version = self._doc.version()
+            return None if version is None else (0, version, 0)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -93,9 +105,7 @@ class TenantTable:
             self._seen, self._tenants = None, {}
             return {}
         if stamp != self._seen:
-            raw = json.loads(self.path.read_text())
-            self._tenants = {n: Tenant(n, t["key_sha256"], float(t["created_at"]), t.get("revoked_at"))
-                             for n, t in raw.get("tenants", {}).items()}
+            self._tenants = _parse(self._doc.read() if self._doc is not None else json.loads(self.path.read_text()))
             self._seen = stamp
         return self._tenants
 
@@ -122,6 +132,14 @@ class TenantTable:
     # ---- writing ----------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, Tenant]]:
+        if self._doc is not None:
+            with self._doc.locked() as doc:
+                tenants = _parse(doc)
+                yield tenants
+                doc.clear()
+                doc.update(_document(tenants))
+            self._seen = None
+            return
         make_dir(self.path.parent)
         fd = os.open(self.path.parent / f".{TENANTS_FILE}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -129,9 +147,7 @@ class TenantTable:
             self._seen = None
             tenants = dict(self._load())
             yield tenants
-            data = {"tenants": {n: {k: v for k, v in t.to_dict().items() if k != "name"}
-                                for n, t in sorted(tenants.items())}}
-            write_file(self.path, json.dumps(data, indent=2) + "\n")
+            write_file(self.path, json.dumps(_document(tenants), indent=2) + "\n")
             self._seen = None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -162,6 +178,15 @@ class TenantTable:
         with self._locked() as tenants:
             if tenants.pop(check_tenant(name), None) is None:
                 raise NotFound(f"no tenant '{name}'")
+
+
+def _parse(raw: dict[str, Any]) -> dict[str, Tenant]:
+    return {n: Tenant(n, t["key_sha256"], float(t["created_at"]), t.get("revoked_at"))
+            for n, t in raw.get("tenants", {}).items()}
+
+
+def _document(tenants: dict[str, Tenant]) -> dict[str, Any]:
+    return {"tenants": {n: {k: v for k, v in t.to_dict().items() if k != "name"} for n, t in sorted(tenants.items())}}
 
 
 class Scope:
