@@ -15,7 +15,7 @@ from soul_runtime.errors import RuntimeUnavailable, StaleOwner, StorageError
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.memory import pg_cache, postgres_db
 from soul_runtime.memory.soul_memory import SoulMemory
-from soul_runtime.memory.soul_records import remove_soul, soul_ids, stored
+from soul_runtime.memory.soul_records import known, remove_soul, soul_ids, stored
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.records import Extraction, FactCandidate, TaskReport, WriteRequest
 from tests.fakes import HashEmbedder
@@ -178,7 +178,9 @@ def test_a_forgotten_soul_is_gone_from_the_server_and_from_every_list(tmp_path: 
         m.close()
     assert soul_ids(root) == ["acme:one", "acme:two", "beta:one"] == soul_ids(tmp_path / "elsewhere")
     assert soul_ids(root, "acme:") == ["acme:one", "acme:two"]
+    assert known(tmp_path / "elsewhere", "acme:two") and not known(tmp_path / "elsewhere", "acme:nobody")
     remove_soul(root, "acme:two")
+    assert not known(tmp_path / "elsewhere", "acme:two")
     assert soul_ids(tmp_path / "elsewhere") == ["acme:one", "beta:one"]
     assert not stored(tmp_path / "n2" / "souls" / "acme:two" / "episodic.sqlite")
     assert "acme:two" not in _dump(pg)

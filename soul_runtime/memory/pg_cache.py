@@ -234,13 +234,14 @@ def _present(url: str, soul: str, db: str, present: bool) -> None:
         _known[(url, soul, db)] = present
 
 
-def stored(url: str, path: Path) -> bool:
-    """Has this soul database rows on the server? (Its one writer is this process, so an answer is kept until
-    this process writes or drops it.)"""
+def stored(url: str, path: Path, *, keep_absent: bool = True) -> bool:
+    """Has this soul database rows on the server? A yes is kept (rows leave only by a drop, which this process
+    is told of); a no only with ``keep_absent``, for the database's one writer (its store shard), which would
+    know of a first write."""
     soul, db = key_of(path)
     with _known_lock:
         got = _known.get((url, soul, db))
-    if got is not None:
+    if got or (got is not None and keep_absent):
         return got
 
     def read() -> bool:

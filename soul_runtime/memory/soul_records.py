@@ -37,7 +37,7 @@ def known(data_dir: str | Path, soul_id: str) -> bool:
     url = postgres_url()
     if url is None:
         return soul_dir(data_dir, soul_id).is_dir()
-    return any(pg_cache.stored(url, soul_dir(data_dir, soul_id) / f"{db}.sqlite")
+    return any(pg_cache.stored(url, soul_dir(data_dir, soul_id) / f"{db}.sqlite", keep_absent=False)
                for db in ("soul", "episodic", "semantic", "procedural"))
 
 
