@@ -120,6 +120,7 @@ RAY_USERS = {
     "actors/raycalls.py",  # every call into Ray, and the local start
     "actors/client_session.py",  # Ray Client sessions (ray://)
     "actors/service/serve_app.py",  # Ray Serve: the HTTP service's deployment
+    "actors/service/loopback.py",  # Ray Serve's HAProxy and replica ports kept on loopback with the service
 }
 
 
