@@ -17,9 +17,11 @@ from soul_runtime.errors import (
     AuthError,
     ConfigError,
     EmbedderError,
+    IdempotencyConflict,
     InvalidInput,
     ModelError,
     ModelTimeout,
+    Moved,
     NotFound,
     OutOfOrder,
     RuntimeBusy,
@@ -28,6 +30,7 @@ from soul_runtime.errors import (
     StaleOwner,
     StorageError,
     TurnFailed,
+    Unauthorized,
 )
 from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem
 
@@ -84,4 +87,4 @@ __all__ = ["connect", "Runtime", "HttpRuntime", "SoulHandle", "AsyncSoulHandle",
            "TurnConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact", "FactVersion", "Episode",
            "Procedure", "SoulError", "InvalidInput", "ConfigError", "NotFound", "StorageError", "ModelError",
            "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable", "RuntimeBusy",
-           "AuthError"]
+           "AuthError", "Unauthorized", "IdempotencyConflict", "Moved"]

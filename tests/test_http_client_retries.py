@@ -88,8 +88,8 @@ def test_no_answer_in_time_is_turn_failed_and_not_resent(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("status,kind,raised", [
-    (400, "InvalidInput", errors.InvalidInput), (422, "IdempotencyConflict", errors.InvalidInput),
-    (401, "Unauthorized", errors.AuthError), (404, "NotFound", errors.NotFound),
+    (400, "InvalidInput", errors.InvalidInput), (422, "IdempotencyConflict", errors.IdempotencyConflict),
+    (401, "Unauthorized", errors.Unauthorized), (401, "", errors.Unauthorized), (404, "NotFound", errors.NotFound),
     (502, "ModelTimeout", errors.ModelTimeout), (500, "InternalError", errors.TurnFailed),
     (503, "StaleOwner", errors.StaleOwner), (418, "", errors.SoulError)])
 def test_error_answers_are_the_project_s_exceptions(monkeypatch: pytest.MonkeyPatch, status: int, kind: str,

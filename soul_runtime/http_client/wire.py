@@ -46,12 +46,10 @@ def procedure(d: dict[str, Any]) -> Procedure:
 
 
 ALIASES: dict[str, type[errors.SoulError]] = {
-    "Unauthorized": errors.AuthError,  # a missing, unknown or revoked API key
-    "IdempotencyConflict": errors.InvalidInput,  # a request id sent again with other arguments
     "InternalError": errors.TurnFailed,  # as a call that failed in an actor arrives over Ray
 }
 BY_STATUS: dict[int, type[errors.SoulError]] = {
-    400: errors.InvalidInput, 401: errors.AuthError, 403: errors.AuthError, 404: errors.NotFound,
+    400: errors.InvalidInput, 401: errors.Unauthorized, 403: errors.AuthError, 404: errors.NotFound,
     422: errors.InvalidInput, 429: errors.RuntimeBusy, 500: errors.TurnFailed, 502: errors.ModelError,
     503: errors.RuntimeUnavailable, 504: errors.TurnFailed,
 }
