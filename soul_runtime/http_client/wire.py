@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from soul_runtime import errors
-from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem
-
-if TYPE_CHECKING:
-    from soul_runtime.loop.soul import TurnResult
-    from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.records import (
+    Episode,
+    Fact,
+    FactVersion,
+    MemoryWrite,
+    Procedure,
+    RecalledItem,
+    TurnResult,
+    TurnTrace,
+)
 
 
 def turn_result(d: dict[str, Any]) -> TurnResult:
-    from soul_runtime.loop.soul import TurnResult
     return TurnResult(reply=d["reply"], recalled=tuple(RecalledItem.from_dict(r) for r in d["recalled"]),
                       writes=tuple(MemoryWrite.from_dict(w) for w in d["writes"]), turn_id=d["turn_id"],
                       seq=int(d["seq"]), model=d["model"], offline=bool(d["offline"]),
@@ -21,7 +25,6 @@ def turn_result(d: dict[str, Any]) -> TurnResult:
 
 
 def trace(d: dict[str, Any]) -> TurnTrace:
-    from soul_runtime.loop.trace import TurnTrace
     return TurnTrace.from_dict(d)
 
 
