@@ -203,9 +203,10 @@ def run(*, souls: int = 1000, in_flight: int = 300, delay_s: float = 3.0, rounds
     res["async"] = run_model("async", souls=souls, in_flight=in_flight, delay_s=delay_s, rounds=rounds,
                              embedder=embedder, progress=progress)
     if baseline:  # the blocking model waits on the hosts' threads: a short phase shows its bound
-        cfg_bound = res["async"]["hosts"] * res["async"]["host_threads"]
+        cfg_bound = res["async"]["hosts"] * res["async"]["host_threads"]  # calls waiting at once, at most
         res["blocking"] = run_model("blocking", souls=souls, in_flight=in_flight, delay_s=delay_s, rounds=rounds,
                                     embedder=embedder, baseline_turns=max(in_flight, cfg_bound * 10),
                                     progress=progress)
-        res["blocking"]["thread_bound_turns_per_s"] = round(cfg_bound / delay_s, 2)
+        # a turn's reply and its memory decision each hold a host thread for the delay
+        res["blocking"]["thread_bound_turns_per_s"] = round(cfg_bound / (2 * delay_s), 2)
     return res
