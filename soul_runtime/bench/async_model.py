@@ -26,15 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.models.base import (
-    AsyncLanguageModel,
-    Exchange,
-    LanguageModel,
-    MemoryDecision,
-    ModelReply,
-    ReplyRequest,
-    TaskClassification,
-)
+from soul_runtime.models import base
 from soul_runtime.models.offline import OfflineModel
 
 Progress = Callable[[str, int, int], None]
@@ -72,7 +64,7 @@ class _Waits:
         self.now -= 1
 
 
-class WaitingModel(AsyncLanguageModel):
+class WaitingModel(base.AsyncLanguageModel):
     """The offline model's answers after awaiting the delay (a remote model over an async client)."""
 
     model_id = "bench-waiting-async"
@@ -87,19 +79,19 @@ class WaitingModel(AsyncLanguageModel):
         finally:
             self.waits.leave()
 
-    async def reply(self, request: ReplyRequest) -> ModelReply:
+    async def reply(self, request: base.ReplyRequest) -> base.ModelReply:
         await self._wait()
         return self.inner.reply(request)
 
-    async def decide(self, exchange: Exchange) -> MemoryDecision:
+    async def decide(self, exchange: base.Exchange) -> base.MemoryDecision:
         await self._wait()
         return self.inner.decide(exchange)
 
-    async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+    async def classify_task(self, text: str, known: tuple[str, ...]) -> base.TaskClassification:
         return self.inner.classify_task(text, known)
 
 
-class BlockingWaitingModel(LanguageModel):
+class BlockingWaitingModel(base.LanguageModel):
     """The same with a blocking wait (a remote model over a blocking client): each call holds a thread."""
 
     model_id = "bench-waiting-blocking"
@@ -119,15 +111,15 @@ class BlockingWaitingModel(LanguageModel):
             with self._lock:
                 self.waits.leave()
 
-    def reply(self, request: ReplyRequest) -> ModelReply:
+    def reply(self, request: base.ReplyRequest) -> base.ModelReply:
         self._wait()
         return self.inner.reply(request)
 
-    def decide(self, exchange: Exchange) -> MemoryDecision:
+    def decide(self, exchange: base.Exchange) -> base.MemoryDecision:
         self._wait()
         return self.inner.decide(exchange)
 
-    def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+    def classify_task(self, text: str, known: tuple[str, ...]) -> base.TaskClassification:
         return self.inner.classify_task(text, known)
 
 
