@@ -148,9 +148,6 @@ class RuntimeController:
     async def pid(self) -> int:
         return os.getpid()
 
-    async def config_dict(self) -> dict[str, Any]:
-        return self.config
-
     async def check_layout(self, client: dict[str, Any]) -> dict[str, Any]:
         """Refuse a client whose routing or embedder differs from this runtime's, or a data dir recorded with
         another layout or embedder (ConfigError); record the layout on first use; make this runtime's model

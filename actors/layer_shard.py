@@ -31,7 +31,7 @@ from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
 from soul_runtime.memory.soul_records import soul_dir, soul_ids, stored
 from soul_runtime.memory.sqlite_db import storage_error, use_storage
-from soul_runtime.records import Store, request_from_plain
+from soul_runtime.records import Store, WriteRequest, request_from_plain
 from soul_runtime.text import check_write_request
 
 from . import raycalls
@@ -248,9 +248,10 @@ class LayerShard(ActorBase):
         self.metrics.recall(self.layer.value, time.perf_counter() - t0)
         return list(out)
 
-    def apply(self, soul_id: str, reqs: list[dict[str, Any]], marks: dict[str, list[str]] | None = None
-              ) -> list[list[Any]]:
-        requests = [request_from_plain(r) for r in reqs]
+    def apply(self, soul_id: str, reqs: list[dict[str, Any]] | list[WriteRequest],
+              marks: dict[str, list[str]] | None = None) -> list[list[Any]]:
+        """The soul's write requests applied to this layer (as plain dicts, or already read by ``apply_batch``)."""
+        requests = [r if isinstance(r, WriteRequest) else request_from_plain(r) for r in reqs]
         for req in requests:
             check_write_request(req)
         answer = answer_without_store(self.layer, requests, marks)
@@ -288,22 +289,22 @@ class LayerShard(ActorBase):
     def apply_batch(self, items: list[tuple[Any, ...]]) -> list[Any]:
         """``apply`` for each item ``(soul_id, requests, marks[, carrier])``; one result (or the exception it raised)
         per item, in order."""
+        read: list[Any] = []  # each item's requests read once (or the error reading them raised, for apply)
+        for _, reqs, *_ in items:
+            try:
+                read.append([request_from_plain(r) for r in reqs])
+            except Exception as e:  # noqa: BLE001 — refused by apply, for its own caller
+                read.append(e)
         if self.embedder is not None:
-            keys = []
-            for _, reqs, *_ in items:
-                for r in reqs:
-                    try:
-                        req = request_from_plain(r)
-                    except Exception:  # validated (and refused) by apply itself
-                        continue
-                    if decide_episode(req.extraction).write:
-                        keys.append(vector_text(req))
-            self._warm(keys)
+            self._warm([vector_text(req) for rs in read if isinstance(rs, list) for req in rs
+                        if decide_episode(req.extraction).write])
         out: list[Any] = []
-        for soul_id, reqs, marks, *carried in items:
+        for (soul_id, _, marks, *carried), requests in zip(items, read, strict=True):
             with self._served("write", soul_id, carried, len(items)):
                 try:
-                    out.append(self.apply(soul_id, reqs, marks))
+                    if isinstance(requests, Exception):
+                        raise requests
+                    out.append(self.apply(soul_id, requests, marks))
                 except Exception as e:  # goes back to its own caller only
                     out.append(e)
         return out

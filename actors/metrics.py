@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.records import TurnTrace
 
 from . import raycalls
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from soul_runtime.batching import AsyncBatcher
 from soul_runtime.errors import (
+    Moved,
     OutOfOrder,
     RuntimeBusy,
     RuntimeUnavailable,
@@ -87,17 +88,6 @@ def read_registry(data_dir: str) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-class Moved(StaleOwner):
-    """This actor no longer holds the soul: ``to`` does (a dedicated actor, or back on its host)."""
-
-    def __init__(self, soul_id: str, to: str) -> None:
-        super().__init__(f"soul {soul_id} is served by {to}")
-        self.soul_id, self.to = soul_id, to
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Moved, (self.soul_id, self.to))
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from soul_runtime import soul_args, telemetry
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
-from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem
+from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 
@@ -30,10 +30,6 @@ from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir, host_concurrency
 from .shard_client import StoreLocator
 from .shard_reads import ShardRead
-
-if TYPE_CHECKING:  # the actor classes and the memory engine load only where they are needed: a command
-    from soul_runtime.loop.soul import TurnResult  # attaching to running actors imports neither
-    from soul_runtime.loop.trace import TurnTrace
 
 CONTROLLER = "soul-controller"
 T = TypeVar("T")

@@ -34,12 +34,12 @@ from typing import Any
 from soul_runtime import telemetry
 from soul_runtime.errors import InvalidInput, RuntimeBusy, SoulError, StaleOwner, TurnFailed
 from soul_runtime.loop.erase import forget_soul_steps, forget_where_steps
-from soul_runtime.loop.soul import Soul, TurnResult
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.export import import_export
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.models.base import AsyncLanguageModel, LanguageModel
 from soul_runtime.models.choice import make_model
+from soul_runtime.records import TurnResult, TurnTrace
 from soul_runtime.steps import Steps, drive_async
 
 from .channel import travels

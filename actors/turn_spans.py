@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from soul_runtime import telemetry
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.records import TurnTrace
 
 MODEL_SPANS = {"reply": "inference", "decide": "decide", "decide_window": "decide"}
 MEMORY_SPANS = {"recall": "recall", "write_many": "write"}

@@ -17,9 +17,11 @@ from soul_runtime.errors import (
     AuthError,
     ConfigError,
     EmbedderError,
+    IdempotencyConflict,
     InvalidInput,
     ModelError,
     ModelTimeout,
+    Moved,
     NotFound,
     OutOfOrder,
     RuntimeBusy,
@@ -28,15 +30,14 @@ from soul_runtime.errors import (
     StaleOwner,
     StorageError,
     TurnFailed,
+    Unauthorized,
 )
-from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem
+from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
 
 if TYPE_CHECKING:
     from actors.runtime import AsyncSoulHandle, Runtime, SoulHandle
     from actors.settings import RuntimeConfig
     from soul_runtime.http_client import HttpRuntime
-    from soul_runtime.loop.soul import TurnResult
-    from soul_runtime.loop.trace import TurnTrace
 
 __version__ = "0.1.0"
 
@@ -68,8 +69,7 @@ def connect(address: str | None = None, **kwargs: Any) -> Runtime | HttpRuntime:
 
 
 _LAZY = {"RuntimeConfig": "actors.settings", "Runtime": "actors.runtime", "SoulHandle": "actors.runtime",
-         "AsyncSoulHandle": "actors.runtime", "TurnResult": "soul_runtime.loop.soul",
-         "TurnTrace": "soul_runtime.loop.trace", "HttpRuntime": "soul_runtime.http_client"}
+         "AsyncSoulHandle": "actors.runtime", "HttpRuntime": "soul_runtime.http_client"}
 
 
 def __getattr__(name: str) -> Any:  # heavier or Ray-side names load on first use; the core stays light
@@ -84,4 +84,4 @@ __all__ = ["connect", "Runtime", "HttpRuntime", "SoulHandle", "AsyncSoulHandle",
            "TurnConfig", "TurnResult", "TurnTrace", "RecalledItem", "MemoryWrite", "Fact", "FactVersion", "Episode",
            "Procedure", "SoulError", "InvalidInput", "ConfigError", "NotFound", "StorageError", "ModelError",
            "ModelTimeout", "EmbedderError", "TurnFailed", "OutOfOrder", "StaleOwner", "RuntimeUnavailable", "RuntimeBusy",
-           "AuthError"]
+           "AuthError", "Unauthorized", "IdempotencyConflict", "Moved"]

@@ -7,7 +7,6 @@
     │   ├── ConfigError            an invalid configuration value
     │   └── IdempotencyConflict    an Idempotency-Key sent again with another body (HTTP service)
     ├── NotFound                   an unknown soul, turn, fact or procedure (KeyError too)
-    ├── Unauthorized               a missing, unknown or revoked API key (HTTP service)
     ├── StorageError               the record of truth could not be read or written
     ├── ModelError                 the language model failed (after retries)
     │   └── ModelTimeout           ... by taking too long
@@ -18,13 +17,13 @@
     │   └── Moved                  ... another actor serves the soul now (the router follows it)
     └── RuntimeUnavailable         the Ray runtime cannot be reached or refused us
         ├── RuntimeBusy            ... the soul's host stayed full for busy_wait_s; try again later
-        └── AuthError              ... because the cluster's auth token is missing or wrong
+        └── AuthError              ... because a credential was refused: the cluster's auth token
+            └── Unauthorized       ... a missing, unknown or revoked API key (HTTP service, 401)
 
-Every class here is defined in this module except three that belong to the layer raising them:
-``Moved`` (:mod:`actors.routing`), ``Unauthorized`` and ``IdempotencyConflict``
-(:mod:`actors.service.souls_api`). A test compares this drawing with the subclasses of ``SoulError``
-found in ``soul_runtime`` and ``actors``; private helpers (a leading underscore) that never leave their
-module are not drawn.
+Every class of the tree is defined here (``actors.routing`` and ``actors.service.souls_api`` import the ones
+they raise). A test compares this drawing with the subclasses of ``SoulError`` found in ``soul_runtime`` and
+``actors``, and with the TypeScript client's (``clients/typescript/src/errors.ts``); private helpers (a leading
+underscore) that never leave their module are not drawn.
 
 Nothing already stored is changed when one of these is raised by a write.
 """
@@ -38,6 +37,10 @@ class SoulError(Exception):
 
 class InvalidInput(SoulError, ValueError):
     """Input that can never be accepted: fix the call, do not retry it."""
+
+
+class IdempotencyConflict(InvalidInput):
+    """An idempotency key sent again with another body."""
 
 
 class ConfigError(InvalidInput):
@@ -88,6 +91,17 @@ class StaleOwner(SoulError):
     from its write intent, so retry with the same request id (the result is returned, never applied twice)."""
 
 
+class Moved(StaleOwner):
+    """This actor no longer holds the soul: ``to`` does (a dedicated actor, or back on its host)."""
+
+    def __init__(self, soul_id: str, to: str) -> None:
+        super().__init__(f"soul {soul_id} is served by {to}")
+        self.soul_id, self.to = soul_id, to
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (Moved, (self.soul_id, self.to))
+
+
 class RuntimeUnavailable(SoulError):
     """The Ray runtime could not be reached."""
 
@@ -99,3 +113,8 @@ class RuntimeBusy(RuntimeUnavailable):
 
 class AuthError(RuntimeUnavailable):
     """The cluster refused the connection for lack of its auth token."""
+
+
+class Unauthorized(AuthError):
+    """A missing, unknown or revoked API key (the HTTP service's 401); an :class:`AuthError`, as a refused
+    credential is."""

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem
-
-if TYPE_CHECKING:
-    from soul_runtime.loop.soul import TurnResult
-    from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 
 T = TypeVar("T")
 

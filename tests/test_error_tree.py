@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 import actors
 import soul_runtime
@@ -60,3 +61,23 @@ def test_the_drawn_tree_is_the_real_one() -> None:
 def test_a_class_left_out_of_the_drawing_is_noticed() -> None:
     doc = (errors.__doc__ or "").replace("    │   └── ModelTimeout           ... by taking too long\n", "")
     assert "ModelTimeout" not in drawn_tree(doc) and drawn_tree(doc) != real_tree()
+
+
+def fenced_drawing(text: str, first: str) -> str:
+    """The box drawing that starts with the line ``first`` in a document, indented as the docstring's is."""
+    lines = text.splitlines()
+    start = lines.index(first)
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith("```"))
+    return "\n".join("    " + ln for ln in lines[start:end])
+
+
+def test_the_docs_and_the_typescript_client_draw_the_same_tree() -> None:
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "python-api.md").read_text()
+    assert drawn_tree(fenced_drawing(docs, "SoulError")) == real_tree()
+    ts = (root / "clients" / "typescript" / "src" / "errors.ts").read_text()
+    ts_lines = "\n".join(ln.removeprefix(" * ") for ln in ts.splitlines())
+    drawing = fenced_drawing(ts_lines, next(ln for ln in ts_lines.splitlines() if ln.startswith("SoulError ")))
+    assert drawn_tree(drawing) == real_tree()
+    exported = set(re.findall(r"^export class (\w+) extends (\w+)", ts, re.M))
+    assert {(name, parent) for name, parent in real_tree().items() if parent} == exported - {("SoulError", "Error")}

@@ -88,8 +88,8 @@ def test_no_answer_in_time_is_turn_failed_and_not_resent(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("status,kind,raised", [
-    (400, "InvalidInput", errors.InvalidInput), (422, "IdempotencyConflict", errors.InvalidInput),
-    (401, "Unauthorized", errors.AuthError), (404, "NotFound", errors.NotFound),
+    (400, "InvalidInput", errors.InvalidInput), (422, "IdempotencyConflict", errors.IdempotencyConflict),
+    (401, "Unauthorized", errors.Unauthorized), (401, "", errors.Unauthorized), (404, "NotFound", errors.NotFound),
     (502, "ModelTimeout", errors.ModelTimeout), (500, "InternalError", errors.TurnFailed),
     (503, "StaleOwner", errors.StaleOwner), (418, "", errors.SoulError)])
 def test_error_answers_are_the_project_s_exceptions(monkeypatch: pytest.MonkeyPatch, status: int, kind: str,
@@ -116,3 +116,18 @@ def test_the_async_handle_retries_alike() -> None:
 def test_bad_settings_are_config_errors(make: Callable[[], Any]) -> None:
     with pytest.raises(errors.ConfigError):
         make()
+
+
+def test_the_client_reads_replies_without_the_turn_loop() -> None:
+    """The HTTP client's records come from records.py: importing it and reading a turn's answer loads neither the
+    turn loop, the models, the memory engine nor Ray."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom soul_runtime.http_client import wire\n"
+            "r = wire.turn_result({'reply': 'hi', 'recalled': [], 'writes': [], 'turn_id': 's/1', 'seq': 1,"
+            " 'model': 'm', 'offline': True, 'writes_pending': False})\n"
+            "assert r.reply == 'hi' and type(r).__module__ == 'soul_runtime.records', r\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('soul_runtime.loop', 'soul_runtime.models',"
+            " 'soul_runtime.memory', 'actors', 'ray'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

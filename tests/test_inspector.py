@@ -46,6 +46,17 @@ def souls(srv: Served) -> dict[str, Any]:
             "episode": episode}
 
 
+def test_the_shipped_page_is_the_built_one() -> None:
+    """The committed ``ui_dist/index.html`` is what the UI build copies from ``ui/src/index.html``, and the
+    bundles it loads are there (a change to the source page without a build is noticed here)."""
+    from actors.service.inspector import DIST
+    root = Path(__file__).resolve().parents[1]
+    page = (DIST / "index.html").read_text()
+    assert page == (root / "ui" / "src" / "index.html").read_text()
+    refs = re.findall(r'(?:src|href)="([\w.-]+\.(?:js|css))"', page)
+    assert refs and all((DIST / ref).is_file() for ref in refs), refs
+
+
 def test_the_mount_is_off_the_v1_path(tmp_path: Path) -> None:
     """The pages are one mount after every /v1 route, and no middleware: a /v1 request is matched by its own route
     before the mount is tried, so it runs as it would without the inspector."""

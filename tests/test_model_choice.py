@@ -246,7 +246,9 @@ def test_a_model_with_coroutines_runs_from_the_synchronous_turn_loop(tmp_path: P
     inner = user_models.AsyncEchoModel()
     assert async_methods(inner) == {"reply", "decide", "classify_task"}
     assert sync_view(OfflineModel()).__class__ is OfflineModel  # a synchronous model is left as it is
-    view = make_model(f"{UM}:AsyncEchoModel")
+    made = make_model(f"{UM}:AsyncEchoModel")
+    assert isinstance(made, user_models.AsyncEchoModel)  # as made: a host awaits its coroutines on its loop
+    view = sync_view(made)  # blocking calls, for a caller on threads
     assert isinstance(view, SyncView) and sync_view(view) is view and view.model_id == "user-async-echo-1"
     soul = Soul("a", tmp_path, memory=SoulMemory(tmp_path, embedder=HashEmbedder()), model=inner)
     r = soul.turn("Ana planted three olive trees in the garden.", user="ana", at=1_780_000_000)

@@ -122,6 +122,29 @@ def test_hundreds_of_turns_wait_for_their_model_at_once_on_a_few_threads(tmp_pat
     assert len(model.calls) == 600
 
 
+def test_a_users_async_model_named_by_import_path_is_awaited_on_the_hosts_loop(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host makes the model from its name (as ``connect(model="package.module:attr")`` does): its coroutines
+    wait side by side on the host's loop, many more at once than the host has threads."""
+    from tests.user_models import WaitingModel
+    monkeypatch.setattr(soul_host, "RemoteMemory", LocalMemory)
+    monkeypatch.setattr(WaitingModel, "peak", 0)
+    threads = 2
+
+    async def main() -> list[Any]:
+        host = SoulHost("soul-host-0", {"data_dir": str(tmp_path), "model": "tests.user_models:WaitingModel",
+                                        "model_args": {"delay_s": "0.3"}, "host_capacity": 1000, "idle_check_s": 0,
+                                        "host_threads": threads})
+        assert isinstance(host.model, WaitingModel)  # the model as the user wrote it, not a blocking view of it
+        out = await asyncio.gather(*(host.run(f"u{i}", "turn", None, f"r{i}", turn(f"u{i} moved to Lisbon."))
+                                     for i in range(120)))
+        await host.stop()
+        return out
+    out = asyncio.run(main())
+    assert [r.reply for r in out] == [f"waited: u{i} moved to Lisbon." for i in range(120)]
+    assert WaitingModel.peak >= 100 > threads  # on threads, at most ``threads`` calls would wait at once
+
+
 def test_memory_work_beside_the_reply_runs_as_tasks_and_the_next_turn_reads_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = SlowModel(0.2)

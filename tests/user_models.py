@@ -74,6 +74,39 @@ class AsyncEchoModel(AsyncLanguageModel):
         return TaskClassification(None)
 
 
+class WaitingModel(AsyncLanguageModel):
+    """A remote model's latency without the remote: every call awaits ``delay_s`` (a ``model_args`` entry), then
+    answers as :class:`AsyncEchoModel` does. Counts the calls waiting at once in this process (class-wide: the
+    runtime makes the instance)."""
+
+    model_id = "user-waiting-1"
+    waiting = 0
+    peak = 0
+
+    def __init__(self, delay_s: str = "0") -> None:
+        self.delay_s = float(delay_s)
+
+    @classmethod
+    async def _wait(cls, delay_s: float) -> None:
+        cls.waiting += 1
+        cls.peak = max(cls.peak, cls.waiting)
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            cls.waiting -= 1
+
+    async def reply(self, request: ReplyRequest) -> ModelReply:
+        await self._wait(self.delay_s)
+        return ModelReply(f"waited: {request.user_text}", Usage(calls=1), self.model_id)
+
+    async def decide(self, exchange: Exchange) -> MemoryDecision:
+        await self._wait(self.delay_s)
+        return _keep(exchange, self.model_id)
+
+    async def classify_task(self, text: str, known: tuple[str, ...]) -> TaskClassification:
+        return TaskClassification(None)
+
+
 def echo_model() -> EchoModel:
     """A zero-argument factory."""
     return EchoModel(prefix="factory")

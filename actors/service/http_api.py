@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path, Query, Request
@@ -363,10 +363,3 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     if mcp_app is not None:
         app.mount("/mcp", mcp_app)
     return app
-
-
-
-
-@contextlib.asynccontextmanager
-async def no_lifespan(app: FastAPI) -> AsyncIterator[None]:
-    yield

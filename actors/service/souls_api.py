@@ -13,7 +13,9 @@ import msgpack
 
 from actors.service.idempotency import Ledger
 from actors.service.tenants import Scope, Whole
+from soul_runtime.errors import IdempotencyConflict as IdempotencyConflict  # the service raises and reports it
 from soul_runtime.errors import InvalidInput, NotFound, SoulError
+from soul_runtime.errors import Unauthorized as Unauthorized  # the service raises and reports it
 from soul_runtime.records import to_plain
 
 log = logging.getLogger("soul_runtime.service")
@@ -31,14 +33,6 @@ STATUS: tuple[tuple[str, int], ...] = (
 """Error class (or a base of it) -> HTTP status; the first match in the class's MRO order wins."""
 SHOWN = frozenset({"Unauthorized", "IdempotencyConflict", "InvalidInput", "ConfigError", "NotFound"})
 """Errors whose message is the caller's own business (about its input); others get a fixed message."""
-
-
-class Unauthorized(SoulError):
-    """A missing, unknown or revoked API key."""
-
-
-class IdempotencyConflict(InvalidInput):
-    """An idempotency key sent again with another body."""
 
 
 def status_of(e: BaseException) -> int:

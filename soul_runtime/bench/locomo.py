@@ -271,25 +271,31 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     res: dict[str, Any] = {"budgets": budgets, "headline_budget": head, "recall_k": turn.recall_k,
                            "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in SYSTEMS}}
     res["ceiling"] = {s: tally.summary(s, 0) for s in ("full", "full_dated")}
+    res["details"] = {**_details(convs, recall_ms, res["systems"]["soul"][str(head)], full_tokens, full_dated_tokens),
+                      "raw_turns": n_msgs, "stored": stored,
+                      "ingest_messages_per_s": round(n_msgs / ingest_s, 1) if ingest_s else None,
+                      "embedder": embedder.embedder_id, "model": model.label}
+    res["ratios"] = {str(b): {f"answer_vs_{s}": _ratio(res["systems"]["soul"][str(b)]["answer_recall"],
+                                                       res["systems"][s][str(b)]["answer_recall"])
+                              for s in ("bm25", "hybrid", "bm25_dated")} for b in budgets}
+    return res
+
+
+def _details(convs: list[Any], recall_ms: list[float], soul_head: dict[str, Any], full_tokens: list[int],
+             full_dated_tokens: list[int]) -> dict[str, Any]:
+    """The run's counts, recall times and tokens beside its scores."""
     qs = sorted(recall_ms)
-    soul_head = res["systems"]["soul"][str(head)]
     full_mean = statistics.fmean(full_tokens) if full_tokens else 0.0
-    res["details"] = {
-        "conversations": len(convs), "questions": sum(len(q) for _, _, q in convs), "raw_turns": n_msgs,
+    return {
+        "conversations": len(convs), "questions": sum(len(q) for _, _, q in convs),
         "answer_questions": sum(1 for _, _, qq in convs for q in qq
                                 if q.category in ANSWER_CATEGORIES and content_words(q.answer)),
-        "stored": stored, "ingest_messages_per_s": round(n_msgs / ingest_s, 1) if ingest_s else None,
         "recall_p50_ms": round(qs[len(qs) // 2], 2) if qs else None,
         "recall_p99_ms": round(qs[min(len(qs) - 1, int(len(qs) * 0.99))], 2) if qs else None,
         "tokens_used_mean": soul_head["tokens_mean"], "full_context_tokens_mean": round(full_mean, 1),
         "full_dated_tokens_mean": round(statistics.fmean(full_dated_tokens), 1) if full_dated_tokens else None,
         "token_share": round((soul_head["tokens_mean"] or 0) / full_mean, 4) if full_mean else None,
-        "embedder": embedder.embedder_id, "model": model.label,
     }
-    res["ratios"] = {str(b): {f"answer_vs_{s}": _ratio(res["systems"]["soul"][str(b)]["answer_recall"],
-                                                       res["systems"][s][str(b)]["answer_recall"])
-                              for s in ("bm25", "hybrid", "bm25_dated")} for b in budgets}
-    return res
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -420,22 +420,15 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     False for the stand-in)."""
     import soul_runtime
 
-    if souls < 1 or not active or min(active) < 1 or turns < 0 or reactivate < 0:
-        raise soul_runtime.InvalidInput("souls and active must be positive, turns and reactivate >= 0")
-    if model not in MODELS:
-        raise soul_runtime.InvalidInput(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    if any(not 0 <= d <= 3600 for d in model_delays):
-        raise soul_runtime.InvalidInput("model delays must be seconds in 0..3600")
+    _check_run(souls, active, turns, reactivate, model, model_delays)
     standin_model = model == "stand-in"
-    waits = list(dict.fromkeys(wait_writes)) if wait_writes else [not standin_model]
-    delays: list[float | None] = [0.0, *sorted({float(d) for d in model_delays} - {0.0})] if standin_model \
-        else [None]
+    waits, delays = _levels(standin_model, wait_writes, model_delays)
     rng = random.Random(seed)
     embed_ms = embed_ms_per_text(embedder, rng)
     own_dir = data_dir is None
     path = Path(data_dir or tempfile.mkdtemp(prefix="soul-bench-scale-"))
     opts: dict[str, Any] = {"embedder": embedder, "model": "offline", "local_channels": local_channels,
-                            "storage": storage}
+                            "storage": storage, **_capacities(host_capacity, store_capacity)}
     work = Path(tempfile.mkdtemp(prefix="soul-bench-fsyncs-"))
     syncs = fsyncs.counter(path, work) if count_fsyncs else None
     saved_env = {k: os.environ.get(k) for k in (syncs.env() if syncs else {})}
@@ -445,10 +438,6 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
 
     def committed() -> int | None:
         return server_commits(storage)
-    if host_capacity:
-        opts["host_capacity"] = host_capacity
-    if store_capacity:
-        opts["store_capacity"] = store_capacity
     baseline = in_process(embedder, rng)
     ids = [f"bench-{i:06d}" for i in range(souls)]
     at0 = 1_780_000_000.0
@@ -457,17 +446,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     standin_info: dict[str, Any] = {}
     try:
         if standin_model:
-            from soul_runtime.bench.claude_path import MEMORY_MODEL, REPLY_MODEL
-            from soul_runtime.bench.model_standin import StandinProcess
-            if progress:
-                progress("starting the model stand-in", 0, 1)
-            standin = StandinProcess(delay_s=0.0).start()
-            timeout = max(60.0, 2 * max(d or 0.0 for d in delays) + 30)
-            opts.update(model="anthropic", model_args={"base_url": standin.base_url, "api_key": "bench-standin",
-                                                       "model": REPLY_MODEL, "memory_model": MEMORY_MODEL,
-                                                       "timeout_s": f"{timeout:g}"})
-            standin_info = {"pid": standin.pid, "port": standin.port, "base_url": standin.base_url,
-                            "reply_model": REPLY_MODEL, "memory_model": MEMORY_MODEL}
+            standin, standin_info = _start_standin(delays, opts, progress)
         sampler = Sampler(sample_every_s, standin)
         started = time.perf_counter()
         if progress:
@@ -508,47 +487,11 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
                             standin.set_delay(delay)
                         jobs = [(ids[((cursor + k) * 7919) % souls], utterance(rng)) for k in range(n_jobs)]
                         cursor += n_jobs
-                        lat, res, errors, examples = [], [], {}, {}
                         label = f"{level} in flight" + ("" if delay is None else f", {delay:g} s stand-in") + \
                             ("" if len(waits) == 1 else f", wait_writes={wait}")
-                        procs0, host0, cpu0 = process_table(exclude=sampler.exclude), host_counters(rt), \
-                            time.process_time()
-                        calls0 = standin.stats() if standin else None
-                        synced0, commits0 = synced(), committed()
-                        with sampler:
-                            wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, label, clock,
-                                                      wait_writes=wait, errors=errors, examples=examples))
-                            conns_end = standin.connections() if standin else None
-                        cpu = cpu_per_turn(procs0, process_table(exclude=sampler.exclude), len(jobs),
-                                           time.process_time() - cpu0 - sampler.cpu_s)
-                        calls1 = standin.settle() if standin else None  # the turns' memory work is done
-                        synced1, commits1 = synced(), committed()
+                        phases.append(_turns_phase(rt, jobs, level, label, wait, delay, clock, sampler, standin,
+                                                   synced, committed, rng, progress, overhead_sample, embed_ms))
                         clock += max(1e5, n_jobs + 1)
-                        host1 = host_counters(rt)
-                        stages: dict[str, list[float]] = {}
-                        over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms,
-                                                      wait, stages))
-                        phase = _phase("turns", level, wall, lat, over)
-                        phase["timings_p50_ms"] = {k: round(percentile(v, 50), 2) for k, v in sorted(stages.items())}
-                        phase.update(wait_writes=wait, errors=errors, error_examples=examples)
-                        phase["cpu_ms_per_turn"] = cpu
-                        phase["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
-                        phase["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
-                        # every call a turn makes, and of those the ones that went over a local channel instead
-                        # of Ray
-                        phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
-                            ("run_batch", "turn_calls"), ("recall_batch", "shard_calls:recall_batch"),
-                            ("apply_batch", "shard_calls:apply_batch")))
-                        phase["channel_calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
-                            ("run_batch", "channel_calls"), ("recall_batch", "shard_channel_calls:recall_batch"),
-                            ("apply_batch", "shard_channel_calls:apply_batch")))
-                        phase["runtime"] = sampler.report()
-                        if standin is not None:
-                            phase["model_delay_s"] = delay
-                            phase["model_calls"] = _calls_delta(calls0, calls1, len(lat))
-                            phase["model_connections_max"] = phase["runtime"]["model_connections_max"]
-                            phase["model_connections_end"] = conns_end
-                        phases.append(phase)
             if reactivate:  # phase 3: the next turn of souls picked at random, one at a time (most are passivated)
                 if standin is not None:
                     standin.set_delay(0.0)
@@ -569,20 +512,11 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             fs = fsyncs.file_system(path)
             stats = rt.stats()
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _restore_env(saved_env)
         import shutil
         shutil.rmtree(work, ignore_errors=True)
         if standin is not None:
-            try:
-                standin_info.update(standin.stats(timeout_s=10))
-            except OSError:
-                pass
-            standin_info["exit_code"] = standin.stop()
-            standin_info["stopped"] = not standin.alive()
+            _stop_standin(standin, standin_info)
         if own_dir:
             shutil.rmtree(path, ignore_errors=True)
     _vs_instant(phases)
@@ -599,30 +533,156 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],
         "first_turns_per_s": first["turns_per_s"], "activations_per_s": first["activations_per_s"],
-        "reactivation_p50_ms": react_phase["turn_p50_ms"] if react_phase else None,
-        "reactivation_p99_ms": react_phase["turn_p99_ms"] if react_phase else None,
-        "reactivated": react_phase["activations"] if react_phase else None,
-        "activations": counters.get("activations", 0), "passivations": counters.get("passivations", 0),
-        "shard_calls": {m: counters.get(f"shard_calls:{m}", 0) for m in ("recall_batch", "apply_batch")},
-        "shard_items_per_call": {m: round(counters.get(f"shard_items:{m}", 0) / counters[f"shard_calls:{m}"], 2)
-                                 for m in ("recall_batch", "apply_batch") if counters.get(f"shard_calls:{m}")},
-        "turns_per_host_call": round(counters.get("turn_items", 0) / counters["turn_calls"], 2)
-        if counters.get("turn_calls") else None,
+        **_reactivation_figures(react_phase), **_call_figures(counters),
         "cpu_ms_per_turn": best.get("cpu_ms_per_turn"),
         "load_avg_1min": best.get("runtime", {}).get("load_avg_1min"),
         "errors": _sum_errors(phases),
         "active_at_end": stats.get("active"), "hosts": rt.cfg.hosts, "host_threads": rt.cfg.host_threads,
-        "cluster_rss_bytes": sum(p["rss_bytes"] for p in procs), "max_open_fds": max((p["open_fds"] for p in procs),
-                                                                                    default=0),
+        **_process_figures(procs),
         "in_process_turns_per_s": baseline["turns_per_s"], "in_process_timings_p50_ms": baseline["timings_p50_ms"],
         "processes": procs, "disk_bytes_per_soul": disk // souls, "disk_bytes": disk, "phases": phases,
-        "closed_souls": len(closed), "disk_bytes_per_closed_soul_p50": int(percentile(closed, 50)) if closed else None,
-        "disk_bytes_per_closed_soul_max": max(closed) if closed else None,
+        **_closed_figures(closed),
         "overhead_method": "client latency - trace model time (inference, + persist_decision + extract when the "
                            "turn waited for its writes) - 2 x embed_ms_per_text",
         "standin": standin_info or None,
         "machine": {"cpus": os.cpu_count()},
     }
+
+
+def _levels(standin_model: bool, wait_writes: Sequence[bool] | None, model_delays: Sequence[float]
+            ) -> tuple[list[bool], list[float | None]]:
+    """The ``wait_writes`` values each level runs with (default: True for the offline model, False for the
+    stand-in) and the model delays (the stand-in's: 0 s first, then each other delay; None: the offline model)."""
+    waits = list(dict.fromkeys(wait_writes)) if wait_writes else [not standin_model]
+    if not standin_model:
+        return waits, [None]
+    return waits, [0.0, *sorted({float(d) for d in model_delays} - {0.0})]
+
+
+def _capacities(host_capacity: int | None, store_capacity: int | None) -> dict[str, int]:
+    """The capacities asked for (none: the runtime's defaults)."""
+    return {k: v for k, v in (("host_capacity", host_capacity), ("store_capacity", store_capacity)) if v}
+
+
+def _check_run(souls: int, active: Sequence[int], turns: int, reactivate: int, model: str,
+               model_delays: Sequence[float]) -> None:
+    """InvalidInput for arguments :func:`run` cannot run with."""
+    from soul_runtime.errors import InvalidInput
+    if souls < 1 or not active or min(active) < 1 or turns < 0 or reactivate < 0:
+        raise InvalidInput("souls and active must be positive, turns and reactivate >= 0")
+    if model not in MODELS:
+        raise InvalidInput(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    if any(not 0 <= d <= 3600 for d in model_delays):
+        raise InvalidInput("model delays must be seconds in 0..3600")
+
+
+def _start_standin(delays: Sequence[float | None], opts: dict[str, Any], progress: Progress | None
+                   ) -> tuple[Any, dict[str, Any]]:
+    """The Messages-API stand-in started in a process of its own, and ``opts`` set to use it through the Anthropic
+    adapter; returns it and what the result says of it."""
+    from soul_runtime.bench.claude_path import MEMORY_MODEL, REPLY_MODEL
+    from soul_runtime.bench.model_standin import StandinProcess
+    if progress:
+        progress("starting the model stand-in", 0, 1)
+    standin = StandinProcess(delay_s=0.0).start()
+    timeout = max(60.0, 2 * max(d or 0.0 for d in delays) + 30)
+    opts.update(model="anthropic", model_args={"base_url": standin.base_url, "api_key": "bench-standin",
+                                               "model": REPLY_MODEL, "memory_model": MEMORY_MODEL,
+                                               "timeout_s": f"{timeout:g}"})
+    return standin, {"pid": standin.pid, "port": standin.port, "base_url": standin.base_url,
+                     "reply_model": REPLY_MODEL, "memory_model": MEMORY_MODEL}
+
+
+def _stop_standin(standin: Any, info: dict[str, Any]) -> None:
+    try:
+        info.update(standin.stats(timeout_s=10))
+    except OSError:
+        pass
+    info["exit_code"] = standin.stop()
+    info["stopped"] = not standin.alive()
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _reactivation_figures(react: dict[str, Any] | None) -> dict[str, Any]:
+    return {"reactivation_p50_ms": react["turn_p50_ms"] if react else None,
+            "reactivation_p99_ms": react["turn_p99_ms"] if react else None,
+            "reactivated": react["activations"] if react else None}
+
+
+def _call_figures(counters: dict[str, int]) -> dict[str, Any]:
+    """Activations, passivations, and how many items the hosts' and shards' calls carried."""
+    return {"activations": counters.get("activations", 0), "passivations": counters.get("passivations", 0),
+            "shard_calls": {m: counters.get(f"shard_calls:{m}", 0) for m in ("recall_batch", "apply_batch")},
+            "shard_items_per_call": {m: round(counters.get(f"shard_items:{m}", 0) / counters[f"shard_calls:{m}"], 2)
+                                     for m in ("recall_batch", "apply_batch") if counters.get(f"shard_calls:{m}")},
+            "turns_per_host_call": round(counters.get("turn_items", 0) / counters["turn_calls"], 2)
+            if counters.get("turn_calls") else None}
+
+
+def _process_figures(procs: list[dict[str, Any]]) -> dict[str, int]:
+    return {"cluster_rss_bytes": sum(p["rss_bytes"] for p in procs),
+            "max_open_fds": max((p["open_fds"] for p in procs), default=0)}
+
+
+def _closed_figures(closed: list[int]) -> dict[str, Any]:
+    return {"closed_souls": len(closed), "disk_bytes_per_closed_soul_p50": int(percentile(closed, 50)) if closed else None,
+            "disk_bytes_per_closed_soul_max": max(closed) if closed else None}
+
+
+def _turns_phase(rt: Any, jobs: list[tuple[str, str]], level: int, label: str, wait: bool, delay: float | None,
+                 clock: float, sampler: Sampler, standin: Any, synced: Callable[[], int | None],
+                 committed: Callable[[], int | None], rng: random.Random, progress: Progress | None,
+                 overhead_sample: int, embed_ms: float) -> dict[str, Any]:
+    """One phase of turns in rotation: ``jobs`` with ``level`` in flight, then what they cost (CPU per turn by
+    kind of process, calls per turn, fsyncs and server commits, model calls, the peak threads and RSS) and their
+    overheads."""
+    lat: list[float] = []
+    res: list[Any] = []
+    errors: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    procs0, host0, cpu0 = process_table(exclude=sampler.exclude), host_counters(rt), time.process_time()
+    calls0 = standin.stats() if standin else None
+    synced0, commits0 = synced(), committed()
+    with sampler:
+        wall = asyncio.run(_drive(rt, jobs, level, lat, res, progress, label, clock,
+                                  wait_writes=wait, errors=errors, examples=examples))
+        conns_end = standin.connections() if standin else None
+    cpu = cpu_per_turn(procs0, process_table(exclude=sampler.exclude), len(jobs),
+                       time.process_time() - cpu0 - sampler.cpu_s)
+    calls1 = standin.settle() if standin else None  # the turns' memory work is done
+    synced1, commits1 = synced(), committed()
+    host1 = host_counters(rt)
+    stages: dict[str, list[float]] = {}
+    over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms,
+                                  wait, stages))
+    phase = _phase("turns", level, wall, lat, over)
+    phase["timings_p50_ms"] = {k: round(percentile(v, 50), 2) for k, v in sorted(stages.items())}
+    phase.update(wait_writes=wait, errors=errors, error_examples=examples)
+    phase["cpu_ms_per_turn"] = cpu
+    phase["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
+    phase["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
+    # every call a turn makes, and of those the ones that went over a local channel instead
+    # of Ray
+    phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
+        ("run_batch", "turn_calls"), ("recall_batch", "shard_calls:recall_batch"),
+        ("apply_batch", "shard_calls:apply_batch")))
+    phase["channel_calls_per_turn"] = _per_turn(host0, host1, len(jobs), (
+        ("run_batch", "channel_calls"), ("recall_batch", "shard_channel_calls:recall_batch"),
+        ("apply_batch", "shard_channel_calls:apply_batch")))
+    phase["runtime"] = sampler.report()
+    if standin is not None:
+        phase["model_delay_s"] = delay
+        phase["model_calls"] = _calls_delta(calls0, calls1, len(lat))
+        phase["model_connections_max"] = phase["runtime"]["model_connections_max"]
+        phase["model_connections_end"] = conns_end
+    return phase
 
 
 def beside_offline(res: dict[str, Any], offline: dict[str, Any]) -> dict[str, Any]:

@@ -361,6 +361,36 @@ def cmd_scale(ctx: Ctx) -> int:
     return 0
 
 
+def cmd_async_model(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
+    from soul_runtime.bench import async_model
+    with progress_bar(out, "starting the runtime") as progress:
+        res = async_model.run(souls=args.souls, in_flight=args.in_flight, delay_s=args.delay, rounds=args.rounds,
+                              embedder=args.embedder, baseline=not args.no_baseline, progress=progress)
+    table = Table(title=f"a user's model by import path, {res['in_flight']} turns in flight, {res['souls']} souls "
+                        f"({res['machine']['cpus']} cores, shared)")
+    for col in ("model", "phase", "turns/s", "p50 ms", "p99 ms", "calls waiting (max, per host)",
+                "threads per host (max)", "CPU ms/turn"):
+        table.add_column(col, justify="left" if col in ("model", "phase") else "right")
+    for kind in ("async", "blocking"):
+        for p in (res.get(kind) or {}).get("phases", []):
+            table.add_row(kind, p["phase"], f"{p['turns_per_s']:.1f}", f"{p['p50_ms']:.0f}", f"{p['p99_ms']:.0f}",
+                          ", ".join(str(v) for v in p["model_calls_waiting_max"].values()),
+                          ", ".join(str(v) for v in p["host_threads_max"]), f"{p['cpu_ms_per_turn']:.2f}")
+    out.print(table)
+    a = res["async"]
+    out.print(f"async model: {a['phases'][2]['turns_per_s']:.1f} turns/s = {a['of_latency_bound']}x the latency bound "
+              f"({a['latency_bound_turns_per_s']:g}/s), {a['of_bound']}x min(latency bound, instant)", highlight=False)
+    if "blocking" in res:
+        b = res["blocking"]
+        out.print(f"blocking model: {b['phases'][2]['turns_per_s']:.1f} turns/s against its thread bound "
+                  f"{b['thread_bound_turns_per_s']:g}/s ({b['hosts']} hosts x {b['host_threads']} threads)",
+                  highlight=False)
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
+    return 0
+
+
 def cmd_claude(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import claude_path
@@ -541,7 +571,7 @@ def cmd_serve(ctx: Ctx) -> int:
 
 
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|serve|claude|client|cli|phrasing|english|acts`` to the
+    """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|async-model|serve|claude|client|cli|phrasing|english|acts`` to the
     CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
@@ -688,6 +718,16 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     rb.add_argument("--repeats", type=int, default=5)
     rb.add_argument("--json", metavar="FILE")
     rb.set_defaults(bench_fn=cmd_rebuild)
+    am = bsub.add_parser("async-model", help="a user's own model named by import path at a remote model's "
+                                             "latency: async (awaited on the hosts' loops) against blocking")
+    am.add_argument("--souls", type=int, default=1000)
+    am.add_argument("--in-flight", type=int, default=300, help="turns in flight (default 300)")
+    am.add_argument("--delay", type=float, default=3.0, help="seconds a model call (default 3)")
+    am.add_argument("--rounds", type=int, default=2, help="turns per soul at the delay (default 2)")
+    am.add_argument("--embedder", choices=("default", "fast"), default="fast")
+    am.add_argument("--no-baseline", action="store_true", help="skip the blocking model")
+    am.add_argument("--json", metavar="FILE")
+    am.set_defaults(bench_fn=cmd_async_model)
     cp = bsub.add_parser("claude", help="model calls, tokens and reply latency of the Claude path (local server)")
     cp.add_argument("--data", help="LoCoMo JSON file or directory: also measure observe (windows vs one message)")
     cp.add_argument("--limit", type=int, default=None, help="only the first N conversations")

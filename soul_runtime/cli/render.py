@@ -11,8 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from soul_runtime.clock import iso
-from soul_runtime.loop.trace import TurnTrace
-from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, to_plain
+from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnTrace, to_plain
 
 OFFLINE_LABEL = "offline model (rule-based, deterministic, no network)"
 

@@ -7,7 +7,7 @@ import asyncio
 import os
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -15,16 +15,12 @@ import httpx
 from soul_runtime import soul_args
 from soul_runtime.clock import to_timestamp
 from soul_runtime.errors import ConfigError, NotFound
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem
+from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 
 from . import wire
 from .transport import AsyncSender, Call, Retries, Sender
-
-if TYPE_CHECKING:
-    from soul_runtime.loop.soul import TurnResult
-    from soul_runtime.loop.trace import TurnTrace
 
 T = TypeVar("T")
 API_KEY_ENV = "SOUL_API_KEY"

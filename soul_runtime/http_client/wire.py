@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from soul_runtime import errors
-from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem
-
-if TYPE_CHECKING:
-    from soul_runtime.loop.soul import TurnResult
-    from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
 
 
 def turn_result(d: dict[str, Any]) -> TurnResult:
-    from soul_runtime.loop.soul import TurnResult
     return TurnResult(reply=d["reply"], recalled=tuple(RecalledItem.from_dict(r) for r in d["recalled"]),
                       writes=tuple(MemoryWrite.from_dict(w) for w in d["writes"]), turn_id=d["turn_id"],
                       seq=int(d["seq"]), model=d["model"], offline=bool(d["offline"]),
@@ -21,7 +16,6 @@ def turn_result(d: dict[str, Any]) -> TurnResult:
 
 
 def trace(d: dict[str, Any]) -> TurnTrace:
-    from soul_runtime.loop.trace import TurnTrace
     return TurnTrace.from_dict(d)
 
 
@@ -46,12 +40,10 @@ def procedure(d: dict[str, Any]) -> Procedure:
 
 
 ALIASES: dict[str, type[errors.SoulError]] = {
-    "Unauthorized": errors.AuthError,  # a missing, unknown or revoked API key
-    "IdempotencyConflict": errors.InvalidInput,  # a request id sent again with other arguments
     "InternalError": errors.TurnFailed,  # as a call that failed in an actor arrives over Ray
 }
 BY_STATUS: dict[int, type[errors.SoulError]] = {
-    400: errors.InvalidInput, 401: errors.AuthError, 403: errors.AuthError, 404: errors.NotFound,
+    400: errors.InvalidInput, 401: errors.Unauthorized, 403: errors.AuthError, 404: errors.NotFound,
     422: errors.InvalidInput, 429: errors.RuntimeBusy, 500: errors.TurnFailed, 502: errors.ModelError,
     503: errors.RuntimeUnavailable, 504: errors.TurnFailed,
 }

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from soul_runtime.loop.soul import MEMORY, Soul, TurnResult
-from soul_runtime.loop.trace import TurnTrace
+from soul_runtime.loop.soul import MEMORY, Soul
 from soul_runtime.memory.erasure import Erased, ForgetQuery
-from soul_runtime.records import MemoryWrite, Op, Store
+from soul_runtime.records import MemoryWrite, Op, Store, TurnResult, TurnTrace
 from soul_runtime.steps import Steps, drive
 
 ROUNDS = 3

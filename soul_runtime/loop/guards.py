@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 
 from soul_runtime.models.base import ChatMessage, Exchange
-from soul_runtime.records import Extraction, FactCandidate
+from soul_runtime.records import Extraction, FactCandidate, TaskReport
 from soul_runtime.text import GatedPattern, normalise
 
 # Each branch with words one of which every text it matches holds (in some letter case).
@@ -172,23 +172,13 @@ def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]
     echo_turn = (len(user) >= 12 and any(user in k for k in known if k)) or (bool(persona) and _quotes(user, persona))
     facts = []
     for f in ex.facts:
-        if is_injection(f.value) or is_injection(f.attribute):
-            dropped.append(f"fact {f.entity}:{f.attribute}: value is an instruction")
-        elif _SECRET.search(f"{f.attribute.replace('_', ' ')} {f.value}"):
-            dropped.append(f"fact {f.entity}:{f.attribute}: a credential is never stored")
-        elif f.kind == "stated" and (echo_turn or _echoes(_fact_text(f), known[:1]) or _echoes(f.value, known[:1])):
-            dropped.append(f"fact {f.entity}:{f.attribute}: repeats the system prompt or a recalled memory")
-        elif f.kind != "retracted" and _unfounded(f.value, user, exchange.history):
-            dropped.append(f"fact {f.entity}:{f.attribute}: {f.kind}, but only an injection or a recited memory said it")
+        why = _fact_refused(f, exchange, known, user, echo_turn)
+        if why:
+            dropped.append(f"fact {f.entity}:{f.attribute}: {why}")
         else:
             facts.append(f)
-    task, bad_task = ex.task, ""
-    if task is not None and any(is_injection(s) for s in task.steps):
-        bad_task = "steps instruct the agent"
-    elif task is not None and any(is_dangerous_step(s) for s in task.steps):
-        bad_task = "steps switch off safety controls or destroy records"
-    elif task is not None and task.steps and all(_unfounded(s, user, exchange.history) for s in task.steps):
-        bad_task = "steps come from an injected message"
+    task = ex.task
+    bad_task = _task_refused(task, user, exchange) if task is not None else ""
     if task is not None and bad_task:  # a procedure injection: nothing of the turn is kept
         dropped.append(f"task {task.task_class}: {bad_task}; nothing of the turn kept")
         return replace(ex, facts=(), task=None, event=False, episode="", detail="", entities=()), dropped
@@ -199,3 +189,28 @@ def sanitize(ex: Extraction, exchange: Exchange) -> tuple[Extraction, list[str]]
     elif episode and len(facts) < len(ex.facts) and not facts and task is None:
         episode = ""  # the episode would only retell what was just refused
     return replace(ex, facts=tuple(facts), task=task, episode=episode), dropped
+
+
+def _fact_refused(f: FactCandidate, exchange: Exchange, known: list[str], user: str, echo_turn: bool) -> str:
+    """Why a fact must not be stored ("" when it may): an instruction, a credential, a repeat of the system
+    prompt or of a recalled memory, or a value only an injection or a recited memory said."""
+    if is_injection(f.value) or is_injection(f.attribute):
+        return "value is an instruction"
+    if _SECRET.search(f"{f.attribute.replace('_', ' ')} {f.value}"):
+        return "a credential is never stored"
+    if f.kind == "stated" and (echo_turn or _echoes(_fact_text(f), known[:1]) or _echoes(f.value, known[:1])):
+        return "repeats the system prompt or a recalled memory"
+    if f.kind != "retracted" and _unfounded(f.value, user, exchange.history):
+        return f"{f.kind}, but only an injection or a recited memory said it"
+    return ""
+
+
+def _task_refused(task: TaskReport, user: str, exchange: Exchange) -> str:
+    """Why a task's steps must not become a procedure ("" when they may)."""
+    if any(is_injection(s) for s in task.steps):
+        return "steps instruct the agent"
+    if any(is_dangerous_step(s) for s in task.steps):
+        return "steps switch off safety controls or destroy records"
+    if task.steps and all(_unfounded(s, user, exchange.history) for s in task.steps):
+        return "steps come from an injected message"
+    return ""

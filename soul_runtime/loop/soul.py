@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -44,7 +44,7 @@ from soul_runtime.loop.decide import (
 )
 from soul_runtime.loop.fit import fit_request
 from soul_runtime.loop.soul_state import SoulState
-from soul_runtime.loop.trace import TurnTrace, usage_report
+from soul_runtime.loop.trace import usage_report
 from soul_runtime.loop.units import message_requests
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.models.base import MODEL, AsyncLanguageModel, Exchange, LanguageModel, Usage
@@ -52,6 +52,8 @@ from soul_runtime.records import (
     MemoryWrite,
     Message,
     RecalledItem,
+    TurnResult,
+    TurnTrace,
     WriteRequest,
     request_from_plain,
     to_plain,
@@ -80,20 +82,6 @@ class MemoryPort(Protocol):
 MEMORY = cast(MemoryPort, Target("memory"))
 """The memory a soul's steps call (``yield MEMORY.recall(...)``): the step ``Call("memory", "recall", ...)``, which
 its driver performs on the soul's memory (see :mod:`soul_runtime.steps`)."""
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    reply: str
-    recalled: tuple[RecalledItem, ...]
-    writes: tuple[MemoryWrite, ...]
-    turn_id: str
-    seq: int
-    model: str
-    offline: bool
-    writes_pending: bool = False
-    """The reply came back before the memory work (``wait_writes=False``): ``writes`` is empty;
-    ``trace(turn_id)`` shows the writes when done."""
 
 
 def check_messages(messages: Sequence[Any], default_at: float | None, max_chars: int) -> list[Message]:

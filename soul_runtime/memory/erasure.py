@@ -83,11 +83,6 @@ def is_episode_id(memory_id: str) -> bool:
     return memory_id.startswith("ep-") and memory_id[3:].isdigit()
 
 
-def is_procedure_id(memory_id: str) -> bool:
-    head, sep, version = memory_id.rpartition("@v")
-    return bool(sep and head and version.isdigit())
-
-
 def mentions(value: Any, needles: Sequence[str], *, whole_words: bool = False) -> bool:
     """Does ``value`` (text, msgpack bytes, or nested lists/dicts of them) contain one of ``needles``
     (case-insensitive; needles shorter than ``MIN_NEEDLE`` are ignored)?"""

@@ -274,8 +274,8 @@ class AsyncLanguageModel(ModelIdentity, abc.ABC):
     """The same protocol as :class:`LanguageModel` with coroutine methods (``async def reply`` ...).
 
     ``decide_window`` is optional: without it, windows are judged message by message through
-    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). A host's turns await its coroutines; the in-process soul's
-    blocking calls run them on the process's model loop (:mod:`soul_runtime.models.sync_view`)."""
+    :meth:`decide` (as :meth:`LanguageModel.decide_window` does). A host's turns await its coroutines on the host's event loop; the
+    in-process soul's blocking calls run them on the process's step loop (:func:`soul_runtime.steps.drive`)."""
 
     model_id: str = ""
     offline: bool = False

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from soul_runtime import plugins
 from soul_runtime.errors import ConfigError
 from soul_runtime.models.base import AsyncLanguageModel, LanguageModel
-from soul_runtime.models.sync_view import sync_view
 
 BUILTIN_MODELS = ("auto", "offline", "anthropic", "openai")
 
@@ -49,9 +48,11 @@ def openai_model(**args: str) -> LanguageModel:
     return model_from_settings(os.environ, args)
 
 
-def make_model(kind: str = "auto", args: Mapping[str, str] | None = None) -> LanguageModel:
+def make_model(kind: str = "auto", args: Mapping[str, str] | None = None) -> LanguageModel | AsyncLanguageModel:
     """The model ``kind`` names, made with ``args`` (keyword arguments; for the built-in adapters, settings
-    that take precedence over the environment). A model with coroutine methods comes as its
+    that take precedence over the environment), as it was made: a model with coroutine methods keeps them, so a
+    host's turns await them on its event loop (the steps' drivers tell the two kinds of method apart,
+    :mod:`soul_runtime.steps`). A caller that wants blocking calls takes its
     :func:`~soul_runtime.models.sync_view.sync_view`."""
     args = plugins.check_args(args or {}, "model_args")
     check_model_name(kind)
@@ -73,4 +74,4 @@ def make_model(kind: str = "auto", args: Mapping[str, str] | None = None) -> Lan
     made = plugins.build(kind, factory, args, (LanguageModel, AsyncLanguageModel), "model")
     if not isinstance(made.model_id, str) or not made.model_id:
         raise ConfigError(f"model {kind!r}: model_id must be a non-empty str, got {made.model_id!r}")
-    return sync_view(made)
+    return made

@@ -20,6 +20,7 @@ from soul_runtime.models.base import (
     Exchange,
     LanguageModel,
     MemoryDecision,
+    MemoryLine,
     ModelReply,
     ReplyRequest,
     TaskClassification,
@@ -485,11 +486,8 @@ def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome:
     """Stage 5, the episode: the line kept of the message (what its facts and task leave out, the task's own
     lines, an elliptic answer with the question it answers), then the message's kind and entities."""
     ex, text, hist, name, subject = r.ex, r.text, r.hist, r.name, r.subject
-    named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
-    assistant = named.group(1) if named else "the assistant"
+    assistant, addressee = _voices(ex, hist)
     prev = hist[-1] if hist else None
-    addressee = (prev.speaker if prev and prev.role == "user" and prev.speaker and prev.speaker != ex.speaker
-                 else assistant if named else "")
     when = ex.at if ex.at > 0 else None
     general = "" if a.request else episode.episode_text(" ".join(leftover), name, at=when, addressee=addressee)
     if save and a.task and not outcome and rules.collapse(rules.strip_fillers(text)).count(" ") < 8:
@@ -503,9 +501,7 @@ def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome:
     if not parts and elliptic:
         general = ""  # an answer that leans on the question: stored with it below
     task = a.task
-    told_line = (f"{name} {'did' if task.outcome != 'failure' else 'tried'} the task '{task.task_class}'"
-                 f"{' (' + task.outcome + ')' if task.outcome else ''}: " + "; ".join(task.steps) + "."
-                 if task and a.reported else "")
+    told_line = _told_line(task, name) if task and a.reported else ""
     if general and rules.content_words(general) and (not told_line or episode.adds_to(told_line, general)):
         parts.append(general)  # beside a told task's line for what that line leaves out (a date, a place, a photo)
     if task and told_line:  # later runs of the task are recognised by this line
@@ -519,6 +515,30 @@ def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome:
     if not parts and (a.facts or a.task):
         parts.append(episode.episode_text(text, name, at=when, addressee=addressee) or f"{name}: {_render(a.facts)}.")
     a.episode = rules.cap(" ".join(p for p in parts if p), 2 * episode.LIMIT)
+    _kind(a, text, name)
+    a.entities = _entities(a, text, subject)
+
+
+def _voices(ex: Exchange, hist: list[ChatMessage]) -> tuple[str, str]:
+    """Who the assistant is (the name its persona gives it, else "the assistant") and whom the message
+    addresses: the user who spoke before, else the named assistant, else no one ("")."""
+    named = re.search(r"\b(?:[Yy]ou are|I am|I'm|name is)\s+([A-Z][a-z]+)\b", ex.persona)
+    assistant = named.group(1) if named else "the assistant"
+    prev = hist[-1] if hist else None
+    addressee = (prev.speaker if prev and prev.role == "user" and prev.speaker and prev.speaker != ex.speaker
+                 else assistant if named else "")
+    return assistant, addressee
+
+
+def _told_line(task: TaskReport, name: str) -> str:
+    """The episode's line for a task the speaker says they did (later runs of the task are recognised by it)."""
+    return (f"{name} {'did' if task.outcome != 'failure' else 'tried'} the task '{task.task_class}'"
+            f"{' (' + task.outcome + ')' if task.outcome else ''}: " + "; ".join(task.steps) + ".")
+
+
+def _kind(a: _Analysis, text: str, name: str) -> None:
+    """The message's kind: an event (it holds a fact, a task or an episode), a question worth keeping (its
+    episode is what was asked), or chit-chat."""
     a.event = bool(a.facts or a.task or a.episode)
     asked = any(rules.is_question(s) and len(rules.content_words(s)) >= 2 for s in rules.split_sentences(text))
     if asked and not a.event and len(set(rules.content_words(text))) >= ASKED_WORDS:
@@ -528,9 +548,13 @@ def _episode(r: _Reading, a: _Analysis, rest: str, leftover: list[str], outcome:
     else:
         a.question = asked and not a.event
     a.chit = not a.event and not a.question
+
+
+def _entities(a: _Analysis, text: str, subject: str) -> tuple[str, ...]:
+    """The things the message names, its facts' entities and its speaker, each once in its first spelling."""
     found = rules.entities(text) + [f.display_entity for f in a.facts] + [subject] * (subject.lower() not in rules.GENERIC_SPEAKERS)
     firsts = {e.lower(): e for e in reversed(found) if e}  # the first spelling of each, in order of appearance
-    a.entities = tuple(firsts[k] for k in dict.fromkeys(e.lower() for e in found if e))
+    return tuple(firsts[k] for k in dict.fromkeys(e.lower() for e in found if e))
 
 
 def analyse(ex: Exchange, *, for_reply: bool = False) -> _Analysis:
@@ -615,35 +639,10 @@ class OfflineModel(LanguageModel):
         ex = Exchange(text, "", request.user, (), 0.0, recalled=tuple(request.memory_lines), history=request.history,
                       known_facts=known)
         a = analyse(ex, for_reply=True)
-        parts: list[str] = []
-        if a.instruction:
-            parts.append("That reads like an instruction to change how I work, so I won't follow it or store it.")
-        for kind, say in (("confirmed", "Thanks, confirmed: {}."), ("corrected", "Updated: {}."),
-                          ("retracted", "Understood, I'll treat this as no longer true: {}."),
-                          ("stated", "Noted: {} \u2014 is that right?")):
-            facts = a.of_kind(kind)
-            if facts and not (kind == "stated" and all(f.attribute == "name" and f.entity == rules.entity_key(f.value)
-                                                       for f in facts)):  # a self-introduction needs no check
-                parts.append(say.format(_render(facts)))
-        if a.request and a.task:
-            pid, steps = _procedure_steps(request.memory_lines, a.request)
-            plan = a.task.steps if a.explicit_steps or not steps else steps
-            head = f"I'll follow procedure [procedure {pid}]" if steps and not a.explicit_steps else "Plan"
-            parts.append(f"{head} for '{a.request}': " + "; ".join(f"{i + 1}. {s}" for i, s in enumerate(plan)) + ".")
-        elif a.task and a.task.outcome:
-            parts.append(f"{'Great' if a.task.outcome == 'success' else 'Sorry to hear that'}, recording a "
-                         f"{a.task.outcome} for '{a.task.task_class}'.")
-        if a.task and a.task.save_requested:
-            parts.append(f"I'll save '{a.task.task_class}' as a procedure.")
-        qwords = set(rules.content_words(text))
-        scored = [(len(qwords & set(rules.content_words(m.text + " " + re.sub(r"[:_@]", " ", m.id)))), i, m)
-                  for i, m in enumerate(lines) if not (m.store == "procedural" and a.request)]
-        top = max((s for s, _, _ in scored), default=0)
-        relevant = sorted((x for x in scored if x[0] >= max(1, top // 2)), key=lambda x: (-x[0], x[1]))[:3]
-        if not relevant and query_scope(text, 0.0) is not None:  # "what happened three sessions ago": the
-            relevant = [x for x in scored if x[2].store == "episodic"][:3]  # dated lines, the best day first
+        parts = _acknowledged(a, request.memory_lines)
+        relevant = _relevant(lines, text, a)
         if not a.instruction and (a.question or not parts) and not a.chit:
-            for _, _, m in relevant:
+            for m in relevant:
                 tag = _STORE_TAG.get(m.store, m.store)
                 parts.append(f"From memory [{tag} {m.id}]: {m.text.rstrip('.')}.")
             if not relevant:
@@ -654,6 +653,47 @@ class OfflineModel(LanguageModel):
         out = PREFIX + " ".join(parts)
         inp = request.system + "".join(request.memory_lines) + "".join(m.content for m in request.history) + text
         return ModelReply(out, _usage(inp, out))
+
+
+def _acknowledged(a: _Analysis, memory_lines: tuple[str, ...]) -> list[str]:
+    """What the reply says of the message itself: a refused instruction, the facts it confirmed, corrected,
+    withdrew or stated, the plan for a task it asks for (a stored procedure's steps when there is one) or the
+    outcome of one it reports, and a procedure it asks to save."""
+    parts: list[str] = []
+    if a.instruction:
+        parts.append("That reads like an instruction to change how I work, so I won't follow it or store it.")
+    for kind, say in (("confirmed", "Thanks, confirmed: {}."), ("corrected", "Updated: {}."),
+                      ("retracted", "Understood, I'll treat this as no longer true: {}."),
+                      ("stated", "Noted: {} \u2014 is that right?")):
+        facts = a.of_kind(kind)
+        if facts and not (kind == "stated" and all(f.attribute == "name" and f.entity == rules.entity_key(f.value)
+                                                   for f in facts)):  # a self-introduction needs no check
+            parts.append(say.format(_render(facts)))
+    if a.request and a.task:
+        pid, steps = _procedure_steps(memory_lines, a.request)
+        plan = a.task.steps if a.explicit_steps or not steps else steps
+        head = f"I'll follow procedure [procedure {pid}]" if steps and not a.explicit_steps else "Plan"
+        parts.append(f"{head} for '{a.request}': " + "; ".join(f"{i + 1}. {s}" for i, s in enumerate(plan)) + ".")
+    elif a.task and a.task.outcome:
+        parts.append(f"{'Great' if a.task.outcome == 'success' else 'Sorry to hear that'}, recording a "
+                     f"{a.task.outcome} for '{a.task.task_class}'.")
+    if a.task and a.task.save_requested:
+        parts.append(f"I'll save '{a.task.task_class}' as a procedure.")
+    return parts
+
+
+def _relevant(lines: list[MemoryLine], text: str, a: _Analysis) -> list[MemoryLine]:
+    """Up to three memory lines the message's words point to, the best first (a procedure's lines not when the
+    message asks for a task: its plan shows them); for a message about a time ("what happened three sessions
+    ago") without such words, the dated lines, the best day first."""
+    qwords = set(rules.content_words(text))
+    scored = [(len(qwords & set(rules.content_words(m.text + " " + re.sub(r"[:_@]", " ", m.id)))), i, m)
+              for i, m in enumerate(lines) if not (m.store == "procedural" and a.request)]
+    top = max((s for s, _, _ in scored), default=0)
+    relevant = sorted((x for x in scored if x[0] >= max(1, top // 2)), key=lambda x: (-x[0], x[1]))[:3]
+    if not relevant and query_scope(text, 0.0) is not None:
+        relevant = [x for x in scored if x[2].store == "episodic"][:3]
+    return [m for _, _, m in relevant]
 
 
 _SMALL_TALK = ((r"\b(?:bye|talk soon|see you (?:soon|later|tomorrow)|take care|later)\b", "Talk soon!"),

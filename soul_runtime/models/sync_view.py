@@ -1,14 +1,14 @@
-"""A model's coroutine methods, called from turns that run on threads.
+"""A model's coroutine methods as blocking calls, for code that runs on threads.
 
 A model may implement its methods as coroutines (an :class:`~soul_runtime.models.base.AsyncLanguageModel`,
-or a :class:`~soul_runtime.models.base.LanguageModel` with some ``async def`` methods). Turns run on
-threads (a host's turn threads, or the caller's thread in process), so such a model is called through
-:func:`sync_view`: each coroutine runs on one event loop this process keeps on a daemon thread, shared by
-every caller — the model's async clients (an ``httpx.AsyncClient``...) stay on the loop they were opened
-on — and the calling thread waits for its answer. Its synchronous methods are called as they are.
+or a :class:`~soul_runtime.models.base.LanguageModel` with some ``async def`` methods). The runtime calls it as
+it is — a soul host awaits its coroutines on its event loop, the in-process soul's blocking driver runs them on
+the process's step loop (:mod:`soul_runtime.steps`). Code of a user's that wants blocking calls takes
+:func:`sync_view`: each coroutine runs on that step loop (one event loop on a daemon thread, shared by every
+caller, so the model's async clients stay on the loop they were opened on) and the calling thread waits for its
+answer. Its synchronous methods are called as they are.
 
-:func:`async_methods` is the one place that tells which methods are coroutines: a caller that runs on an
-event loop of its own awaits those instead.
+:func:`async_methods` is the one place that tells which methods are coroutines.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /**
  * The error classes of the client: the same tree as soul-runtime's Python one (`soul_runtime/errors.py`), plus
- * the service's own `Unauthorized` and `IdempotencyConflict`.
+ * the same names and parents (a test compares the two drawings).
  *
  * ```
  * SoulError                      every error the service answers with (and the client's transport failures)
@@ -8,7 +8,6 @@
  * │   ├── ConfigError
  * │   └── IdempotencyConflict    an Idempotency-Key sent again with another body
  * ├── NotFound                   an unknown turn, fact or route
- * ├── Unauthorized               no key, an unknown key or a revoked one
  * ├── StorageError
  * ├── ModelError                 the language model failed after its retries
  * │   └── ModelTimeout
@@ -16,9 +15,11 @@
  * ├── TurnFailed
  * │   └── OutOfOrder
  * ├── StaleOwner                 the soul moved: retry with the same Idempotency-Key
+ * │   └── Moved
  * └── RuntimeUnavailable         the runtime (or the service) cannot be reached
  *     ├── RuntimeBusy            the runtime refused more work for now (429); `retryAfter` in seconds
- *     └── AuthError
+ *     └── AuthError              a credential was refused
+ *         └── Unauthorized       no key, an unknown key or a revoked one (401)
  * ```
  *
  * An error the service answered carries its HTTP `status` and the `type` of its body `{"error": {"type",
@@ -51,7 +52,6 @@ export class InvalidInput extends SoulError {}
 export class ConfigError extends InvalidInput {}
 export class IdempotencyConflict extends InvalidInput {}
 export class NotFound extends SoulError {}
-export class Unauthorized extends SoulError {}
 export class StorageError extends SoulError {}
 export class ModelError extends SoulError {}
 export class ModelTimeout extends ModelError {}
@@ -59,8 +59,10 @@ export class EmbedderError extends SoulError {}
 export class TurnFailed extends SoulError {}
 export class OutOfOrder extends TurnFailed {}
 export class StaleOwner extends SoulError {}
+export class Moved extends StaleOwner {}
 export class RuntimeUnavailable extends SoulError {}
 export class AuthError extends RuntimeUnavailable {}
+export class Unauthorized extends AuthError {}
 
 export class RuntimeBusy extends RuntimeUnavailable {
   /** Seconds the service asked to wait (its `Retry-After`), when it said. */
@@ -76,7 +78,7 @@ type ErrorClass = new (message: string, details?: ErrorDetails) => SoulError;
 
 const BY_TYPE: Readonly<Record<string, ErrorClass>> = {
   SoulError, InvalidInput, ConfigError, IdempotencyConflict, NotFound, Unauthorized, StorageError, ModelError,
-  ModelTimeout, EmbedderError, TurnFailed, OutOfOrder, StaleOwner, RuntimeUnavailable, RuntimeBusy, AuthError,
+  ModelTimeout, EmbedderError, TurnFailed, OutOfOrder, StaleOwner, Moved, RuntimeUnavailable, RuntimeBusy, AuthError,
 };
 
 const BY_STATUS: Readonly<Record<number, ErrorClass>> = {

@@ -201,6 +201,16 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
     s = re.sub(r",?\s+(?:always has been|has always been|as always|as usual)$", "", _plain_form(clean_value(s)))
     if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
+    for reader in (_framed, _by_verb):
+        got = reader(s, subject)
+        if got is not None:
+            return got
+    return _by_split(s, subject)
+
+
+def _framed(s: str, subject: str) -> list[Statement] | None:
+    """A clause framed around its value: "Nomad is what Kite runs on", "Opsgenie is the pager we use"; None
+    when it is not one."""
     m = _WHAT.match(s)  # "Nomad is what Kite runs on", "Aldi is where I shop"
     if m and m.group("np").lower() in ("i", "we") and subject and m.group("np").lower() == "i":
         st = _fact(subject, f"{m.group('verb')} {m.group('prep') or 'at'}", "", m.group("val"), True)
@@ -219,6 +229,12 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
         st = _fact(subject, m.group("np"), "", m.group("val")) if owner else _fact(m.group("np"), "", "description",
                                                                                     m.group("val"))
         return [st] if st else []
+    return None
+
+
+def _by_verb(s: str, subject: str) -> list[Statement] | None:
+    """A clause whose verb names the relation: "X runs on Y", "we use Y for X", "Apex Roofing is fixing the
+    roof", "we deploy every Friday"; None when it is not one."""
     for rx in (_ACTIVE, _WE_VERB, _WE_USE_FOR):
         m = rx.match(s)
         if m:
@@ -241,6 +257,12 @@ def parse_relation(clause: str, subject: str) -> list[Statement]:
     if m and is_timeish(trim_time(when)) and m.group("verb").lower() not in STOPWORDS:
         st = _fact(lemma(m.group("verb")), "", "schedule", when)
         return [st] if st else []
+    return None
+
+
+def _by_split(s: str, subject: str) -> list[Statement]:
+    """A clause split at its verb (or "is") into a noun phrase and a value, read as the first split that makes
+    a fact."""
     for sp in _splits(s):
         verb, prep = sp.group("verb") or "", (sp.group("prep") or "").lower()
         np = _noun_phrase(sp.group("np"), subject)

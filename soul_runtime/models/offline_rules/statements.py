@@ -80,56 +80,77 @@ def _statements(clause: str, subject: str) -> list[Statement]:
     if not s or is_question(clause) or is_hypothetical(s) or is_hearsay(s):
         return []
     s = _plain_form(s)
-    out: list[Statement] = []
     if subject:
-        m = _NAME.match(s)
-        if m and m.group("name").split()[0].lower() not in _NOT_NAMES:
-            out.append(Statement(subject, "name", m.group("name")))
-            rest = m.group("rest").strip(" ,")
-            if re.match(r"^(?i:and\s+)?(?i:an?)\s", rest):
-                out += _statements("I am " + re.sub(r"^(?i:and\s+)", "", rest), subject)
-            return out
-        m = _ROLE.match(s)  # "I'm a senior SRE on the platform team", "I'm a big fan of jazz"
-        if m:
-            role, rest, prep = clean_value(m.group("role")), clean_value(m.group("rest") or ""), m.group("prep")
-            if re.match(r"^(?:big |huge )?fan$", role, re.I) and rest and prep == "of":
-                return [Statement(subject, "likes", rest, "likes_" + _head(rest))]
-            if prep == "of" and rest and role.split()[-1].lower() in ("member", "part", "fan", "founder", "head", "chair",
-                                                                     "captain", "leader", "president", "owner"):
-                role, rest = f"{role} of {rest}", ""
-            ok_role = role.split()[0].lower() not in _ROLE_BAD and len(role.split()) <= 7 and _value(role)
-            out += [Statement(subject, "role", role)] if ok_role else []
-            out += [Statement(subject, "team", rest)] if rest.lower().endswith("team") else [Statement(
-                subject, "employer", _value(rest))] if rest[:1].isupper() and prep in ("at", "for") and _value(rest) else []
-            return out
-        for rx, att in ((_TEAM, "team"), (_WORK_AT, "employer"), (_FROM, "origin"), (_LIVE, "lives in")):
-            m = rx.match(s)
-            if m and _value(m.group(1)):
-                return [Statement(subject, att, _value(m.group(1)))]
-        m = _I_ADJ.match(s)  # "I'm intolerant of lactose", "I'm engaged to Remi"
-        if m and _value(m.group("val")):
-            return [Statement(subject, f"{m.group('adj').lower()} {m.group('prep').lower()}", _value(trim_time(m.group("val"))))]
-        m = _I_AT.match(s)  # "I've been at Initech since 2019"
-        if m and _value(trim_time(m.group("val"))):
-            return [Statement(subject, m.group("prep").lower(), _value(trim_time(m.group("val"))))]
-        m = _PREF1.match(s)
-        if m:
-            v = _value(re.sub(r"^(?i:to)\s+", "", m.group("val")))
-            base = _PREF_BASE[m.group("verb").lower()]
-            return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
-        m = _MY.match(s)  # "my favourite font is Inter", "my dog's name is <name>"
-        if m and _value(m.group("val")):
-            val = re.sub(r"^(?:on|at|in)\s+(?=[A-Z0-9]|(?:mon|tues|wednes|thurs|fri|satur|sun)day)", "", m.group("val"))
-            return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(trim_time(_named(val))))]
-        m = _MY_AFTER.match(s)  # "Site manager, that's my role", "still my favourite book: Dune"
-        if m and _value(m.group("val") or m.group("val2")):
-            return [Statement(subject, (m.group("att") or m.group("att2")).strip(),
-                              _value(trim_time(m.group("val") or m.group("val2"))))]
-        m = _I_VERB.match(s)  # "I ride a Cube", "I follow Celtic", "I shop at Aldi": a verb and a named object
-        if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
-                trim_time(m.group("val"))) and not (s[:2].lower() == "we" and is_timeish(trim_time(m.group("val")))):
-            att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
-            return [Statement(subject, att, _value(trim_time(m.group("val"))))]
+        mine = _about_me(s, subject)
+        if mine is not None:
+            return mine
+    return _about_others(s, subject)
+
+
+def _about_me(s: str, subject: str) -> list[Statement] | None:
+    """What a first-person clause says of ``subject`` (its name, role, employer, likes, ...); None when it is
+    none of those forms (the clause is then read as about someone or something else)."""
+    out: list[Statement] = []
+    m = _NAME.match(s)
+    if m and m.group("name").split()[0].lower() not in _NOT_NAMES:
+        out.append(Statement(subject, "name", m.group("name")))
+        rest = m.group("rest").strip(" ,")
+        if re.match(r"^(?i:and\s+)?(?i:an?)\s", rest):
+            out += _statements("I am " + re.sub(r"^(?i:and\s+)", "", rest), subject)
+        return out
+    m = _ROLE.match(s)  # "I'm a senior SRE on the platform team", "I'm a big fan of jazz"
+    if m:
+        return _role(m, subject)
+    for rx, att in ((_TEAM, "team"), (_WORK_AT, "employer"), (_FROM, "origin"), (_LIVE, "lives in")):
+        m = rx.match(s)
+        if m and _value(m.group(1)):
+            return [Statement(subject, att, _value(m.group(1)))]
+    m = _I_ADJ.match(s)  # "I'm intolerant of lactose", "I'm engaged to Remi"
+    if m and _value(m.group("val")):
+        return [Statement(subject, f"{m.group('adj').lower()} {m.group('prep').lower()}", _value(trim_time(m.group("val"))))]
+    m = _I_AT.match(s)  # "I've been at Initech since 2019"
+    if m and _value(trim_time(m.group("val"))):
+        return [Statement(subject, m.group("prep").lower(), _value(trim_time(m.group("val"))))]
+    m = _PREF1.match(s)
+    if m:
+        v = _value(re.sub(r"^(?i:to)\s+", "", m.group("val")))
+        base = _PREF_BASE[m.group("verb").lower()]
+        return [Statement(subject, base, v, attribute_key(base) + "_" + _head(v))] if v and _head(v) else []
+    m = _MY.match(s)  # "my favourite font is Inter", "my dog's name is <name>"
+    if m and _value(m.group("val")):
+        val = re.sub(r"^(?:on|at|in)\s+(?=[A-Z0-9]|(?:mon|tues|wednes|thurs|fri|satur|sun)day)", "", m.group("val"))
+        return [Statement(subject, m.group("att").replace("'s", "").strip(), _value(trim_time(_named(val))))]
+    m = _MY_AFTER.match(s)  # "Site manager, that's my role", "still my favourite book: Dune"
+    if m and _value(m.group("val") or m.group("val2")):
+        return [Statement(subject, (m.group("att") or m.group("att2")).strip(),
+                          _value(trim_time(m.group("val") or m.group("val2"))))]
+    m = _I_VERB.match(s)  # "I ride a Cube", "I follow Celtic", "I shop at Aldi": a verb and a named object
+    if m and m.group("verb").lower() not in _NOT_HABIT and not m.group("verb").lower().endswith("ed") and _value(
+            trim_time(m.group("val"))) and not (s[:2].lower() == "we" and is_timeish(trim_time(m.group("val")))):
+        att = f"{m.group('verb').lower()} {(m.group('prep') or '').lower()}".strip()
+        return [Statement(subject, att, _value(trim_time(m.group("val"))))]
+    return None
+
+
+def _role(m: re.Match[str], subject: str) -> list[Statement]:
+    """The role a first-person clause names ("I'm a senior SRE on the platform team", "I'm a big fan of jazz"),
+    with the team or employer it names beside it."""
+    out: list[Statement] = []
+    role, rest, prep = clean_value(m.group("role")), clean_value(m.group("rest") or ""), m.group("prep")
+    if re.match(r"^(?:big |huge )?fan$", role, re.I) and rest and prep == "of":
+        return [Statement(subject, "likes", rest, "likes_" + _head(rest))]
+    if prep == "of" and rest and role.split()[-1].lower() in ("member", "part", "fan", "founder", "head", "chair",
+                                                             "captain", "leader", "president", "owner"):
+        role, rest = f"{role} of {rest}", ""
+    ok_role = role.split()[0].lower() not in _ROLE_BAD and len(role.split()) <= 7 and _value(role)
+    out += [Statement(subject, "role", role)] if ok_role else []
+    out += [Statement(subject, "team", rest)] if rest.lower().endswith("team") else [Statement(
+        subject, "employer", _value(rest))] if rest[:1].isupper() and prep in ("at", "for") and _value(rest) else []
+    return out
+
+
+def _about_others(s: str, subject: str) -> list[Statement]:
+    """What a clause says of someone or something: a predicate, a relation, a preference, an attribute."""
     pred = parse_predicate(s, subject)
     if pred:
         return pred
