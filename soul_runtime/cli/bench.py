@@ -364,7 +364,7 @@ def cmd_scale(ctx: Ctx) -> int:
 def cmd_async_model(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import async_model
-    with progress_bar(out, "starting the runtime") as progress:
+    with working(out, "starting the runtime") as progress:
         res = async_model.run(souls=args.souls, in_flight=args.in_flight, delay_s=args.delay, rounds=args.rounds,
                               embedder=args.embedder, baseline=not args.no_baseline, progress=progress)
     table = Table(title=f"a user's model by import path, {res['in_flight']} turns in flight, {res['souls']} souls "
