@@ -32,7 +32,7 @@ from soul_runtime.memory.semantic import SemanticStore
 from soul_runtime.memory.soul_memory import answer_without_store
 from soul_runtime.memory.sqlite_db import storage_error, use_storage
 from soul_runtime.records import Store, request_from_plain
-from soul_runtime.text import check_id, check_write_request
+from soul_runtime.text import check_write_request
 
 from . import raycalls
 from .introspection import ActorBase
@@ -42,6 +42,7 @@ from .placement import store_name, store_of
 from .schedule import Closer, SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
 from .shard_client import SHARD_CHANNEL_METHODS
+from .soul_presence import require_known, soul_dir
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 log = logging.getLogger(__name__)
@@ -50,10 +51,6 @@ log = logging.getLogger(__name__)
 def embed_threads(cpus: int, episodic_shards: int) -> int:
     """An episodic shard's embedder threads: its share of the cluster's CPUs, at least 1 and at most 2."""
     return max(1, min(2, int(cpus) // max(1, int(episodic_shards))))
-
-
-def soul_dir(data_dir: str, soul_id: str) -> Path:
-    return Path(data_dir) / "souls" / check_id(soul_id, what="soul id")
 
 
 class LayerShard(ActorBase):
@@ -242,6 +239,7 @@ class LayerShard(ActorBase):
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()
         if self._absent(soul_id):  # nothing stored in this layer yet: do not create a store to read it
+            require_known(self.data_dir, soul_id)  # nor a soul
             self.metrics.recall(self.layer.value, time.perf_counter() - t0)
             return []
         with self._reading(soul_id), self._soul(soul_id) as st:
@@ -332,6 +330,8 @@ class LayerShard(ActorBase):
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
                           "is_empty"}:
             raise AttributeError(method)
+        if self._absent(soul_id):
+            require_known(self.data_dir, soul_id)  # a read of a soul nobody wrote creates nothing
         with self._reading(soul_id), self._soul(soul_id) as st:
             return getattr(st, method)(*args, **kwargs)
 

@@ -324,7 +324,11 @@ class SoulHandle(SoulApi):
         reads = [r for r in (ref if isinstance(ref, list) else [ref]) if isinstance(r, ShardRead)]
         sent = shard_reads.send_reads(reads, self._shard)  # store reads in flight while the owner's call runs
         if isinstance(ref, list):
-            owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
+            try:
+                owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
+            except Exception:
+                shard_reads.drain(sent, self.timeout)
+                raise
             got = iter(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent))
             return plan.then([owner[i] if i in owner else next(got) for i in range(len(ref))])
         return plan.then(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent)[0])

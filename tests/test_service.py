@@ -227,6 +227,47 @@ def test_every_route(server: dict[str, Any]) -> None:
     assert c.post(f"/v1/souls/{copy}/turns", json={"text": "Ship it on Monday."}, headers=k).status_code == 200
 
 
+READ_ROUTES = ("/recall?q=project", "/context?q=project", "/facts", "/facts?entity=user", "/facts/user/name/history",
+               "/episodes", "/episodes?sessions_ago=0", "/procedures", "/procedures?task=deploy", "/traces",
+               "/traces?last=5", "/traces/1", "/stats", "/export")
+"""Every GET route under ``/v1/souls/{soul_id}``, some with their parameters."""
+
+
+def test_reads_of_unknown_souls_create_nothing(server: dict[str, Any]) -> None:
+    """Every read route of a soul nobody wrote, or only the other tenant did, answers 404 NotFound (JSON of the error
+    tree) for both tenants, and leaves no directory and no entry in the tenant's list of souls."""
+    spec = _client(server).get("/openapi.json").json()
+    gets = {p.removeprefix("/v1/souls/{soul_id}") for p, ops in spec["paths"].items()
+            if p.startswith("/v1/souls/{soul_id}") and "get" in ops}
+    covered = {re.sub(r"\?.*", "", r).replace("/1", "/{seq}").replace("/user/name/", "/{entity}/{attribute}/")
+               for r in READ_ROUTES}
+    assert gets == covered, gets ^ covered  # a new read route is tested here too
+    run = uuid.uuid4().hex[:6]
+    clients = {t: _client(server, t) for t in TENANTS}
+    theirs = {t: f"theirs-{t}-{run}" for t in TENANTS}  # each tenant writes one soul the other then reads
+    for t, c in clients.items():
+        assert c.post(f"/v1/souls/{theirs[t]}/turns", json={"text": "Our codename is Tern."}).status_code == 200
+    souls = Path(server["data"]) / "souls"
+    before = sorted(p.name for p in souls.iterdir())
+    for t, c in clients.items():
+        other = next(o for o in TENANTS if o != t)
+        for sid in (f"ghost-{run}", theirs[other]):
+            for route in READ_ROUTES:
+                r = c.get(f"/v1/souls/{sid}{route}")
+                assert r.status_code == 404, (t, sid, route, r.status_code, r.text[:200])
+                assert r.headers["content-type"] == "application/json", (route, r.headers)
+                err = r.json()["error"]
+                assert err["type"] == "NotFound" and sid in err["message"] and f"{t}:" not in err["message"], err
+        listed = c.get("/v1/souls").json()["souls"]
+        assert theirs[t] in listed and f"ghost-{run}" not in listed and theirs[other] not in listed
+    assert sorted(p.name for p in souls.iterdir()) == before  # no directory made by a read
+    assert not [p for p in before if run in p and not p.endswith(tuple(theirs.values()))]
+    # the tenant's own soul reads as before (200), its unknown trace is still a NotFound of its own
+    c = clients["acme"]
+    assert c.get(f"/v1/souls/{theirs['acme']}/traces").json()["traces"][0]["turn_id"] == f"{theirs['acme']}/1"
+    assert c.get(f"/v1/souls/{theirs['acme']}/traces/9").status_code == 404
+
+
 def _state(c: httpx.Client, sid: str) -> tuple[Any, ...]:
     v = f"/v1/souls/{sid}"
     return (c.get(v + "/export").content, c.get(v + "/traces", params={"last": 100}).json(),
@@ -340,7 +381,7 @@ def test_tenants_are_apart(server: dict[str, Any], steps: list[tuple[str, str, s
             assert words[o] not in text and f"{o}:" not in text, (tenant, op, text[:300])
         assert f"{tenant}:" not in text
         if op == "traces":
-            assert len(r.json()["traces"]) == n
+            assert r.status_code == 404 if n == 0 else len(r.json()["traces"]) == n, r.text[:200]
 
 
 def test_mcp_over_streamable_http(server: dict[str, Any]) -> None:

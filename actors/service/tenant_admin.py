@@ -12,8 +12,8 @@ from actors.service.tenants import Scope, souls_of
 from soul_runtime.records import LAYERS
 
 from .. import raycalls
-from ..layer_shard import soul_dir
 from ..routing import Routed
+from ..soul_presence import soul_dir
 
 
 def erase_souls(rt: Any | None, data_dir: str, tenant: str) -> list[str]:
