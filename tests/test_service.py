@@ -70,12 +70,12 @@ def running_service() -> Iterator[dict[str, Any]]:
     url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
     wait_healthy(proc, url, base / "serve.log")
-    srv = {"url": url, "keys": keys, "env": env, "data": data, "proc": proc, "base": base,
+    srv = {"url": url, "keys": keys, "env": env, "data": data, "proc": proc, "base": base, "port": port, "log": log,
            "start_s": round(time.monotonic() - t0, 1)}
     try:
         yield srv
-    finally:
-        stop_serve(proc, log, lambda: _soul(env, "down", check=False))
+    finally:  # the service that runs now (a test may have restarted it)
+        stop_serve(srv["proc"], srv["log"], lambda: _soul(env, "down", check=False))
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -494,6 +494,107 @@ def test_one_service_per_runtime(server: dict[str, Any]) -> None:
     again = _soul(server["env"], "serve", "--port", str(_free_port()), check=False)
     assert again.returncode == 2 and "serves the HTTP API already" in again.stderr, again.stderr
     assert _client(server).get("/healthz").status_code == 200  # the running service is untouched
+
+
+def _restart(srv: dict[str, Any]) -> float:
+    """Stop the running ``soul serve`` (SIGTERM, as an operator does) and start it again on the same port and data
+    dir; returns the seconds until the new one answered /healthz 200."""
+    t0 = time.monotonic()
+    srv["proc"].send_signal(signal.SIGTERM)
+    assert srv["proc"].wait(120) == 0
+    srv["log"].close()
+    srv["log"] = open(srv["base"] / "serve.log", "a")  # noqa: SIM115 - closed by the next restart or the teardown
+    srv["proc"] = subprocess.Popen([SOUL, "serve", "--port", str(srv["port"])], env=srv["env"], stdout=srv["log"],
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    wait_healthy(srv["proc"], srv["url"], srv["base"] / "serve.log")
+    return time.monotonic() - t0
+
+
+def _replica_pids(data: Path) -> list[int]:
+    """The pids of this service's Serve replicas: Ray workers named for the deployment whose environment names this
+    data dir (other services on the machine have their own)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"ServeReplica:soul-runtime" not in cmd:
+                continue
+            if f"SOUL_DATA_DIR={data}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+def test_restarts_and_killed_replicas_fail_no_turn(server: dict[str, Any]) -> None:
+    """12 clients of two tenants (the Python client over HTTP, one soul each) send turns with their own idempotency
+    keys while ``soul serve`` is restarted three times and a Serve replica is SIGKILLed three times: no turn fails
+    after the client's retries, and each acknowledged turn is in its soul's traces and episodes exactly once."""
+    import threading
+
+    import soul_runtime
+    run = uuid.uuid4().hex[:6]
+    stop = threading.Event()
+    acked: dict[str, list[tuple[str, int, str]]] = {}
+    failures: list[str] = []
+
+    def client(n: int) -> None:
+        tenant = TENANTS[n % 2]
+        sid = f"soak-{run}-{n}"
+        rt = soul_runtime.connect(server["url"], api_key=server["keys"][tenant], retry_for_s=240)
+        mine = acked.setdefault(f"{tenant}/{sid}", [])
+        i = 0
+        try:
+            while not stop.is_set() or i < 2:
+                key = f"{sid}-k{i}"
+                try:
+                    res = rt.soul(sid).turn(f"Note {i}: build zq{run}x{n}x{i} passed.", request_id=key)
+                    mine.append((key, res.seq, res.reply))
+                except Exception as e:  # noqa: BLE001 - counted: the floor is none
+                    failures.append(f"{sid} turn {i}: {type(e).__name__}: {e}")
+                i += 1
+        finally:
+            rt.close()
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(12)]
+    for t in threads:
+        t.start()
+
+    def progressed(by: int) -> None:
+        goal = sum(len(v) for v in acked.values()) + by
+        t0 = time.monotonic()
+        while sum(len(v) for v in acked.values()) < goal:
+            assert time.monotonic() - t0 < 300 and not failures, failures[:3]
+            time.sleep(0.2)
+
+    restarts, kills = [], 0
+    for _ in range(3):
+        progressed(12)
+        pids = _replica_pids(server["data"])
+        assert pids, "no replica of this service found"
+        os.kill(pids[0], signal.SIGKILL)
+        kills += 1
+        progressed(12)
+        restarts.append(round(_restart(server), 1))
+    stop.set()
+    for t in threads:
+        t.join(300)
+    assert not failures, failures[:5]
+    assert kills == 3 and len(restarts) == 3
+    c = {t: _client(server, t) for t in TENANTS}
+    for name, got in acked.items():
+        tenant, sid = name.split("/")
+        traces = c[tenant].get(f"/v1/souls/{sid}/traces", params={"last": 500}).json()["traces"]
+        keys = [t["request_id"] for t in traces]
+        assert sorted(keys) == sorted(k for k, _, _ in got), (sid, len(keys), len(got))  # none lost, none doubled
+        by_key = {t["request_id"]: t for t in traces}
+        assert all(by_key[k]["seq"] == seq and by_key[k]["reply"] == reply for k, seq, reply in got)
+        said = " ".join(e["summary"] for e in c[tenant].get(f"/v1/souls/{sid}/episodes").json()["episodes"])
+        for i in range(len(got)):
+            assert said.count(f"zq{run}x{sid.rsplit('-', 1)[1]}x{i} ") <= 1, (sid, i)
+    print(f"restart soak: {sum(len(v) for v in acked.values())} turns acknowledged, 0 failed; restarts took "
+          f"{restarts} s to healthy; {kills} replicas SIGKILLed (2 shared cores)")
 
 
 @pytest.mark.stops_shared_service

@@ -238,8 +238,11 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}.get(e.status_code, "HTTPError")
-        return JSONResponse({"error": {"type": kind, "message": str(e.detail)}}, e.status_code,
+        kind = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized", 429: "RuntimeBusy",
+                503: "RuntimeUnavailable"}.get(e.status_code, "InvalidInput" if e.status_code < 500 else "InternalError")
+        msg = "the body is not valid JSON (UTF-8, nested at most as deep as the parser allows)" \
+            if e.status_code == 400 and "parsing the body" in str(e.detail) else str(e.detail)
+        return JSONResponse({"error": {"type": kind, "message": msg}}, e.status_code,
                             headers=getattr(e, "headers", None))  # 405: Allow (RFC 9110)
 
     @app.exception_handler(Exception)
