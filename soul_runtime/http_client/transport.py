@@ -5,8 +5,8 @@ A write is sent with an ``Idempotency-Key`` (the call's request id), so sending 
 is answered with the first result and never applied twice; a call without one (an import) is sent again only
 when it never left (a read, whatever happened). While the service is not there — the connection refused or lost,
 ``503`` (:class:`~soul_runtime.errors.RuntimeUnavailable`: starting, stopping, restarting), or an answer of the
-ingress itself rather than the service (a ``404``, ``502`` or ``504`` that is not the service's JSON: Serve's proxy
-while no app is deployed) — a call is sent again for up to :attr:`Retries.within_s` seconds. ``429``
+ingress itself rather than the service (a ``404``, ``500``, ``502`` or ``504`` that is not the service's JSON:
+Serve's proxy while no app is deployed, HAProxy's plain ``500`` for a replica that died or none up) — a call is sent again for up to :attr:`Retries.within_s` seconds. ``429``
 (:class:`~soul_runtime.errors.RuntimeBusy`) is sent again at most :attr:`Retries.attempts` times in all. Each wait is
 the answer's ``Retry-After``, else a backoff; the error is raised when the retries are spent.
 """
@@ -26,7 +26,7 @@ from soul_runtime import errors
 from . import wire
 
 BUSY = 429
-INGRESS_STATUS = frozenset({404, 502, 504})
+INGRESS_STATUS = frozenset({404, 500, 502, 503, 504})
 """Statuses that, without the service's JSON error body, come from the ingress: the service is not there (yet)."""
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 """Transport failures before the request reached the server."""

@@ -14,8 +14,9 @@ export interface RetryOptions {
    * (default 4). 0: no retry. */
   retries?: number;
   /** How long in ms a call is sent again while the service is not there — the connection refused or lost, a 503
-   * (starting, stopping, restarting), or an answer of the ingress rather than the service (a 404, 502 or 504
-   * without the service's JSON error: Serve's proxy while no app is deployed) — with the same Idempotency-Key
+   * (starting, stopping, restarting), or an answer of the ingress rather than the service (a 404, 500, 502 or 504
+   * without the service's JSON error: Serve's proxy while no app is deployed, HAProxy's plain 500 for a replica
+   * that died) — with the same Idempotency-Key
    * (default 60000). 0: not sent again. */
   retryForMs?: number;
   /** The first back-off in ms, doubled each attempt, with full jitter (default 250). */
@@ -119,7 +120,7 @@ interface Request {
 }
 
 const RETRIED = new Set([429, 500, 502, 503, 504]);
-const INGRESS = new Set([404, 502, 504]);
+const INGRESS = new Set([404, 500, 502, 503, 504]);
 /** The longest back-off while the service is not there (a restart is waited out in steps of at most this). */
 const UNAVAILABLE_DELAY_MS = 2000;
 
