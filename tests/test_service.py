@@ -568,6 +568,25 @@ def test_restarts_and_killed_replicas_fail_no_turn(server: dict[str, Any]) -> No
             assert time.monotonic() - t0 < 300 and not failures, failures[:3]
             time.sleep(0.2)
 
+    seen: dict[str, int] = {}  # what a plain HTTP client gets from /healthz and a turn route meanwhile
+
+    def probe() -> None:
+        with httpx.Client(base_url=server["url"], timeout=10) as h:
+            while not stop.is_set():
+                for path in ("/healthz", f"/v1/souls/probe-{run}/traces"):
+                    try:
+                        r = h.get(path, headers={"Authorization": f"Bearer {server['keys']['acme']}"})
+                        ctype = r.headers.get("content-type", "").split(";")[0]
+                        kind = f"{r.status_code} {'json' if ctype == 'application/json' else ctype or 'no body'}"
+                        if r.status_code == 503:
+                            kind += " Retry-After" if r.headers.get("Retry-After") else " no Retry-After"
+                    except httpx.TransportError as e:
+                        kind = type(e).__name__
+                    seen[kind] = seen.get(kind, 0) + 1
+                time.sleep(0.1)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
     restarts, kills = [], 0
     for _ in range(3):
         progressed(12)
@@ -580,8 +599,11 @@ def test_restarts_and_killed_replicas_fail_no_turn(server: dict[str, Any]) -> No
     stop.set()
     for t in threads:
         t.join(300)
+    prober.join(30)
     assert not failures, failures[:5]
     assert kills == 3 and len(restarts) == 3
+    print(f"a plain client's answers during the soak: {dict(sorted(seen.items()))}")
+    assert all(k.split()[0] in ("200", "404", "500", "503") for k in seen if k[0].isdigit()), seen
     c = {t: _client(server, t) for t in TENANTS}
     in_episodes = 0
     for name, got in acked.items():
