@@ -616,8 +616,9 @@ def test_restarts_and_killed_replicas_fail_no_turn(server: dict[str, Any]) -> No
         assert all(by_key[k]["seq"] == seq and by_key[k]["reply"] == reply for k, seq, reply in got)
         episodes = c[tenant].get(f"/v1/souls/{sid}/episodes").json()["episodes"]
         n = sid.rsplit("-", 1)[1]
-        for i in range(len(got)):  # the episode a turn wrote starts with its text (a later one may quote it)
-            own = [e for e in episodes if e["summary"].startswith(f"Note {i}: build zq{run}x{n}x{i} ")]
+        for i in range(len(got)):  # the episode a turn wrote holds its text as what the user said (a later one
+            said = f"Note {i}: build zq{run}x{n}x{i} passed."  # may quote it in the model's question)
+            own = [e for e in episodes if e["summary"].startswith(said) or f"user said: {said}" in e["summary"]]
             assert len(own) <= 1, (sid, i, own)
             in_episodes += len(own)
     print(f"restart soak: {sum(len(v) for v in acked.values())} turns acknowledged, 0 failed, each once in traces, "
