@@ -239,7 +239,6 @@ class LayerShard(ActorBase):
     def recall(self, soul_id: str, query: str, k: int, now: float, task_class: str | None = None) -> list[Any]:
         t0 = time.perf_counter()
         if self._absent(soul_id):  # nothing stored in this layer yet: do not create a store to read it
-            require_known(self.data_dir, soul_id)  # nor a soul
             self.metrics.recall(self.layer.value, time.perf_counter() - t0)
             return []
         with self._reading(soul_id), self._soul(soul_id) as st:
@@ -251,6 +250,13 @@ class LayerShard(ActorBase):
                 out = st.recall(query, k, task_class)
         self.metrics.recall(self.layer.value, time.perf_counter() - t0)
         return list(out)
+
+    def read_recall(self, soul_id: str, query: str, k: int, now: float) -> list[Any]:
+        """:meth:`recall` for a reader of the soul (the public API), not for its own turn: a soul nobody wrote is
+        NotFound, and nothing is created. (A turn's recall of a new soul, before its first write, is empty.)"""
+        if self._absent(soul_id):
+            require_known(self.data_dir, soul_id)
+        return self.recall(soul_id, query, k, now)
 
     def apply(self, soul_id: str, reqs: list[dict[str, Any]], marks: dict[str, list[str]] | None = None
               ) -> list[list[Any]]:
@@ -330,8 +336,8 @@ class LayerShard(ActorBase):
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
                           "is_empty"}:
             raise AttributeError(method)
-        if self._absent(soul_id):
-            require_known(self.data_dir, soul_id)  # a read of a soul nobody wrote creates nothing
+        if method not in ("is_empty", "task_classes") and self._absent(soul_id):
+            require_known(self.data_dir, soul_id)  # a reader's read of a soul nobody wrote creates nothing
         with self._reading(soul_id), self._soul(soul_id) as st:
             return getattr(st, method)(*args, **kwargs)
 

@@ -218,7 +218,7 @@ class _Plans:
         query, k, when, layers = soul_args.recall(query, k, at, stores)
         now = soul_args.now(when)
         from soul_runtime.memory.soul_memory import merge_recalls
-        refs = [ShardRead(s.value, self.soul_id, "recall", (self.soul_id, query, k, now))
+        refs = [ShardRead(s.value, self.soul_id, "read_recall", (self.soul_id, query, k, now))
                 for s in (LAYERS if layers is None else layers)]
         return Plan(refs, lambda lists: merge_recalls(lists, k))
 
