@@ -42,6 +42,7 @@ from .placement import store_name, store_of
 from .schedule import Closer, SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
 from .shard_client import SHARD_CHANNEL_METHODS
+from .soul_presence import require_known
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 log = logging.getLogger(__name__)
@@ -248,6 +249,13 @@ class LayerShard(ActorBase):
         self.metrics.recall(self.layer.value, time.perf_counter() - t0)
         return list(out)
 
+    def read_recall(self, soul_id: str, query: str, k: int, now: float) -> list[Any]:
+        """:meth:`recall` for a reader of the soul (the public API), not for its own turn: a soul nobody wrote is
+        NotFound, and nothing is created. (A turn's recall of a new soul, before its first write, is empty.)"""
+        if self._absent(soul_id):
+            require_known(self.data_dir, soul_id)
+        return self.recall(soul_id, query, k, now)
+
     def apply(self, soul_id: str, reqs: list[dict[str, Any]] | list[WriteRequest],
               marks: dict[str, list[str]] | None = None) -> list[list[Any]]:
         """The soul's write requests applied to this layer (as plain dicts, or already read by ``apply_batch``)."""
@@ -331,6 +339,8 @@ class LayerShard(ActorBase):
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
                           "is_empty"}:
             raise AttributeError(method)
+        if method not in ("is_empty", "task_classes") and self._absent(soul_id):
+            require_known(self.data_dir, soul_id)  # a reader's read of a soul nobody wrote creates nothing
         with self._reading(soul_id), self._soul(soul_id) as st:
             return getattr(st, method)(*args, **kwargs)
 

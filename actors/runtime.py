@@ -214,7 +214,7 @@ class _Plans:
         query, k, when, layers = soul_args.recall(query, k, at, stores)
         now = soul_args.now(when)
         from soul_runtime.memory.soul_memory import merge_recalls
-        refs = [ShardRead(s.value, self.soul_id, "recall", (self.soul_id, query, k, now))
+        refs = [ShardRead(s.value, self.soul_id, "read_recall", (self.soul_id, query, k, now))
                 for s in (LAYERS if layers is None else layers)]
         return Plan(refs, lambda lists: merge_recalls(lists, k))
 
@@ -320,7 +320,11 @@ class SoulHandle(SoulApi):
         reads = [r for r in (ref if isinstance(ref, list) else [ref]) if isinstance(r, ShardRead)]
         sent = shard_reads.send_reads(reads, self._shard)  # store reads in flight while the owner's call runs
         if isinstance(ref, list):
-            owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
+            try:
+                owner = {i: self._router.run(r, self.timeout) for i, r in enumerate(ref) if isinstance(r, Routed)}
+            except Exception:
+                shard_reads.drain(sent, self.timeout)
+                raise
             got = iter(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent))
             return plan.then([owner[i] if i in owner else next(got) for i in range(len(ref))])
         return plan.then(shard_reads.run_reads(reads, self._shard, self._router.retry, self.timeout, sent)[0])

@@ -66,7 +66,7 @@ def run_reads(reads: Sequence[ShardRead], handle_of: Callable[[ShardRead], Any],
     for (``timeout`` a try) and retried by the policy."""
     first = send_reads(reads, handle_of) if first is None else first
     out = []
-    for read, ref in zip(reads, first, strict=True):
+    for i, (read, ref) in enumerate(zip(reads, first, strict=True)):
         pending: list[Any] = [ref]
 
         def perform(step: Call | Pause, pending: list[Any] = pending, read: ShardRead = read) -> Any:
@@ -78,8 +78,19 @@ def run_reads(reads: Sequence[ShardRead], handle_of: Callable[[ShardRead], Any],
         try:
             out.append(run_steps(read_steps(read, retry), perform))
         except Exception as e:  # a time-out, or anything else Ray raised: as the project's own
+            drain(first[i + 1:], timeout)
             raise raycalls.translate(e) from None
     return out
+
+
+def drain(refs: Sequence[Any], timeout: float | None) -> None:
+    """Wait out the other reads of a call that failed (one soul's reads fail together: a soul that does not
+    exist), so Ray does not report their errors as never retrieved."""
+    for ref in refs:
+        try:
+            raycalls.get_raw(ref, timeout=timeout)
+        except Exception:  # noqa: BLE001 - the call's error is the first one
+            pass
 
 
 async def run_read_async(read: ShardRead, handle_of: Callable[[ShardRead], Any], retry: RetryPolicy) -> Any:

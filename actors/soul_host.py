@@ -44,13 +44,13 @@ from soul_runtime.steps import Steps, drive_async
 
 from .channel import travels
 from .introspection import ActorBase
-from .layer_shard import soul_dir
 from .metrics import Metrics
 from .remote_memory import RemoteMemory
 from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
+from .soul_presence import require_known, soul_dir
 from .turn_spans import Calls, TurnSpans
 
 
@@ -431,17 +431,23 @@ class SoulHost(ActorBase):
         async with self._hold(soul_id) as act:
             return act.live.last_seq
 
+    async def _read(self, soul_id: str) -> Soul:
+        """The soul, for a read: activated if it exists; NotFound, and nothing created, if it does not."""
+        if soul_id not in self.active:
+            require_known(self.cfg.data_dir, soul_id)
+        return (await self._activate(soul_id)).live
+
     async def trace(self, soul_id: str, turn_id: str) -> TurnTrace:
-        soul = (await self._activate(soul_id)).live
+        soul = await self._read(soul_id)
         return await self._in_pool(soul.trace, turn_id)
 
     async def traces(self, soul_id: str, last: int) -> list[TurnTrace]:
-        soul = (await self._activate(soul_id)).live
+        soul = await self._read(soul_id)
         return await self._in_pool(soul.traces, last)
 
     async def usage(self, soul_id: str) -> dict[str, Any]:
         """The soul's model cost so far (every committed turn and observe), in all, per phase and per model."""
-        return dict((await self._activate(soul_id)).live.state.usage)
+        return dict((await self._read(soul_id)).state.usage)
 
     async def forget(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
         """Erase a soul's memory (these layers, all by default) for good, with its buffer and traces."""

@@ -96,8 +96,8 @@ def test_error_answers_are_the_project_s_exceptions(monkeypatch: pytest.MonkeyPa
                                                      raised: type[Exception]) -> None:
     body = {"error": {"type": kind, "message": "why"}} if kind else None
     steps = [httpx.Response(status, json=body)] * 4
-    with pytest.raises(raised) as e:
-        _rt(Script(*steps), monkeypatch, []).soul("s").facts()
+    with pytest.raises(raised) as e:  # a 503 is sent again for 1 s of waits: 0.25 + 0.5, then given up
+        _rt(Script(*steps), monkeypatch, [], retry_for_s=1).soul("s").facts()
     assert type(e.value) is raised
 
 
@@ -112,7 +112,8 @@ def test_the_async_handle_retries_alike() -> None:
 
 
 @pytest.mark.parametrize("make", [lambda: HttpRuntime("ftp://x", "k"), lambda: HttpRuntime("http://x", ""),
-                                  lambda: HttpRuntime("http://x", "k", retries=-1)])
+                                  lambda: HttpRuntime("http://x", "k", retries=-1),
+                                  lambda: HttpRuntime("http://x", "k", retry_for_s=-1)])
 def test_bad_settings_are_config_errors(make: Callable[[], Any]) -> None:
     with pytest.raises(errors.ConfigError):
         make()
@@ -131,3 +132,51 @@ def test_the_client_reads_replies_without_the_turn_loop() -> None:
             " 'soul_runtime.memory', 'actors', 'ray'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+PROXY_404 = httpx.Response(404, text="Path '/v1/souls/s/turns' not found. Ping http://x/-/routes for available routes.",
+                           headers={"content-type": "text/plain; charset=utf-8"})
+
+
+def unavailable() -> httpx.Response:
+    return httpx.Response(503, json={"error": {"type": "RuntimeUnavailable", "message": "not ready"}},
+                          headers={"Retry-After": "1"})
+
+
+def test_a_restart_is_waited_out_with_the_same_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service restarting: the connection refused, the ingress's plain 404 while no app is deployed, the
+    service's 503 while it starts, a connection lost mid-request: the call is sent again (more than ``retries``
+    times) with one Idempotency-Key until it is answered."""
+    script = Script(httpx.ConnectError("refused"), PROXY_404, unavailable(), httpx.RemoteProtocolError("closed"),
+                    PROXY_404, httpx.ConnectError("refused"), unavailable(), httpx.Response(200, json=TURN))
+    waits: list[float] = []
+    got = _rt(script, monkeypatch, waits, retries=1).soul("s").turn("hello", request_id="r-9")
+    assert got.seq == 1 and len(script.seen) == 8
+    assert [r.headers["Idempotency-Key"] for r in script.seen] == ["r-9"] * 8
+    assert waits == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, 1.0]  # backoff (at most 2 s) or the 503's Retry-After
+
+
+def test_a_service_that_stays_away_is_runtime_unavailable_after_retry_for_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    script, waits = Script(*[PROXY_404] * 20), []
+    with pytest.raises(errors.RuntimeUnavailable):
+        _rt(script, monkeypatch, waits, retry_for_s=5).soul("s").turn("hello")
+    assert sum(waits) <= 5 and waits == [0.25, 0.5, 1.0, 2.0]
+    script, waits = Script(unavailable(), unavailable()), []
+    with pytest.raises(errors.RuntimeUnavailable):  # 0: never sent again
+        _rt(script, monkeypatch, waits, retry_for_s=0).soul("s").facts()
+    assert len(script.seen) == 1
+
+
+def test_the_service_s_own_not_found_is_not_retried_and_reads_are_resent(monkeypatch: pytest.MonkeyPatch) -> None:
+    own = httpx.Response(404, json={"error": {"type": "NotFound", "message": "no soul 's'"}})
+    script, waits = Script(own), []
+    with pytest.raises(errors.NotFound):
+        _rt(script, monkeypatch, waits).soul("s").traces()
+    assert len(script.seen) == 1 and waits == []
+    script = Script(httpx.ReadError("reset"), httpx.Response(502, text="<html>bad gateway</html>"),
+                    httpx.Response(200, json={"facts": []}))
+    assert _rt(script, monkeypatch, waits).soul("s").facts() == []  # a read is safe to send again
+    script = Script(httpx.Response(502, text="<html>bad gateway</html>"), httpx.Response(201, json={}))
+    with pytest.raises(errors.SoulError):  # an import (no key) past the ingress may have been applied: not resent
+        _rt(script, monkeypatch, []).soul("s").import_(b"\x80")
+    assert len(script.seen) == 1

@@ -151,7 +151,7 @@ def test_pages_are_static_and_the_context_route_is_the_tenants(srv: Served, soul
     bad = srv.client("acme").get(ctx, params={"q": "x", "budget": 0})
     assert bad.status_code in (400, 422) and bad.json()["error"]["type"] == "InvalidInput", bad.text
     theirs = srv.client("beta").get(ctx, params={"q": "Which Postgres does Tendril run?"})
-    assert theirs.status_code == 200 and theirs.json()["items"] == [], theirs.text
+    assert theirs.status_code == 404 and theirs.json()["error"]["type"] == "NotFound", theirs.text  # not beta's
     assert maya not in srv.client("beta").get("/v1/souls").text
 
 

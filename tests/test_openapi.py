@@ -110,6 +110,29 @@ def test_the_document_states_the_limits(app: tuple[TestClient, dict[str, Any]]) 
         "type": "http", "scheme": "bearer", "description": "the tenant's API key (`soul tenants add NAME`)"}
 
 
+def test_the_service_doc_states_the_limits_the_document_and_limits_py_state(app: tuple[TestClient, dict[str, Any]]
+                                                                             ) -> None:
+    """docs/service.md's table of limits says what soul_runtime/limits.py and the OpenAPI document say."""
+    _, spec = app
+    doc = (Path(__file__).parent.parent / "docs" / "service.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| turn `text`, message `text` |"))
+    low, high = re.search(r"\| (\d+)-([\d,]+) characters", row).groups()  # type: ignore[union-attr]
+    turn = spec["components"]["schemas"]["TurnIn"]["properties"]["text"]
+    assert (int(low), int(high.replace(",", ""))) == (turn["minLength"], turn["maxLength"]) == (1, limits.TEXT_MAX)
+    message = spec["components"]["schemas"]["Message"]["properties"]["text"]
+    assert message["maxLength"] == limits.TEXT_MAX
+
+
+@pytest.mark.parametrize("body", [b'{"text": "\xff\xfe"}', b"[" * 100_000 + b"]" * 100_000,
+                                  b'{"text": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"],
+                         ids=["invalid-utf-8", "deep-array", "deep-field"])
+def test_a_body_the_parser_cannot_read_is_invalid_input(app: tuple[TestClient, dict[str, Any]], body: bytes) -> None:
+    """Invalid UTF-8 and nesting past the JSON parser's depth answer 400 with a type of the error tree."""
+    c, _ = app
+    r = c.post("/v1/souls/maya/turns", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "InvalidInput", r.text[:300]
+
+
 def test_405_names_the_methods_a_path_takes(app: tuple[TestClient, dict[str, Any]]) -> None:
     c, spec = app
     for path, ops in spec["paths"].items():

@@ -66,3 +66,24 @@ def test_a_handle_reads_one_trace_by_id_and_the_last_ones(runtime: Any, soul_id:
     assert [t.turn_id for t in s.traces(last=3)] == ids
     a = runtime.async_soul(soul_id)
     assert [t.turn_id for t in asyncio.run(a.traces(last=1))] == ids[2:]
+
+
+@pytest.mark.ray
+def test_reads_of_an_unknown_soul_raise_not_found_and_create_nothing(runtime: Any, soul_id: str) -> None:
+    """Through the Python API over Ray, blocking and async: every read of a soul nobody wrote is NotFound, and the
+    soul is in no list and has no directory afterwards."""
+    import asyncio
+
+    from soul_runtime.errors import NotFound
+    reads = {"recall": ("q",), "facts": (), "fact_history": ("user", "name"), "procedures": (), "episodes": (),
+             "traces": (), "trace": (f"{soul_id}/1",), "stats": (), "export": ()}
+    h, ah = runtime.soul(soul_id), runtime.async_soul(soul_id)
+    for name, args in reads.items():
+        with pytest.raises(NotFound, match=soul_id):
+            getattr(h, name)(*args)
+        with pytest.raises(NotFound, match=soul_id):
+            asyncio.run(getattr(ah, name)(*args))
+    assert soul_id not in runtime.souls()
+    assert not (Path(runtime.cfg.data_dir) / "souls" / soul_id).exists()
+    h.turn("My name is Ann.")
+    assert soul_id in runtime.souls() and [t.seq for t in h.traces()] == [1] and h.procedures() == []

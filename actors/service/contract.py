@@ -64,13 +64,14 @@ ERROR_STATUSES: dict[int, str] = {
     429: "RuntimeBusy: the soul's host admits no more turns now; retry later",
     500: "an internal error (a fixed message; the cause is in the service's log)",
     502: "ModelError / ModelTimeout: the language model failed after its retries",
-    503: "RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same "
-         "Idempotency-Key)",
+    503: "RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or "
+         "StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key",
 }
 HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}},
     405: {"Allow": {"description": "the methods the path takes", "required": True, "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
 }
 VALUE_ERRORS = frozenset({
     "string_pattern_mismatch", "string_too_short", "string_too_long", "too_short", "too_long", "greater_than",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -52,9 +53,11 @@ KeyHeader = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, 
 Stores = Annotated[list[Store] | None, Query(max_length=len(Store), description="these layers only (repeatable)")]
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorOut} for c in ERROR_STATUSES}
 """The error answers, for a route's ``responses`` (the document declares them on every operation anyway)."""
+log = logging.getLogger("soul_runtime.service")
 MAX_BODY = 64 * 2**20
 RETRY_AFTER = "1"
-"""Seconds a client told ``429`` (the soul's host admits no more turns now) waits before it sends again."""
+"""Seconds a client told ``429`` (the soul's host admits no more turns now) or ``503`` (the service is starting, or
+cannot reach the runtime now) waits before it sends again."""
 
 
 class _In(BaseModel):
@@ -132,6 +135,7 @@ class Backend:
         self._rt: Any = None
         self._ledger: Ledger | None = None
         self._lock = asyncio.Lock()
+        self._connecting: asyncio.Future[None] | None = None
 
     async def runtime(self) -> Any:
         if self._rt is None:
@@ -140,6 +144,20 @@ class Backend:
                     self._ledger = await asyncio.to_thread(Ledger, self.data_dir, self.storage)
                     self._rt = await asyncio.to_thread(self._connect)
         return self._rt
+
+    def ready(self) -> bool:
+        """Whether the runtime is reached; if not, its connection is started (once) in the background."""
+        if self._rt is not None:
+            return True
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.ensure_future(self._connect_quietly())
+        return False
+
+    async def _connect_quietly(self) -> None:
+        try:
+            await self.runtime()
+        except Exception as e:  # noqa: BLE001 - /healthz stays 503; a request names the error
+            log.warning("the runtime cannot be reached yet: %s: %s", type(e).__name__, e)
 
     @property
     def ledger(self) -> Ledger | None:
@@ -202,8 +220,8 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     def fail(request: Request, e: BaseException) -> JSONResponse:
         scope = getattr(request.state, "scope", None)
         code = status_of(e)
-        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {"Retry-After": RETRY_AFTER} if code == 429 \
-            else None
+        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {"Retry-After": RETRY_AFTER} \
+            if code in (429, 503) else None
         return JSONResponse(error_body(e, scope, backend.data_dir), status_code=code, headers=headers)
 
     @app.exception_handler(SoulError)
@@ -221,17 +239,24 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}.get(e.status_code, "HTTPError")
-        return JSONResponse({"error": {"type": kind, "message": str(e.detail)}}, e.status_code,
+        kind = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized", 429: "RuntimeBusy",
+                503: "RuntimeUnavailable"}.get(e.status_code, "InvalidInput" if e.status_code < 500 else "InternalError")
+        msg = "the body is not valid JSON (UTF-8, nested at most as deep as the parser allows)" \
+            if e.status_code == 400 and "parsing the body" in str(e.detail) else str(e.detail)
+        return JSONResponse({"error": {"type": kind, "message": msg}}, e.status_code,
                             headers=getattr(e, "headers", None))  # 405: Allow (RFC 9110)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception) -> JSONResponse:
         return fail(request, e)
 
-    @app.get("/healthz", tags=["service"])
-    async def healthz() -> dict[str, str]:
-        await backend.runtime()
+    @app.get("/healthz", tags=["service"], response_model=dict[str, str])
+    async def healthz() -> Any:
+        """``200 {"status": "ok"}`` once turns can be served (the replica reached the runtime); until then ``503``
+        RuntimeUnavailable "not ready" with ``Retry-After`` (the first ask starts the connection)."""
+        if not backend.ready():
+            return JSONResponse({"error": {"type": "RuntimeUnavailable", "message": "not ready"}}, 503,
+                                headers={"Retry-After": RETRY_AFTER})
         return {"status": "ok"}
 
     v1 = "/v1/souls"

@@ -3,16 +3,16 @@ directory deleted, so nothing of it stays on disk and no actor keeps a file of i
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from actors.service.idempotency import Ledger
 from actors.service.tenants import Scope, souls_of
+from soul_runtime.memory.soul_records import remove_soul
+from soul_runtime.memory.sqlite_db import postgres_url
 from soul_runtime.records import LAYERS
 
 from .. import raycalls
-from ..layer_shard import soul_dir
 from ..routing import Routed
 
 
@@ -20,7 +20,7 @@ def erase_souls(rt: Any | None, data_dir: str, tenant: str) -> list[str]:
     """Delete every soul of ``tenant`` (ids as the tenant names them). ``rt``: the runtime that may hold them
     open (None when no runtime runs on the data dir)."""
     scope = Scope(tenant)
-    internal = [p.name for p in souls_of(data_dir, tenant)]
+    internal = souls_of(data_dir, tenant)
     if rt is not None:
         internal = sorted(set(internal) | {s for s in rt.souls() if scope.owns(s)})
     for sid in internal:
@@ -28,12 +28,10 @@ def erase_souls(rt: Any | None, data_dir: str, tenant: str) -> list[str]:
             rt.soul(sid).forget()  # the owner settles the soul's last turn, then every layer is unlinked
             rt.router.run(Routed(sid, "passivate", ()), 120)
             raycalls.get([raycalls.call(rt.store(s.value, sid), "close_soul", sid) for s in LAYERS], timeout=120)
-        path = soul_dir(data_dir, sid)
-        if path.exists():
-            shutil.rmtree(path)
-    ledger = Path(data_dir) / "service" / "idempotency.sqlite"
-    if ledger.exists():
-        led = Ledger(data_dir)
+        remove_soul(data_dir, sid)  # its rows on a PostgreSQL storage's server, then its directory
+    url = postgres_url()
+    if url is not None or (Path(data_dir) / "service" / "idempotency.sqlite").exists():
+        led = Ledger(data_dir, url)
         led.forget_prefix(scope.prefix)
         led.close()
     return scope.souls(internal)

@@ -32,6 +32,7 @@ from typing import Any
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.limits import SOUL_ID_MAX, TENANT_MAX
 from soul_runtime.memory.postgres_db import is_postgres
+from soul_runtime.memory.soul_records import soul_ids
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.text import check_id
 
@@ -256,8 +257,7 @@ class Whole(Scope):
         return obj
 
 
-def souls_of(data_dir: str | os.PathLike[str], tenant: str) -> list[Path]:
-    """The directories of a tenant's souls in a data dir."""
-    root = Path(data_dir) / "souls"
-    prefix = check_tenant(tenant) + ":"
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)) if root.is_dir() else []
+def souls_of(data_dir: str | os.PathLike[str], tenant: str) -> list[str]:
+    """The runtime's ids of a tenant's souls (those with records: in the data dir, or on a PostgreSQL storage's
+    server)."""
+    return soul_ids(Path(data_dir), check_tenant(tenant) + ":")

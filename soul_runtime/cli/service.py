@@ -15,6 +15,8 @@ from actors.service import INGRESSES
 from actors.service.tenants import TenantTable, check_tenant, souls_of
 from soul_runtime.cli import progress
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
+from soul_runtime.memory.postgres_db import is_postgres
+from soul_runtime.memory.sqlite_db import use_storage
 
 if TYPE_CHECKING:
     from soul_runtime.cli.main import Ctx
@@ -33,10 +35,14 @@ the HTTP API's); without, the runtime's soul of that id."""
 
 
 def _table(ctx: Ctx) -> TenantTable:
+    storage = os.environ.get("SOUL_STORAGE", "")
+    if is_postgres(storage):  # the tenants and the souls' records are on the server, whichever node this is
+        use_storage(storage)
+        return TenantTable(ctx.data_dir, storage)
     if not ctx.local_data():
         raise InvalidInput("tenants are kept in the data dir: run `soul tenants` where the data dir is visible "
-                           "(on a cluster, on the head)")
-    return TenantTable(ctx.data_dir)
+                           "(on a cluster, on the head), or on the PostgreSQL storage (SOUL_STORAGE)")
+    return TenantTable(ctx.data_dir, "local")
 
 
 def cmd_tenants(ctx: Ctx) -> int:

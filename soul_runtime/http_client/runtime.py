@@ -145,7 +145,7 @@ class HttpRuntime:
     manager, or call :meth:`close` (and ``await`` :meth:`aclose` where async handles were used)."""
 
     def __init__(self, url: str, api_key: str | None = None, *, timeout: float | httpx.Timeout | None = None,
-                 retries: int = 3, max_connections: int = 100, transport: httpx.BaseTransport | None = None,
+                 retries: int = 3, retry_for_s: float = 60.0, max_connections: int = 100, transport: httpx.BaseTransport | None = None,
                  async_transport: httpx.AsyncBaseTransport | None = None) -> None:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -156,7 +156,7 @@ class HttpRuntime:
         self.url = url.rstrip("/")
         if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 99:
             raise ConfigError(f"retries must be an int in 0..99, got {retries!r}")
-        self.retries = Retries(attempts=retries + 1)
+        self.retries = Retries(attempts=retries + 1, within_s=retry_for_s)
         self._options: dict[str, Any] = {
             "base_url": self.url, "headers": {"Authorization": f"Bearer {key}"},
             "timeout": TIMEOUT if timeout is None else timeout,

@@ -3,9 +3,12 @@ coroutines), timeouts, and retries that are safe to make.
 
 A write is sent with an ``Idempotency-Key`` (the call's request id), so sending it again after an answer was lost
 is answered with the first result and never applied twice; a call without one (an import) is sent again only
-when it never left. ``429`` (:class:`~soul_runtime.errors.RuntimeBusy`) and ``503``
-(:class:`~soul_runtime.errors.RuntimeUnavailable`) are retried after the answer's ``Retry-After`` (else a
-backoff), and raised when the retries are spent.
+when it never left (a read, whatever happened). While the service is not there — the connection refused or lost,
+``503`` (:class:`~soul_runtime.errors.RuntimeUnavailable`: starting, stopping, restarting), or an answer of the
+ingress itself rather than the service (a ``404``, ``500``, ``502`` or ``504`` that is not the service's JSON:
+Serve's proxy while no app is deployed, HAProxy's plain ``500`` for a replica that died or none up) — a call is sent again for up to :attr:`Retries.within_s` seconds. ``429``
+(:class:`~soul_runtime.errors.RuntimeBusy`) is sent again at most :attr:`Retries.attempts` times in all. Each wait is
+the answer's ``Retry-After``, else a backoff; the error is raised when the retries are spent.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from soul_runtime import errors
 
 from . import wire
 
-RETRIED_STATUS = frozenset({429, 503})
+BUSY = 429
+INGRESS_STATUS = frozenset({404, 500, 502, 503, 504})
+"""Statuses that, without the service's JSON error body, come from the ingress: the service is not there (yet)."""
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 """Transport failures before the request reached the server."""
 
@@ -54,32 +59,56 @@ class Retries:
     """How often and after how long a call is sent again."""
 
     attempts: int = 4
-    """Sends of one call in all (1: never again)."""
+    """Sends of one call in all when the service is busy (``429``; 1: never again)."""
+    within_s: float = 60.0
+    """How long a call is sent again while the service is not there (starting, stopping, restarting): the time
+    since its first send, or the waits between sends if those add up to more (0: never again)."""
     backoff_s: float = 0.25
-    """The first wait when the answer names none; doubled each time."""
+    """The first wait when the answer names none; doubled each time, up to ``max_backoff_s``."""
+    max_backoff_s: float = 2.0
     max_wait_s: float = 30.0
     """The longest wait, whatever ``Retry-After`` says."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.attempts, int) or isinstance(self.attempts, bool) or not 1 <= self.attempts <= 100:
             raise errors.ConfigError(f"attempts must be an int in 1..100, got {self.attempts!r}")
+        if not isinstance(self.within_s, (int, float)) or isinstance(self.within_s, bool) \
+                or not 0 <= self.within_s <= 86_400:
+            raise errors.ConfigError(f"retry_for_s must be seconds in 0..86400, got {self.within_s!r}")
 
     def _wait(self, attempt: int, named: float | None = None) -> float:
-        return min(self.max_wait_s, named if named is not None else self.backoff_s * 2 ** attempt)
+        return min(self.max_wait_s, named if named is not None else min(self.max_backoff_s,
+                                                                        self.backoff_s * 2 ** attempt))
 
-    def after_failure(self, call: Call, attempt: int, e: httpx.TransportError) -> float | None:
-        """The wait before sending again after the request failed in transit, or None to give up."""
-        if attempt + 1 >= self.attempts or isinstance(e, httpx.TimeoutException) and not isinstance(e, NEVER_SENT):
-            return None  # out of attempts, or no answer in the time given: the caller's timeout is the bound
-        if call.key is None and not isinstance(e, NEVER_SENT):
+    def _in_time(self, spent: float, wait: float) -> float | None:
+        return wait if spent + wait <= self.within_s else None
+
+    def after_failure(self, call: Call, attempt: int, e: httpx.TransportError, spent: float = 0.0) -> float | None:
+        """The wait before sending again after the request failed in transit, or None to give up. ``spent``:
+        seconds since the first send (or of waits, if more)."""
+        if isinstance(e, httpx.TimeoutException) and not isinstance(e, NEVER_SENT):
+            return None  # no answer in the time given: the caller's timeout is the bound
+        if call.key is None and call.method != "GET" and not isinstance(e, NEVER_SENT):
             return None  # it may have been applied, and nothing tells a second one from the first
-        return self._wait(attempt)
+        return self._in_time(spent, self._wait(attempt))
 
-    def after_answer(self, attempt: int, response: httpx.Response) -> float | None:
+    def after_answer(self, call: Call, attempt: int, response: httpx.Response, spent: float = 0.0) -> float | None:
         """The wait before sending again after this answer, or None to take it."""
-        if response.status_code not in RETRIED_STATUS or attempt + 1 >= self.attempts:
-            return None
-        return self._wait(attempt, retry_after(response.headers.get("Retry-After")))
+        named = retry_after(response.headers.get("Retry-After"))
+        if response.status_code == BUSY:
+            return None if attempt + 1 >= self.attempts else self._wait(attempt, named)
+        if response.status_code == 503:
+            return self._in_time(spent, self._wait(attempt, named))
+        if from_ingress(response) and (response.status_code == 404 or call.key is not None or call.method == "GET"):
+            return self._in_time(spent, self._wait(attempt, named))  # a 404 of the ingress never reached the app
+        return None
+
+
+def from_ingress(response: httpx.Response) -> bool:
+    """An answer of the ingress in front of the service (Serve's proxy, HAProxy), not of the service: one of
+    :data:`INGRESS_STATUS` without a JSON body (every answer of the service's own is JSON)."""
+    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return response.status_code in INGRESS_STATUS and ctype != "application/json"
 
 
 def retry_after(value: str | None) -> float | None:
@@ -108,6 +137,9 @@ def answer(call: Call, response: httpx.Response) -> Any:
     """The answer's body (JSON, or bytes for a binary call), or the error it holds, raised."""
     if response.is_success:
         return response.content if call.binary else response.json()
+    if from_ingress(response):
+        raise errors.RuntimeUnavailable(f"the service is not there: its ingress answered {response.status_code} "
+                                        f"({response.text[:120]!r})")
     try:
         body = response.json()
     except ValueError:
@@ -126,20 +158,21 @@ class Sender:
         self.retries = retries
 
     def send(self, call: Call) -> Any:
-        attempt = 0
+        attempt, waited, started = 0, 0.0, time.monotonic()
         while True:
             try:
                 response = self.client.send(call.request(self.client))
             except httpx.TransportError as e:
-                wait = self.retries.after_failure(call, attempt, e)
+                wait = self.retries.after_failure(call, attempt, e, max(waited, time.monotonic() - started))
                 if wait is None:
                     raise failed(e) from None
             else:
-                wait = self.retries.after_answer(attempt, response)
+                wait = self.retries.after_answer(call, attempt, response, max(waited, time.monotonic() - started))
                 if wait is None:
                     return answer(call, response)
                 response.close()
             attempt += 1
+            waited += wait
             time.sleep(wait)
 
 
@@ -151,18 +184,19 @@ class AsyncSender:
         self.retries = retries
 
     async def send(self, call: Call) -> Any:
-        attempt = 0
+        attempt, waited, started = 0, 0.0, time.monotonic()
         while True:
             try:
                 response = await self.client.send(call.request(self.client))
             except httpx.TransportError as e:
-                wait = self.retries.after_failure(call, attempt, e)
+                wait = self.retries.after_failure(call, attempt, e, max(waited, time.monotonic() - started))
                 if wait is None:
                     raise failed(e) from None
             else:
-                wait = self.retries.after_answer(attempt, response)
+                wait = self.retries.after_answer(call, attempt, response, max(waited, time.monotonic() - started))
                 if wait is None:
                     return answer(call, response)
                 await response.aclose()
             attempt += 1
+            waited += wait
             await asyncio.sleep(wait)

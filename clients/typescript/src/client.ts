@@ -10,8 +10,15 @@ import type {
 import { errorFromResponse, RuntimeBusy, RuntimeUnavailable, SoulError } from "./errors.js";
 
 export interface RetryOptions {
-  /** Attempts after the first one (default 4). 0: no retry. */
+  /** Attempts after the first one when the service answered busy (429) or failed (500, a timed-out attempt)
+   * (default 4). 0: no retry. */
   retries?: number;
+  /** How long in ms a call is sent again while the service is not there — the connection refused or lost, a 503
+   * (starting, stopping, restarting), or an answer of the ingress rather than the service (a 404, 500, 502 or 504
+   * without the service's JSON error: Serve's proxy while no app is deployed, HAProxy's plain 500 for a replica
+   * that died) — with the same Idempotency-Key
+   * (default 60000). 0: not sent again. */
+  retryForMs?: number;
   /** The first back-off in ms, doubled each attempt, with full jitter (default 250). */
   baseDelayMs?: number;
   /** The longest wait between attempts in ms (default 20000); a `Retry-After` beyond it is not waited for. */
@@ -113,6 +120,14 @@ interface Request {
 }
 
 const RETRIED = new Set([429, 500, 502, 503, 504]);
+const INGRESS = new Set([404, 500, 502, 503, 504]);
+/** The longest back-off while the service is not there (a restart is waited out in steps of at most this). */
+const UNAVAILABLE_DELAY_MS = 2000;
+
+/** An answer of the ingress in front of the service, not of the service (whose every answer is JSON). */
+function fromIngress(status: number, contentType: string | null): boolean {
+  return INGRESS.has(status) && !(contentType ?? "").toLowerCase().startsWith("application/json");
+}
 
 function env(name: string): string | undefined {
   const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
@@ -167,6 +182,7 @@ export class SoulClient {
   private readonly apiKey: string | undefined;
   private readonly timeoutMs: number;
   private readonly retries: number;
+  private readonly retryForMs: number;
   private readonly baseDelayMs: number;
   private readonly maxDelayMs: number;
   private readonly fetchImpl: typeof globalThis.fetch;
@@ -180,6 +196,7 @@ export class SoulClient {
     this.apiKey = options.apiKey ?? env("SOUL_API_KEY");
     this.timeoutMs = options.timeoutMs ?? 120_000;
     this.retries = options.retry?.retries ?? 4;
+    this.retryForMs = options.retry?.retryForMs ?? 60_000;
     this.baseDelayMs = options.retry?.baseDelayMs ?? 250;
     this.maxDelayMs = options.retry?.maxDelayMs ?? 20_000;
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
@@ -223,9 +240,12 @@ export class SoulClient {
     if (req.idempotencyKey !== undefined) headers["idempotency-key"] = req.idempotencyKey;
     if (req.binary) headers.accept = "application/octet-stream";
 
+    const started = Date.now();
+    let busyTries = 0;
     for (let attempt = 0; ; attempt++) {
-      const last = attempt >= this.retries;
+      const last = busyTries >= this.retries;
       let waitMs: number | undefined;
+      let away = false;  // the service is not there: sent again for retryForMs, whatever `retries` says
       req.signal?.throwIfAborted();
       const timeout = AbortSignal.timeout(this.timeoutMs);
       const joined = req.signal ? either(req.signal, timeout) : undefined;
@@ -239,13 +259,20 @@ export class SoulClient {
         let parsed: unknown = text;
         try { parsed = JSON.parse(text); } catch { /* not JSON: a proxy's page; keep the text */ }
         const retryAfter = parseRetryAfter(res.headers.get("retry-after"));
-        const failure = errorFromResponse(res.status, parsed, retryAfter);
-        const retried = req.retry === "always" ? RETRIED.has(res.status) : res.status === 429;
-        if (!retried || last) throw failure;
+        const ingress = fromIngress(res.status, res.headers.get("content-type"));
+        const failure = ingress
+          ? new RuntimeUnavailable(`the service is not there: its ingress answered ${res.status}`, { status: res.status })
+          : errorFromResponse(res.status, parsed, retryAfter);
+        // a 404 of the ingress never reached the service: safe to send again whatever the call
+        away = (ingress && res.status === 404) || (req.retry === "always" && (res.status === 503 || ingress));
+        const retried = away || (req.retry === "always" ? RETRIED.has(res.status) : res.status === 429);
+        if (!retried || (!away && last)) throw failure;
         if (retryAfter !== undefined) {
           if (retryAfter * 1000 > this.maxDelayMs) throw failure;
           waitMs = retryAfter * 1000;
         }
+        waitMs ??= this.backoff(attempt, away);
+        if (away && Date.now() - started + waitMs > this.retryForMs) throw failure;
       } catch (e) {
         if (e instanceof SoulError) throw e;
         if (req.signal?.aborted) throw req.signal.reason;
@@ -253,16 +280,21 @@ export class SoulClient {
         const failure = new RuntimeUnavailable(
           timedOut ? `the service did not answer within ${this.timeoutMs} ms` : `the service cannot be reached (${this.baseUrl})`,
           { cause: e });
-        if (req.retry !== "always" || last) throw failure;
+        if (req.retry !== "always") throw failure;
+        away = !timedOut;
+        waitMs = this.backoff(attempt, away);
+        if (away ? Date.now() - started + waitMs > this.retryForMs : last) throw failure;
       } finally {
         joined?.abort();  // the attempt is over (its body read): the caller's signal keeps no listener of it
       }
-      await sleep(waitMs ?? this.backoff(attempt), req.signal);
+      if (!away) busyTries++;
+      await sleep(waitMs ?? this.backoff(attempt, away), req.signal);
     }
   }
 
-  private backoff(attempt: number): number {
-    return Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** attempt);
+  private backoff(attempt: number, away = false): number {
+    const cap = away ? Math.min(this.maxDelayMs, UNAVAILABLE_DELAY_MS) : this.maxDelayMs;
+    return Math.random() * Math.min(cap, this.baseDelayMs * 2 ** attempt);
   }
 }
 

@@ -7,7 +7,7 @@
  * ├── InvalidInput               a value the service refuses: fix the call, do not retry it
  * │   ├── ConfigError
  * │   └── IdempotencyConflict    an Idempotency-Key sent again with another body
- * ├── NotFound                   an unknown turn, fact or route
+ * ├── NotFound                   an unknown soul (any read), turn, fact or route
  * ├── StorageError
  * ├── ModelError                 the language model failed after its retries
  * │   └── ModelTimeout

@@ -9,7 +9,7 @@ import { deadUrl, faultProxy, freshSoul, service } from "./support.js";
 
 const { url, key } = service();
 const direct = new SoulClient({ baseUrl: url, apiKey: key });
-const fast = { retries: 3, baseDelayMs: 10 };
+const fast = { retries: 3, baseDelayMs: 10, retryForMs: 1500 };
 
 /** Proxy requests whose path ends with `suffix`. */
 const to = (seen, suffix) => seen.filter((r) => r.path.split("?")[0].endsWith(suffix));
@@ -91,6 +91,35 @@ test("429 and 503 are retried after their Retry-After; reads too", async (t) => 
   assert.equal(to(proxy.seen, "/turns").length, 2);
   assert.ok((await soul.recall("release train")).length > 0);
   assert.equal(to(proxy.seen, "/recall").length, 2);
+});
+
+test("a restarting service (its ingress's plain 404, 503, connection lost) is waited out with one key", async (t) => {
+  const plain404 = { status: 404, headers: { "content-type": "text/plain; charset=utf-8" },
+    body: "Path '/v1/souls/x/turns' not found. Ping http://127.0.0.1/-/routes for available routes." };
+  const proxy = await faultProxy(url, (r) => {
+    if (r.n === 0 || r.n === 3) return plain404;
+    if (r.n === 1) return { status: 503, headers: { "retry-after": "0", "content-type": "application/json" },
+      body: JSON.stringify({ error: { type: "RuntimeUnavailable", message: "not ready" } }) };
+    if (r.n === 2) return "lose-answer";
+    return "forward";
+  });
+  t.after(proxy.close);
+  const id = freshSoul("restart");
+  const soul = new SoulClient({ baseUrl: proxy.url, apiKey: key, retry: { retries: 1, baseDelayMs: 10 } }).soul(id);
+  const res = await soul.turn("Our staging database moved to Oslo.");
+  const sent = to(proxy.seen, "/turns");
+  assert.equal(sent.length, 5, "sent again past `retries` while the service was away");
+  assert.equal(new Set(sent.map((r) => r.headers["idempotency-key"])).size, 1, "one key for every attempt");
+  const traces = await direct.soul(id).traces(10);
+  assert.deepEqual(traces.map((x) => x.turn_id), [`${id}/1`], "applied once (the lost answer's turn)");
+  assert.equal(res.turn_id, `${id}/1`);
+
+  const gone = await faultProxy(url, () => plain404);
+  t.after(gone.close);
+  const brief = new SoulClient({ baseUrl: gone.url, apiKey: key, retry: { baseDelayMs: 10, retryForMs: 300 } });
+  const e = await brief.soul("x").facts().catch((err) => err);
+  assert.ok(e instanceof RuntimeUnavailable && e.status === 404, String(e));
+  assert.ok(gone.seen.length >= 2, "sent again until retryForMs was spent");
 });
 
 test("a busy service: RuntimeBusy with retryAfter once the retries are spent, or at once past maxDelayMs", async (t) => {

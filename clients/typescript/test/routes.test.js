@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SoulClient } from "../dist/index.js";
+import { NotFound, SoulClient } from "../dist/index.js";
 import { freshSoul, service } from "./support.js";
 import { misfit } from "./shapes.js";
 
@@ -114,8 +114,11 @@ test("a tenant never sees another tenant's soul", async () => {
   await client.soul(id).turn("Our staging cluster is in Frankfurt.");
   const other = new SoulClient({ baseUrl: url, apiKey: otherKey });
   assert.ok(!(await other.souls()).includes(id));
-  assert.deepEqual(await other.soul(id).facts(), []);
-  assert.deepEqual(await other.soul(id).traces(), []);
-  assert.deepEqual(await other.soul(id).recall("staging cluster"), []);
+  // the other tenant's soul of that name does not exist: every read is NotFound, and none creates it
+  for (const read of [(s) => s.facts(), (s) => s.traces(), (s) => s.recall("staging cluster"), (s) => s.stats()]) {
+    const e = await read(other.soul(id)).catch((err) => err);
+    assert.ok(e instanceof NotFound && e.status === 404 && e.message.includes(id), String(e));
+  }
+  assert.ok(!(await other.souls()).includes(id));
   assert.ok((await client.soul(id).recall("staging cluster")).length > 0);
 });
