@@ -15,8 +15,8 @@ module reads each candidate's text and multiplies its score by how well the text
   things said answers a question that gathers them better than one that repeats a few).
 
 Each reading is in [0, 1]; the score becomes ``score * exp(sum(weight * (reading - mean of the candidates)))``,
-so a candidate is moved only relative to the others recalled with it and the scores keep their scale (a stored
-fact at 0.9 still comes first). The weights (:class:`RerankWeights`) were set on BEAM's 1M development chats
+scaled so that the best episode keeps recall's best episode score: a candidate is moved only relative to the
+others recalled with it and the scores keep their scale (a stored fact at 0.9 still comes first). The weights (:class:`RerankWeights`) were set on BEAM's 1M development chats
 (``soul_runtime/bench/rerank_fit.py`` reproduces the grid and names the data); nothing was fitted to LoCoMo.
 
 An optional model stage (:func:`model_order`) hands the first candidates to a configured model in one call of
@@ -136,10 +136,12 @@ def rerank(items: Sequence[RecalledItem], question: str, weights: RerankWeights 
         return list(items)
     r = readings([items[i] for i in idx], question)
     means = [sum(x[j] for x in r) / len(r) for j in range(4)]
+    lifted = [items[i].score * math.exp(sum(wj * (xj - mj) for wj, xj, mj in zip(w, x, means, strict=True)))
+              for i, x in zip(idx, r, strict=True)]
+    scale = max(items[i].score for i in idx) / max(max(lifted), 1e-12)  # the best episode keeps recall's top score
     out = list(items)
-    for i, x in zip(idx, r, strict=True):
-        lift = sum(wj * (xj - mj) for wj, xj, mj in zip(w, x, means, strict=True))
-        out[i] = replace(items[i], score=items[i].score * math.exp(lift))
+    for i, s in zip(idx, lifted, strict=True):
+        out[i] = replace(items[i], score=round(s * scale, 6))
     return sorted(out, key=lambda it: -it.score)
 
 

@@ -34,7 +34,7 @@ SPAN_SESSIONS = 8
 """Sessions one span digest covers: the history is digested in spans of this many sessions."""
 TOPIC_WORDS = 5
 """Words naming what a session was about, in its digest's head."""
-SPANNING = re.compile(r"\b(?:list|steps|order|sequence|summar\w*|overview|what (?:are|were)|all (?:the )?|progress|"
+SPANNING = re.compile(r"\b(?:list|steps|(?:what|which) order|order in which|chronolog\w*|sequence|summar\w*|overview|what (?:are|were)|all (?:the )?|progress|"
                       r"chang\w*|timeline|over time|across|throughout|so far|history|evolv\w*|sessions?)\b", re.I)
 """A question that gathers what was said over time (a list, an order, a summary, a change): digests answer it."""
 _DECISION = re.compile(r"\b(?:decid\w*|chose|chosen|choose|switch\w*|go(?:ing)? with|settled on|will use|plan(?:ned)? "
