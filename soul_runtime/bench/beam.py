@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
+from soul_runtime.bench.ablation import packed, variants
 from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, load
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import SoulError
-from soul_runtime.loop.context import line_tokens, pack_memory
-from soul_runtime.loop.rerank import DEFAULT as RERANK_DEFAULT
-from soul_runtime.loop.rerank import OFF as RERANK_OFF
+from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -43,12 +43,7 @@ SYSTEMS = ("soul", "soul_recall_order", "soul_rerank_only", "soul_digests_only",
            "bm25_messages")
 LABELS = {"soul": "soul-runtime (what a turn shows)", "bm25_chunks": "BM25 over ~400-character chunks",
           "dense_chunks": "dense over the same chunks", "bm25_messages": "BM25 over whole messages",
-          "soul_recall_order": "soul: recall's order, no digests", "soul_rerank_only": "soul: re-ranker, no digests",
-          "soul_digests_only": "soul: digests, recall's order"}
-ABLATIONS = {"soul_recall_order": (False, False), "soul_rerank_only": (False, True),
-             "soul_digests_only": (True, False)}
-"""The soul's parts taken apart in the same run on the same store (``--ablation``): (digests recalled, re-ranked).
-Recall is asked each question once before the digests are written and once after."""
+          **ABLATION_LABELS}
 ASK_AFTER = 30 * DAY
 Lines = Sequence[tuple[str, tuple[str, ...]]]
 
@@ -118,10 +113,8 @@ class Baselines:
 
 
 def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True) -> Lines:
-    """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources (``rerank`` False:
-    packed in recall's order, as before the re-ranker)."""
-    return [(line, it.sources) for it, line in pack_memory(items, budget, now, question,
-                                                             RERANK_DEFAULT if rerank else RERANK_OFF)]
+    """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources."""
+    return packed(items, budget, now, question, rerank)
 
 
 def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
@@ -130,7 +123,8 @@ def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]
                before: Sequence[Sequence[RecalledItem]] | None = None) -> list[float]:
     """Every question of ``chat`` at every budget, the soul beside the baselines; the recall latencies (ms). A
     packing that raises is counted in ``failures`` (and scored as showing nothing). ``before``: each question's
-    recall before the digests were written, to score the :data:`ABLATIONS` beside the soul."""
+    recall before the digests were written, to score the ablations beside the soul
+    (:mod:`soul_runtime.bench.ablation`)."""
     now = max(m["at"] for m in chat.messages) + ASK_AFTER
     recall_ms = []
     for qi, q in enumerate(chat.questions):
@@ -138,9 +132,7 @@ def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]
         items = recall(q.question, now)
         recall_ms.append((time.perf_counter() - t1) * 1000)
         ranked = baselines.ranked(q.question) if baselines else {}
-        souls = {"soul": (items, True)}
-        if before is not None:
-            souls.update({name: (items if digests else before[qi], rr) for name, (digests, rr) in ABLATIONS.items()})
+        souls = variants(items, before[qi] if before is not None else None)
         for b in budgets:
             for name, (its, rr) in souls.items():
                 try:
@@ -176,7 +168,8 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         ablation: bool = False) -> dict[str, Any]:
     """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
     chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
-    soul's parts are also scored apart (:data:`ABLATIONS`), recall asked before and after consolidation."""
+    soul's parts are also scored apart (:mod:`soul_runtime.bench.ablation`), recall asked before and after
+    consolidation."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")

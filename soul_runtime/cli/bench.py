@@ -121,15 +121,17 @@ def cmd_locomo(ctx: Ctx) -> int:
         plotting.require()
     from soul_runtime.bench import locomo as bench_locomo
     with progress_bar(out, "loading the embedder") as progress:
-        res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
+        res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit,
+                               ablation=args.ablation)
+    from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
     from soul_runtime.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="LoCoMo: answer recall / evidence recall of the lines shown (same run, same budgets)")
     table.add_column("system")
     for b in budgets:
         table.add_column(f"@{b} tok", justify="right")
-    for s in SYSTEMS:
-        table.add_row(LABELS[s], *(f"{_f(res['systems'][s][b]['answer_recall'])} / "
+    for s in [s for s in SYSTEMS + tuple(ABLATION_LABELS) if s in res["systems"]]:
+        table.add_row({**LABELS, **ABLATION_LABELS}[s], *(f"{_f(res['systems'][s][b]['answer_recall'])} / "
                                    f"{_f(res['systems'][s][b]['evidence_recall'])}" for b in budgets))
     for s in ("full", "full_dated"):
         table.add_row(LABELS[s], *(f"{_f(res['ceiling'][s]['answer_recall'])} / —" for _ in budgets))
@@ -565,6 +567,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lp.add_argument("data", help="a LoCoMo JSON file or a directory of them (never copied into the repo)")
     lp.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    lp.add_argument("--ablation", action="store_true", help="also score the soul without its re-ranker, without "
+                                                             "its digests and without both, on the same stores")
     lp.add_argument("--json", metavar="FILE")
     lp.add_argument("--plot", metavar="PNG")
     lp.add_argument("--readme", metavar="MARKDOWN",
