@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from soul_runtime.loop.context import pack_memory
-from soul_runtime.loop.rerank import MODEL_CANDIDATES, MODEL_CHARS, OFF, asks, model_order, model_prompt, rerank
+from soul_runtime.loop.rerank import (
+    MODEL_CANDIDATES,
+    MODEL_CHARS,
+    OFF,
+    RerankWeights,
+    asks,
+    model_order,
+    model_prompt,
+    rerank,
+)
 from soul_runtime.records import RecalledItem
 
 AT = 1.7e9
@@ -16,8 +25,11 @@ def ep(i: int, text: str, score: float = 0.5) -> RecalledItem:
 FILLER = [ep(10 + i, f"We talked about the weather and lunch plans, note {i}.", 0.5) for i in range(6)]
 
 
-def order(items: list[RecalledItem], q: str) -> list[str]:
-    return [it.id for it in rerank(items, q)]
+def order(items: list[RecalledItem], q: str, w: RerankWeights | None = None) -> list[str]:
+    return [it.id for it in (rerank(items, q, w) if w else rerank(items, q))]
+
+
+ANSWER_TYPE = RerankWeights(0.0, 0.6, 0.0, 0.0)
 
 
 def test_a_candidate_that_relates_the_questions_entities_in_one_sentence_comes_first() -> None:
@@ -32,11 +44,12 @@ def test_what_the_question_asks_for_lifts_the_candidates_that_hold_it() -> None:
     figures = ep(1, "The nightly export job for the reports finished in 42 minutes over 3 runs.")
     words = ep(2, "The nightly export job for the reports finished quite slowly over several runs.")
     assert asks("How many minutes did the nightly export job take?") == {"figure"}
-    assert order([words, figures, *FILLER], "How many minutes did the nightly export job take?")[0] == "ep-1"
+    assert order([words, figures, *FILLER], "How many minutes did the nightly export job take?", ANSWER_TYPE)[0] == "ep-1"
     dated = ep(3, "The nightly export job for the reports moved on March 3, 2024 to the new cluster.")
     undated = ep(4, "The nightly export job for the reports moved eventually to the new cluster.")
     assert "date" in asks("When did the nightly export job move?")
-    assert order([undated, dated, *FILLER], "When did the nightly export job move?")[0] == "ep-3"
+    assert order([undated, dated, *FILLER], "When did the nightly export job move?", ANSWER_TYPE)[0] == "ep-3"
+    assert order([undated, dated, *FILLER], "When did the nightly export job move?", OFF)[0] == "ep-4"
 
 
 def test_facts_keep_their_scores_and_come_first() -> None:

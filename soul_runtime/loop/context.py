@@ -11,7 +11,7 @@ from soul_runtime.config import TurnConfig
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights, text_terms
 from soul_runtime.loop.rerank import DEFAULT as RERANK
-from soul_runtime.loop.rerank import RerankWeights, rerank
+from soul_runtime.loop.rerank import RerankWeights, rerank_scores
 from soul_runtime.memory.episodic_digests import DIGEST_ID
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
@@ -157,11 +157,15 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     (:data:`REPEAT`). The candidates are first re-ranked by reading them against ``query``
     (:mod:`soul_runtime.loop.rerank`; ``rerank_weights`` :data:`~soul_runtime.loop.rerank.OFF` keeps recall's
     order)."""
-    recalled = rerank(recalled, query, rerank_weights) if query else list(recalled)
+    read = rerank_scores(recalled, query, rerank_weights)
+    scores = [it.score for it in recalled] if read is None else read
+    if read is not None:  # read against the question: the candidates in their new order, with their new scores
+        order = sorted(range(len(recalled)), key=lambda i: (-read[i], i))
+        recalled, scores = [recalled[i] for i in order], [read[i] for i in order]
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
     rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
             for i, it in enumerate(recalled)]
-    by_value = sorted(rows, key=lambda r: (-(max(r[1].score, 1e-9) ** VALUE_POWER)
+    by_value = sorted(rows, key=lambda r: (-(max(scores[r[0]], 1e-9) ** VALUE_POWER)
                                            / max(MIN_LINE_TOKENS, line_tokens(_line(r[2], r[3]))), r[0]))
     used, chosen = 0, []
     shown: set[str] = set()

@@ -39,12 +39,16 @@ from soul_runtime.text import segments
 
 @dataclass(frozen=True)
 class RerankWeights:
-    """How much each reading moves a candidate (0 turns it off)."""
+    """How much each reading moves a candidate (0 turns it off). The defaults come from the grid of
+    ``soul_runtime/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (34 questions with key phrases):
+    relation and breadth lift key phrases (+0.012 together with position, for -0.009 evidence); answer type
+    lowered them on every setting tried (-0.007 alone at 0.6, -0.001 at 0.1 beside the others), so it is read but
+    weighs nothing by default."""
 
     relation: float = 0.6
-    answer_type: float = 0.3
-    position: float = 0.15
-    breadth: float = 0.4
+    answer_type: float = 0.0
+    position: float = 0.3
+    breadth: float = 1.2
 
 
 DEFAULT = RerankWeights()
@@ -127,22 +131,33 @@ def readings(items: Sequence[RecalledItem], question: str) -> list[tuple[float, 
              breadth(it.text)) for it in items]
 
 
-def rerank(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT) -> list[RecalledItem]:
-    """``items`` re-scored by reading them against ``question`` (see the module doc), best first. Facts and
-    procedures keep their scores: they are current and shown first whatever the episodes say."""
+def rerank_scores(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT
+                  ) -> list[float] | None:
+    """Each of ``items``'s score after reading it against ``question`` (see the module doc); None when reading
+    changes nothing (no question, fewer than two episodes, every weight 0). Facts and procedures keep their
+    scores: they are current and shown first whatever the episodes say."""
     w = (weights.relation, weights.answer_type, weights.position, weights.breadth)
     idx = [i for i, it in enumerate(items) if it.store == "episodic"]
     if not question or len(idx) < 2 or not any(w):
-        return list(items)
+        return None
     r = readings([items[i] for i in idx], question)
     means = [sum(x[j] for x in r) / len(r) for j in range(4)]
     lifted = [items[i].score * math.exp(sum(wj * (xj - mj) for wj, xj, mj in zip(w, x, means, strict=True)))
               for i, x in zip(idx, r, strict=True)]
     scale = max(items[i].score for i in idx) / max(max(lifted), 1e-12)  # the best episode keeps recall's top score
-    out = list(items)
+    out = [it.score for it in items]
     for i, s in zip(idx, lifted, strict=True):
-        out[i] = replace(items[i], score=round(s * scale, 6))
-    return sorted(out, key=lambda it: -it.score)
+        out[i] = round(s * scale, 6)
+    return out
+
+
+def rerank(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT) -> list[RecalledItem]:
+    """``items`` re-scored by :func:`rerank_scores`, best first (as they were when reading changes nothing)."""
+    scores = rerank_scores(items, question, weights)
+    if scores is None:
+        return list(items)
+    return [replace(it, score=s) for s, _, it in sorted(zip(scores, range(len(items)), items, strict=True),
+                                                          key=lambda x: (-x[0], x[1]))]
 
 
 MODEL_CANDIDATES = 20
