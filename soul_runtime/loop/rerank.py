@@ -40,7 +40,7 @@ from soul_runtime.text import segments
 @dataclass(frozen=True)
 class RerankWeights:
     """How much each reading moves a candidate (0 turns it off). The defaults come from the grid of
-    ``soul_runtime/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (34 questions with key phrases):
+    ``soul_runtime/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (28 questions with key phrases):
     relation and breadth lift key phrases (+0.012 together with position, for -0.009 evidence); answer type
     lowered them on every setting tried (-0.007 alone at 0.6, -0.001 at 0.1 beside the others), so it is read but
     weighs nothing by default."""
