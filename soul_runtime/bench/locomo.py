@@ -264,8 +264,8 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             ranked = {"bm25": [raw[i] for i in b_rank], "dense": [raw[i] for i in d_rank],
                       "hybrid": [raw[i] for i in rrf(b_rank, d_rank)], "bm25_dated": [dated[i] for i in b_rank]}
             for b in budgets:
-                for name, (its, rr) in variants(items, before[qi] if before is not None else None).items():
-                    tally.add(name, b, q, packed(its, b, now, q.question, rr))
+                for system, (its, rr) in variants(items, before[qi] if before is not None else None).items():
+                    tally.add(system, b, q, packed(its, b, now, q.question, rr))
                 for s, lines in ranked.items():
                     tally.add(s, b, q, take_within(lines, b))
             tally.add("full", 0, q, raw, evidence=False)
