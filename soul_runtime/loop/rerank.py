@@ -41,14 +41,16 @@ from soul_runtime.text import segments
 class RerankWeights:
     """How much each reading moves a candidate (0 turns it off). The defaults come from the grid of
     ``soul_runtime/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (28 questions with key phrases):
-    relation and breadth lift key phrases (+0.012 together with position, for -0.009 evidence); answer type
-    lowered them on every setting tried (-0.007 alone at 0.6, -0.001 at 0.1 beside the others), so it is read but
-    weighs nothing by default."""
+    relation with a little breadth lifts key phrases (+0.008) and evidence (+0.012) together; more breadth, or
+    position, lifts key phrases further (up to +0.016) but costs evidence on BEAM and answer and evidence recall
+    on LoCoMo's conversations (checked against their floors, never fitted: e.g. breadth 1.2 took LoCoMo from
+    0.827 / 0.858 to 0.814 / 0.826). Answer type lowered key phrases on every setting tried. Both are read and
+    weigh 0 by default."""
 
     relation: float = 0.6
     answer_type: float = 0.0
-    position: float = 0.3
-    breadth: float = 1.2
+    position: float = 0.0
+    breadth: float = 0.3
 
 
 DEFAULT = RerankWeights()
