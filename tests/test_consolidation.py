@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from soul_runtime.clock import to_timestamp
+from soul_runtime.config import MemoryConfig
 from soul_runtime.loop.erase import forget_where
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.digest import Said, prose, session_digest, span_digest, worded
@@ -106,7 +107,13 @@ def test_retention_runs_the_consolidation(tmp_path: Path) -> None:
 def test_recall_offers_digests_to_questions_over_time_below_the_line_that_answers(tmp_path: Path) -> None:
     soul, mem = observed(tmp_path)
     mem.consolidate(LATER)
-    over_time = mem.recall("Summarize how the ingestion service and the finance dashboard changed", 10, at=LATER)
+    ask = "Summarize how the ingestion service and the finance dashboard changed"
+    assert not any(it.id.startswith("dg-") for it in mem.recall(ask, 10, at=LATER))  # off by default
+    soul.close()
+    mem.close()
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(digests_recalled=2))
+    soul = Soul("atlas", tmp_path, memory=mem, model=OfflineModel())
+    over_time = mem.recall(ask, 10, at=LATER)
     digests = [it for it in over_time if it.id.startswith("dg-")]
     assert digests and over_time[0].id.startswith("ep-") and all(d.score < over_time[0].score for d in digests)
     precise = mem.recall("How many order events per second does the ingestion service handle?", 10, at=LATER)

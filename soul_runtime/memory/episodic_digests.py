@@ -7,7 +7,8 @@ table (migration 0009), derived from the episodes they name.
 * A forget deletes every digest that names an erased episode in the same transaction as the episodes (then the
   file is compacted with them: no byte left); the next consolidation writes it again from what is left.
 * Recall offers the digests that share most of a question's words when the question gathers what was said
-  over time (:data:`soul_runtime.memory.digest.SPANNING`), at most DIGESTS_RECALLED, each scored below the best
+  over time (:data:`soul_runtime.memory.digest.SPANNING`), at most ``MemoryConfig.digests_recalled`` (0 by
+  default: none), each scored below the best
   episode times the square root of the share of the question's weight it holds (DIGEST_FLOOR at least), so a precise line that answers still comes first.
 """
 
@@ -35,8 +36,6 @@ from soul_runtime.memory.layer_db import pack, unpack
 from soul_runtime.memory.sqlite_db import transaction
 from soul_runtime.records import RecalledItem
 
-DIGESTS_RECALLED = 2
-"""Digests a spanning question recalls at most."""
 DIGEST_SHARE = 0.9
 """A digest's recall score is at most this share of the best episode's: it comes after the line that answers."""
 DIGEST_FLOOR = 0.75
@@ -122,7 +121,7 @@ class EpisodeDigests(EpisodeTable):
 
     def _digest_items(self, query: str, best: float) -> list[RecalledItem]:
         """The digests a question that gathers what was said over time is offered (module doc)."""
-        if not SPANNING.search(query):
+        if not self.cfg.digests_recalled or not SPANNING.search(query):
             return []
         rows = self.db.execute("SELECT key, kind, sessions, text, episodes, sources, first_at, last_at, fingerprint "
                                "FROM digests").fetchall()
@@ -134,6 +133,6 @@ class EpisodeDigests(EpisodeTable):
         if total <= 0:
             return []
         held = {k: sum(weights.get(t, 0.0) for t in text_terms(d.text)) / total for k, d in ds.items()}
-        top = sorted((k for k in ds if held[k] > 0), key=lambda k: (-held[k], k))[:DIGESTS_RECALLED]
+        top = sorted((k for k in ds if held[k] > 0), key=lambda k: (-held[k], k))[:self.cfg.digests_recalled]
         return [RecalledItem("episodic", DIGEST_ID + k, ds[k].text, round(best * DIGEST_SHARE * max(DIGEST_FLOOR, math.sqrt(held[k])), 6),
                              ds[k].sources, ds[k].first_at) for k in top]
