@@ -88,6 +88,7 @@ class MemoryConfig:
                      "max_episode_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+        _check(isinstance(self.digests_recalled, int), f"digests_recalled must be an int, got {self.digests_recalled!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
