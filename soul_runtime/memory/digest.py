@@ -21,10 +21,20 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from soul_runtime.loop.excerpt import FIGURE, text_terms
 from soul_runtime.text import segments, terms
 from soul_runtime.timeref import day_text
+
+
+@lru_cache(maxsize=1 << 14)
+def text_terms(text: str) -> frozenset[str]:
+    """The distinct lexical terms of ``text`` (remembered: a consolidation reads each episode's several times)."""
+    return frozenset(terms(text))
+
+
+FIGURE = re.compile(r"\d")
+"""A sentence that states a figure (a count, a version, a date) weighs more in a digest."""
 
 DIGEST_CHARS = 400
 """A digest's text is at most this long: it is shown whole, as one memory line of ~100 tokens."""

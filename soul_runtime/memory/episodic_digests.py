@@ -9,7 +9,7 @@ table (migration 0009), derived from the episodes they name.
 * Recall offers the digests that share most of a question's words when the question gathers what was said
   over time (:data:`soul_runtime.memory.digest.SPANNING`), at most ``MemoryConfig.digests_recalled`` (0 by
   default: none), each scored below the best
-  episode times the square root of the share of the question's weight it holds (DIGEST_FLOOR at least), so a precise line that answers still comes first.
+  episode times the square root of the share of the question's terms it holds (DIGEST_FLOOR at least), so a precise line that answers still comes first.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from soul_runtime.loop.excerpt import query_weights, text_terms
 from soul_runtime.memory.digest import (
     SPAN_SESSIONS,
     SPANNING,
@@ -30,6 +29,7 @@ from soul_runtime.memory.digest import (
     fingerprint,
     session_digest,
     span_digest,
+    text_terms,
 )
 from soul_runtime.memory.episodic_table import EpisodeTable
 from soul_runtime.memory.layer_db import pack, unpack
@@ -128,11 +128,10 @@ class EpisodeDigests(EpisodeTable):
         if not rows:
             return []
         ds = {str(r[0]): _row(r) for r in rows}
-        weights = query_weights(query, [d.text for d in ds.values()])
-        total = sum(weights.values())
-        if total <= 0:
+        asked = text_terms(query)
+        if not asked:
             return []
-        held = {k: sum(weights.get(t, 0.0) for t in text_terms(d.text)) / total for k, d in ds.items()}
+        held = {k: len(asked & text_terms(d.text)) / len(asked) for k, d in ds.items()}
         top = sorted((k for k in ds if held[k] > 0), key=lambda k: (-held[k], k))[:self.cfg.digests_recalled]
         return [RecalledItem("episodic", DIGEST_ID + k, ds[k].text, round(best * DIGEST_SHARE * max(DIGEST_FLOOR, math.sqrt(held[k])), 6),
                              ds[k].sources, ds[k].first_at) for k in top]
