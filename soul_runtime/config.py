@@ -42,10 +42,9 @@ class MemoryConfig:
     rank_constant: float = 60.0
     """Reciprocal rank fusion's constant: a candidate at rank r of a ranking scores 1 / (rank_constant + r) there.
     Larger values flatten the difference between the first ranks."""
-    digests_recalled: int = 0
+    digests_recalled: int = 2
     """Consolidated digests (:mod:`soul_runtime.memory.episodic_digests`) a question over time is offered in
-    recall; 0: none (they are still written, kept with their provenance and erased with their episodes). Off by
-    default: on BEAM's development chats extractive digests took room from lines holding the answer's words."""
+    recall; 0: none (they are still written, kept with their provenance and erased with their episodes)."""
     max_episode_chars: int = 400
     # semantic
     promotion_observations: int = 3

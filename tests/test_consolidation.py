@@ -108,10 +108,12 @@ def test_recall_offers_digests_to_questions_over_time_below_the_line_that_answer
     soul, mem = observed(tmp_path)
     mem.consolidate(LATER)
     ask = "Summarize how the ingestion service and the finance dashboard changed"
-    assert not any(it.id.startswith("dg-") for it in mem.recall(ask, 10, at=LATER))  # off by default
     soul.close()
     mem.close()
-    mem = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(digests_recalled=2))
+    off = SoulMemory(tmp_path, embedder=HashEmbedder(), config=MemoryConfig(digests_recalled=0))
+    assert not any(it.id.startswith("dg-") for it in off.recall(ask, 10, at=LATER))  # switched off
+    off.close()
+    mem = SoulMemory(tmp_path, embedder=HashEmbedder())
     soul = Soul("atlas", tmp_path, memory=mem, model=OfflineModel())
     over_time = mem.recall(ask, 10, at=LATER)
     digests = [it for it in over_time if it.id.startswith("dg-")]
