@@ -8,8 +8,8 @@ table (migration 0009), derived from the episodes they name.
   file is compacted with them: no byte left); the next consolidation writes it again from what is left.
 * Recall offers the digests that share most of a question's words when the question gathers what was said
   over time (:data:`soul_runtime.memory.digest.SPANNING`), at most ``MemoryConfig.digests_recalled`` (2; 0:
-  none), each scored below the best
-  episode times the square root of the share of the question's terms it holds (DIGEST_FLOOR at least), so a precise line that answers still comes first.
+  none), each scored DIGEST_SHARE of the best episode times the square root of the share of the question's
+  terms it holds (DIGEST_FLOOR at least), so a precise line that answers still comes first.
 """
 
 from __future__ import annotations
