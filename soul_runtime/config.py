@@ -42,6 +42,9 @@ class MemoryConfig:
     rank_constant: float = 60.0
     """Reciprocal rank fusion's constant: a candidate at rank r of a ranking scores 1 / (rank_constant + r) there.
     Larger values flatten the difference between the first ranks."""
+    digests_recalled: int = 2
+    """Consolidated digests (:mod:`soul_runtime.memory.episodic_digests`) a question over time is offered in
+    recall; 0: none (they are still written, kept with their provenance and erased with their episodes)."""
     max_episode_chars: int = 400
     # semantic
     promotion_observations: int = 3
@@ -84,6 +87,7 @@ class MemoryConfig:
                      "max_episode_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+        _check(isinstance(self.digests_recalled, int), f"digests_recalled must be an int, got {self.digests_recalled!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ import pytest
 
 from soul_runtime.bench import locomo as bench_locomo
 from soul_runtime.bench import plotting
+from soul_runtime.bench.ablation import ABLATIONS
 from soul_runtime.cli.bench import locomo_markdown, update_readme
 from soul_runtime.cli.main import main
 from soul_runtime.errors import ConfigError
@@ -44,8 +45,8 @@ def test_bench_runs_and_reports_every_system(tmp_path: Path) -> None:
     data.mkdir()
     (data / "a.json").write_text(json.dumps(conversation("Biscuit")))
     (data / "b.json").write_text(json.dumps([conversation("Pepper"), conversation("Miso")]))  # a list file
-    res = bench_locomo.run(data, (50, 200), embedder=HashEmbedder(), workdir=str(tmp_path / "w"))
-    for s in bench_locomo.SYSTEMS:
+    res = bench_locomo.run(data, (50, 200), embedder=HashEmbedder(), workdir=str(tmp_path / "w"), ablation=True)
+    for s in bench_locomo.SYSTEMS + tuple(ABLATIONS):  # the soul's parts apart too, on the same stores
         for b in ("50", "200"):
             r = res["systems"][s][b]
             assert 0.0 <= r["evidence_recall"] <= 1.0 and 0.0 <= r["answer_recall"] <= 1.0

@@ -251,7 +251,7 @@ def test_migrations_are_ordered_and_named(tmp_path: Path) -> None:
     names = [r[0] for r in sqlite3.connect(tmp_path / "episodic.sqlite").execute(
         "SELECT name FROM schema_migrations ORDER BY seq")]
     assert names == ["0001_episodes", "0002_superseded", "0003_key_text", "0004_session_index", "0005_term_counts",
-                     "0006_fence", "0007_recall_cover", "0008_unit"]
+                     "0006_fence", "0007_recall_cover", "0008_unit", "0009_digests"]
     with pytest.raises(StorageError):
         open_db(tmp_path / "episodic.sqlite", [("0001_other", "SELECT 1")])
 

@@ -25,21 +25,25 @@ from typing import Any
 
 import numpy as np
 
+from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
+from soul_runtime.bench.ablation import packed, variants
 from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, load
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import SoulError
-from soul_runtime.loop.context import line_tokens, pack_memory
+from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
 from soul_runtime.records import RecalledItem
 
-SYSTEMS = ("soul", "bm25_chunks", "dense_chunks", "bm25_messages")
+SYSTEMS = ("soul", "soul_recall_order", "soul_rerank_only", "soul_digests_only", "bm25_chunks", "dense_chunks",
+           "bm25_messages")
 LABELS = {"soul": "soul-runtime (what a turn shows)", "bm25_chunks": "BM25 over ~400-character chunks",
-          "dense_chunks": "dense over the same chunks", "bm25_messages": "BM25 over whole messages"}
+          "dense_chunks": "dense over the same chunks", "bm25_messages": "BM25 over whole messages",
+          **ABLATION_LABELS}
 ASK_AFTER = 30 * DAY
 Lines = Sequence[tuple[str, tuple[str, ...]]]
 
@@ -108,16 +112,19 @@ class Baselines:
                 "dense_chunks": [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]}
 
 
-def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str) -> Lines:
+def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True) -> Lines:
     """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources."""
-    return [(line, it.sources) for it, line in pack_memory(items, budget, now, question)]
+    return packed(items, budget, now, question, rerank)
 
 
 def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
                budgets: Sequence[int], baselines: Baselines | None, failures: list[str],
-               progress: Callable[[str, int, int], None] | None = None) -> list[float]:
+               progress: Callable[[str, int, int], None] | None = None,
+               before: Sequence[Sequence[RecalledItem]] | None = None) -> list[float]:
     """Every question of ``chat`` at every budget, the soul beside the baselines; the recall latencies (ms). A
-    packing that raises is counted in ``failures`` (and scored as showing nothing)."""
+    packing that raises is counted in ``failures`` (and scored as showing nothing). ``before``: each question's
+    recall before the digests were written, to score the ablations beside the soul
+    (:mod:`soul_runtime.bench.ablation`)."""
     now = max(m["at"] for m in chat.messages) + ASK_AFTER
     recall_ms = []
     for qi, q in enumerate(chat.questions):
@@ -125,13 +132,15 @@ def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]
         items = recall(q.question, now)
         recall_ms.append((time.perf_counter() - t1) * 1000)
         ranked = baselines.ranked(q.question) if baselines else {}
+        souls = variants(items, before[qi] if before is not None else None)
         for b in budgets:
-            try:
-                lines = shown(items, b, now, q.question)
-            except Exception as e:  # counted, never hidden: the floor is none
-                failures.append(f"{chat.chat_id} q{qi} @{b}: {type(e).__name__}: {e}")
-                lines = []
-            tally.add("soul", b, q, lines)
+            for name, (its, rr) in souls.items():
+                try:
+                    lines = shown(its, b, now, q.question, rr)
+                except Exception as e:  # counted, never hidden: the floor is none
+                    failures.append(f"{chat.chat_id} {name} q{qi} @{b}: {type(e).__name__}: {e}")
+                    lines = []
+                tally.add(name, b, q, lines)
             for system, order in ranked.items():
                 tally.add(system, b, q, take_clipped(order, b) if system == "bm25_messages" else take_within(order, b))
         if progress:
@@ -155,8 +164,12 @@ def ingest(chat: Chat, soul: Soul, refused: list[str], progress: Callable[[str, 
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
         config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
-        chats: Sequence[str] | None = None, baselines: bool = True) -> dict[str, Any]:
-    """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids)."""
+        chats: Sequence[str] | None = None, baselines: bool = True, consolidate: bool = True,
+        ablation: bool = False) -> dict[str, Any]:
+    """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
+    chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
+    soul's parts are also scored apart (:mod:`soul_runtime.bench.ablation`), recall asked before and after
+    consolidation."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")
@@ -180,14 +193,30 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
 
         def recall(q: str, at: float, m: SoulMemory = mem) -> list[RecalledItem]:
             return m.recall(q, turn.recall_k, at=at)
+        asked = max(m["at"] for m in chat.messages) + ASK_AFTER
+        before, before_ms = None, []
+        if ablation:
+            before = []
+            for q in chat.questions:
+                t1 = time.perf_counter()
+                before.append(recall(q.question, asked))
+                before_ms.append((time.perf_counter() - t1) * 1000)
+        t1 = time.perf_counter()
+        done = mem.consolidate(asked) if consolidate else {}
+        consolidate_s = time.perf_counter() - t1
         base = Baselines(chat, embedder) if baselines else None
-        recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress)
+        recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress, before)
         st = mem.stats()
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,
                          "questions": len(chat.questions), "ingest_s": round(took, 2),
                          "messages_per_s": round(len(chat.messages) / took, 2), "rss_mib": rss, "rss_peak_mib": peak,
                          "episodes": st["episodes"], "facts": st["facts"],
-                         "recall_p50_ms": round(statistics.median(recall_ms), 2) if recall_ms else None})
+                         "recall_p50_ms": round(statistics.median(recall_ms), 2) if recall_ms else None,
+                         "recall_p50_ms_before_digests": round(statistics.median(before_ms), 2) if before_ms else None,
+                         "consolidate_s": round(consolidate_s, 2), "sessions": len(chat.sessions),
+                         "consolidate_s_per_session": round(consolidate_s / max(1, len(chat.sessions)), 3),
+                         "digests": done.get("digests", 0), "stored_bytes": _stored_bytes(root / chat.chat_id),
+                         "digest_bytes": _digest_bytes(mem)})
         soul.close()
         mem.close()
     res = summary(tally, budgets, turn)
@@ -198,6 +227,16 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
                       "rss_peak_mib": max((c["rss_peak_mib"] for c in per_chat), default=None),
                       "embedder": embedder.embedder_id, "model": model.label, "per_chat": per_chat}
     return res
+
+
+def _stored_bytes(directory: Path) -> int:
+    """Bytes of a soul's files on disk."""
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def _digest_bytes(mem: SoulMemory) -> int:
+    """Characters of text the digests hold (their rows' share of the store)."""
+    return sum(len(d.text.encode()) for d in mem.digests())
 
 
 def summary(tally: Tally, budgets: Sequence[int], turn: TurnConfig) -> dict[str, Any]:
@@ -223,5 +262,6 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    plot_systems(res, path, LABELS, {"soul": "o-", "bm25_chunks": "s--", "dense_chunks": "d-.", "bm25_messages": "^:"},
+    plot_systems(res, path, LABELS, {"soul": "o-", "soul_recall_order": "x:", "bm25_chunks": "s--", "dense_chunks": "d-.",
+                                 "bm25_messages": "^:"},
                  tuple(METRICS), "BEAM chats")

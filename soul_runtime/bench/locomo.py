@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from soul_runtime.bench.ablation import ABLATIONS, packed, variants
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
-from soul_runtime.loop.context import line_tokens, pack_memory
+from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.ingest import Conversation, load_locomo
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
@@ -210,17 +211,19 @@ class _Tally:
 # ---- the benchmark ---------------------------------------------------------------------------
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
-        config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None
-        ) -> dict[str, Any]:
+        config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
+        consolidate: bool = True, ablation: bool = False) -> dict[str, Any]:
     """Every system at every budget; the soul recalls ``turn.recall_k`` items and packs them as the loop does.
-    The headline budget is ``turn.memory_tokens`` (the loop's default)."""
+    The headline budget is ``turn.memory_tokens`` (the loop's default). After a conversation is observed its
+    memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the soul's parts are also
+    scored apart (:mod:`soul_runtime.bench.ablation`)."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")
     budgets = sorted(set(budgets))
     tally = _Tally()
     recall_ms: list[float] = []
-    ingest_s = 0.0
+    ingest_s = consolidate_s = 0.0
     n_msgs = 0
     stored: dict[str, int] = {"episodes": 0, "facts": 0, "procedures": 0}
     full_tokens: list[int] = []
@@ -242,6 +245,11 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         for key in stored:
             stored[key] += st[key]
         now = max(t.at for t in turns) + DAY
+        before = [mem.recall(q.question, turn.recall_k, at=now) for q in qas] if ablation else None
+        t0 = time.perf_counter()
+        if consolidate:
+            mem.consolidate(now)
+        consolidate_s += time.perf_counter() - t0
         raw = [(raw_text(t), (t.id,)) for t in turns]
         dated = [(dated_text(t), (t.id,)) for t in turns]
         bm25 = BM25([text for text, _ in raw])
@@ -256,7 +264,8 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             ranked = {"bm25": [raw[i] for i in b_rank], "dense": [raw[i] for i in d_rank],
                       "hybrid": [raw[i] for i in rrf(b_rank, d_rank)], "bm25_dated": [dated[i] for i in b_rank]}
             for b in budgets:
-                tally.add("soul", b, q, [(line, it.sources) for it, line in pack_memory(items, b, now, q.question)])
+                for system, (its, rr) in variants(items, before[qi] if before is not None else None).items():
+                    tally.add(system, b, q, packed(its, b, now, q.question, rr))
                 for s, lines in ranked.items():
                     tally.add(s, b, q, take_within(lines, b))
             tally.add("full", 0, q, raw, evidence=False)
@@ -269,11 +278,13 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         mem.close()
     head = turn.memory_tokens if turn.memory_tokens in budgets else budgets[len(budgets) // 2]
     res: dict[str, Any] = {"budgets": budgets, "headline_budget": head, "recall_k": turn.recall_k,
-                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets} for s in SYSTEMS}}
+                           "systems": {s: {str(b): tally.summary(s, b) for b in budgets}
+                                       for s in SYSTEMS + (tuple(ABLATIONS) if ablation else ())}}
     res["ceiling"] = {s: tally.summary(s, 0) for s in ("full", "full_dated")}
     res["details"] = {**_details(convs, recall_ms, res["systems"]["soul"][str(head)], full_tokens, full_dated_tokens),
                       "raw_turns": n_msgs, "stored": stored,
                       "ingest_messages_per_s": round(n_msgs / ingest_s, 1) if ingest_s else None,
+                      "consolidate_s": round(consolidate_s, 2),
                       "embedder": embedder.embedder_id, "model": model.label}
     res["ratios"] = {str(b): {f"answer_vs_{s}": _ratio(res["systems"]["soul"][str(b)]["answer_recall"],
                                                        res["systems"][s][str(b)]["answer_recall"])

@@ -107,15 +107,17 @@ def cmd_locomo(ctx: Ctx) -> int:
     from soul_runtime.bench import locomo as bench_locomo
     use_storage(args.storage)
     with working(out, "loading the embedder") as progress:
-        res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit)
+        res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit,
+                               ablation=args.ablation)
+    from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
     from soul_runtime.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="LoCoMo: answer recall / evidence recall of the lines shown (same run, same budgets)")
     table.add_column("system")
     for b in budgets:
         table.add_column(f"@{b} tok", justify="right")
-    for s in SYSTEMS:
-        table.add_row(LABELS[s], *(f"{_f(res['systems'][s][b]['answer_recall'])} / "
+    for s in [s for s in SYSTEMS + tuple(ABLATION_LABELS) if s in res["systems"]]:
+        table.add_row({**LABELS, **ABLATION_LABELS}[s], *(f"{_f(res['systems'][s][b]['answer_recall'])} / "
                                    f"{_f(res['systems'][s][b]['evidence_recall'])}" for b in budgets))
     for s in ("full", "full_dated"):
         table.add_row(LABELS[s], *(f"{_f(res['ceiling'][s]['answer_recall'])} / —" for _ in budgets))
@@ -198,7 +200,8 @@ def cmd_beam(ctx: Ctx) -> int:
     use_storage(args.storage)
     with working(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
-                             chats=args.chats or None, baselines=not args.no_baselines)
+                             chats=args.chats or None, baselines=not args.no_baselines,
+                             ablation=args.ablation)
     budgets = [str(b) for b in res["budgets"]]
     systems = [s for s in bench_beam.SYSTEMS if s in res["systems"]]
     table = Table(title="BEAM chats: evidence recall / key-phrase recall of the lines shown (same run)")
@@ -583,6 +586,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     lp.add_argument("--budget", type=_budgets, default=[500, 1000, 2000], help="comma-separated token budgets")
     lp.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     lp.add_argument("--storage", type=check_storage, default="local", metavar="STORAGE", help=STORAGE_HELP)
+    lp.add_argument("--ablation", action="store_true", help="also score the soul without its re-ranker, without "
+                                                             "its digests and without both, on the same stores")
     lp.add_argument("--json", metavar="FILE")
     lp.add_argument("--plot", metavar="PNG")
     lp.add_argument("--readme", metavar="MARKDOWN",
@@ -614,6 +619,8 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="only these chat directories, comma-separated (like 3,4)")
     bm.add_argument("--limit", type=int, default=None, help="only the first N chats")
     bm.add_argument("--no-baselines", action="store_true", help="the soul only (the baselines embed every chunk)")
+    bm.add_argument("--ablation", action="store_true", help="also score the soul without its re-ranker, without "
+                                                             "its digests and without both, on the same stores")
     bm.add_argument("--json", metavar="FILE")
     bm.add_argument("--plot", metavar="PNG")
     bm.set_defaults(bench_fn=cmd_beam)

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights, text_terms
+from soul_runtime.loop.rerank import DEFAULT as RERANK
+from soul_runtime.loop.rerank import RerankWeights, rerank_scores
+from soul_runtime.memory.episodic_digests import DIGEST_ID
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
 from soul_runtime.text import estimate_tokens
@@ -83,9 +86,15 @@ def when(it: RecalledItem, now: float | None = None) -> str:
     return f"{day_text(it.at)}{f' ({rel})' if rel else ''}"
 
 
+def is_digest(it: RecalledItem) -> bool:
+    """A consolidated memory (:mod:`soul_runtime.memory.episodic_digests`): shown whole, and never standing in
+    for the lines of the messages it quotes."""
+    return it.id.startswith(DIGEST_ID)
+
+
 def _shown(it: RecalledItem, short: bool, weights: dict[str, float] | None) -> str:
     text = it.text
-    room = SHORT_CHARS if short else FULL_CHARS
+    room = len(text) if is_digest(it) else SHORT_CHARS if short else FULL_CHARS
     if len(text) > room:
         found = excerpt(text, weights, room) if weights else None
         text = found if found is not None else short_text(text, room)
@@ -135,8 +144,8 @@ def _render(chosen: list[tuple[int, RecalledItem, str, str]]) -> list[tuple[Reca
     return out
 
 
-def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = ""
-                ) -> list[tuple[RecalledItem, str]]:
+def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = "",
+                rerank_weights: RerankWeights = RERANK) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the line, at least MIN_LINE_TOKENS), returned with their lines: facts
     and procedures first in recall order, then episodes by day (the day of the best first), a day's date written
@@ -145,11 +154,18 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
     are shown by the one that answers best); so is an episode's line that repeats one already chosen
-    (:data:`REPEAT`)."""
+    (:data:`REPEAT`). The candidates are first re-ranked by reading them against ``query``
+    (:mod:`soul_runtime.loop.rerank`; ``rerank_weights`` :data:`~soul_runtime.loop.rerank.OFF` keeps recall's
+    order)."""
+    read = rerank_scores(recalled, query, rerank_weights)
+    scores = [it.score for it in recalled] if read is None else read
+    if read is not None:  # read against the question: the candidates in their new order, with their new scores
+        order = sorted(range(len(recalled)), key=lambda i: (-read[i], i))
+        recalled, scores = [recalled[i] for i in order], [read[i] for i in order]
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
     rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
             for i, it in enumerate(recalled)]
-    by_value = sorted(rows, key=lambda r: (-(max(r[1].score, 1e-9) ** VALUE_POWER)
+    by_value = sorted(rows, key=lambda r: (-(max(scores[r[0]], 1e-9) ** VALUE_POWER)
                                            / max(MIN_LINE_TOKENS, line_tokens(_line(r[2], r[3]))), r[0]))
     used, chosen = 0, []
     shown: set[str] = set()
@@ -158,7 +174,7 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     for row in by_value:
         _, it, day, body = row
         t = line_tokens(_line(day, body, day in days))
-        episode = it.store == "episodic"
+        episode = it.store == "episodic" and not is_digest(it)
         if used + t > budget or (episode and it.sources and shown.issuperset(it.sources)):
             continue
         words, figures = text_terms(body), frozenset(FIGURE.findall(body))

@@ -173,6 +173,8 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
             t3 = clock()
             lex_ms = (t3 - t2) * 1000
         items = self._score(query, k, now, query_vector, dense, lexical)
+        if items:  # a question that gathers what was said over time: the digests that hold most of it
+            items = sorted(items + self._digest_items(query, items[0].score), key=lambda it: (-it.score, it.id))[:k]
         if timings is not None:  # each search's own time (they overlap in a large store)
             for name, ms in (("embed", (t1 - t0) * 1000), ("dense", (t2 - t1) * 1000), ("lexical", lex_ms),
                              ("score", (clock() - t3) * 1000)):

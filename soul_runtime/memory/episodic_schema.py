@@ -49,11 +49,19 @@ MIGRATIONS = [
         DROP INDEX episodes_recall;
         CREATE INDEX episodes_recall ON episodes(rowid, at, promoted, superseded, unit)
     """),
+    ("0009_digests", """
+        CREATE TABLE digests (
+            key TEXT PRIMARY KEY, kind TEXT NOT NULL, sessions BLOB NOT NULL, text TEXT NOT NULL,
+            episodes BLOB NOT NULL, sources BLOB NOT NULL, first_at REAL NOT NULL, last_at REAL NOT NULL,
+            fingerprint TEXT NOT NULL, written_at REAL NOT NULL)
+    """),
 ]
 """0007: recall scores its candidates on date and flags read from this covering index. An episode's row holds
 its vector and text, and its later columns sit on overflow pages; reading them per candidate dominated recall
 in a large store. 0008: whether an episode is a unit of a long message (:mod:`soul_runtime.loop.units`), which
-shares its message's vector: recall weighs its dense side by ``unit_dense_weight``."""
+shares its message's vector: recall weighs its dense side by ``unit_dense_weight``. 0009: consolidated memory
+(:mod:`soul_runtime.memory.episodic_digests`): a digest of each session and of each span of sessions, derived
+from the episodes it names (rewritten when they change, deleted with them)."""
 
 DERIVED = (
     "INSERT INTO episodes_fts (rowid, summary) SELECT rowid, CASE WHEN key_text <> '' THEN key_text ELSE summary END"

@@ -16,6 +16,7 @@ from soul_runtime.clock import to_timestamp
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import InvalidInput
+from soul_runtime.memory.digest import Digest
 from soul_runtime.memory.episodic import EpisodicStore
 from soul_runtime.memory.erasure import Erased, ForgetQuery
 from soul_runtime.memory.export import import_export, pack_export
@@ -180,6 +181,15 @@ class SoulMemory:
     def sweep(self, now: Any) -> dict[str, int]:
         t = to_timestamp(now)
         return {**self.episodic.sweep(t), **self.semantic.sweep(t)}
+
+    def consolidate(self, now: Any = None) -> dict[str, int]:
+        """Work after the turn: bring the consolidated memory (digests of sessions and spans of sessions, each
+        naming the episodes it was written from) up to date with the episodes. Also run by :meth:`sweep`."""
+        return self.episodic.consolidate(None if now is None else to_timestamp(now))
+
+    def digests(self) -> list[Digest]:
+        """The consolidated memory held, with provenance (the episodes and sources of each digest)."""
+        return self.episodic.digests()
 
     def forget(self, stores: Iterable[str] | None = None) -> dict[str, int]:
         """Erase these layers (all by default) for good: their files are unlinked and recreated empty, so no
