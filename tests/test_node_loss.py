@@ -21,13 +21,14 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import json, os, shutil, statistics, sys, threading, time
+    import json, os, shutil, statistics, sys, time
     import ray
     from ray.cluster_utils import Cluster
     import soul_runtime
     from actors import raycalls
     from actors.controller import host_name
     from actors.placement import store_name, store_of
+    from tests.turn_streams import TurnStreams
 
     url, root, souls_n, turns = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     def cache(name):
@@ -58,31 +59,12 @@ SCRIPT = textwrap.dedent("""
         rt.soul(q).turn(f"Confirmed: the runbook for service {q} lives in the ops wiki, page {q[-1]}7.",
                         user="ops", request_id=f"{q}-0")
     recall_before = {q: [it.id for it in rt.soul(q).recall("where is the runbook", k=5)] for q in quiet}
-    acked = {s: [] for s in souls}
-    answered_at = {s: [] for s in souls}
-    errors = []
-    stop = threading.Event()
-
-    def stream(s):  # the soul's turns in order until told to stop
-        i = 0
-        while not stop.is_set():
-            try:
-                r = rt.soul(s).turn(f"Confirmed: the owner of service {i} of {s} is team T{i}.", user="ops",
-                                    request_id=f"{s}-{i}")
-                acked[s].append(r.seq)
-                answered_at[s].append(time.time())
-                i += 1
-            except Exception as e:
-                errors.append(f"{s}#{i}: {e!r}")
-                return
-
-    threads = [threading.Thread(target=stream, args=(s,)) for s in souls]
-    for t in threads:
-        t.start()
+    load = TurnStreams(rt, souls, lambda s, i: f"Confirmed: the owner of service {i} of {s} is team T{i}.").start()
+    acked, errors = load.acked, load.errors
     kills = []
     for round_ in range(2):
-        goal = sum(map(len, acked.values())) + turns * len(souls)
-        while sum(map(len, acked.values())) < goal and not errors:
+        goal = load.total() + turns * len(souls)
+        while load.total() < goal and not errors:
             time.sleep(0.05)
         placed = where()
         victim = max(workers, key=lambda w: sum(n == w.node_id for n in placed.values()))
@@ -102,7 +84,7 @@ SCRIPT = textwrap.dedent("""
         first = {}
         deadline = time.time() + 240
         while time.time() < deadline and not errors:
-            first = {s: min((a for a in answered_at[s] if a > t_kill), default=None) for s in moved}
+            first = load.first_answers_after(t_kill, moved)
             if all(v is not None for v in first.values()):
                 break
             time.sleep(0.2)
@@ -111,9 +93,7 @@ SCRIPT = textwrap.dedent("""
                       "answered": len(waits),
                       "kill_to_first_answer_p50_s": round(statistics.median(waits), 2) if waits else None,
                       "kill_to_first_answer_max_s": round(max(waits), 2) if waits else None})
-    stop.set()
-    for t in threads:
-        t.join(timeout=600)
+    load.finish(600)
     recall_after = {q: [it.id for it in rt.soul(q).recall("where is the runbook", k=5)] for q in quiet}
     out = {"kills": kills, "errors": errors[:20], "acked": acked,
            "traces": {s: [t.seq for t in rt.soul(s).traces(last=len(acked[s]) + 5)] for s in souls},

@@ -19,34 +19,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import glob, json, os, statistics, subprocess, sys, threading, time
+    import glob, json, os, statistics, subprocess, sys, time
     import soul_runtime
+    from tests.turn_streams import TurnStreams
     url, pgdata, data_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     pgbin = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
     as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     rt = soul_runtime.connect(data_dir=data_dir, storage=url, embedder="fast", namespace="pgr")
     souls = [f"acme:r{i}" for i in range(16)]
-    acked = {s: [] for s in souls}
-    answered_at = {s: [] for s in souls}
-    errors = []
-    stop = threading.Event()
-
-    def stream(s):
-        i = 0
-        while not stop.is_set():
-            try:
-                r = rt.soul(s).turn(f"Confirmed: release {i} of {s} ships on day {i}.", user="ops",
-                                    request_id=f"{s}-{i}")
-                acked[s].append(r.seq)
-                answered_at[s].append(time.time())
-                i += 1
-            except Exception as e:
-                errors.append(f"{s}#{i}: {e!r}")
-                return
-
-    threads = [threading.Thread(target=stream, args=(s,)) for s in souls]
-    for t in threads:
-        t.start()
+    load = TurnStreams(rt, souls, lambda s, i: f"Confirmed: release {i} of {s} ships on day {i}.").start()
+    acked, errors = load.acked, load.errors
     while min(map(len, acked.values())) < 3 and not errors:
         time.sleep(0.05)
     t_restart = time.time()
@@ -56,13 +38,11 @@ SCRIPT = textwrap.dedent("""
     deadline = t_ready + 120
     first = {}
     while time.time() < deadline and not errors:
-        first = {s: min((a for a in answered_at[s] if a > t_ready), default=None) for s in souls}
+        first = load.first_answers_after(t_ready, souls)
         if all(v is not None for v in first.values()):
             break
         time.sleep(0.1)
-    stop.set()
-    for t in threads:
-        t.join(timeout=300)
+    load.finish(300)
     waits = sorted(v - t_ready for v in first.values() if v is not None)
     out = {"errors": errors[:20], "acked": acked,
            "traces": {s: [t.seq for t in rt.soul(s).traces(last=len(acked[s]) + 5)] for s in souls},

@@ -83,7 +83,7 @@ def pool(url: str) -> Any:
                 raise ConfigError("a postgresql:// storage needs psycopg: pip install 'soul-runtime[postgres]'"
                                   ) from e
             p = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=False, timeout=RETRY_S,
-                               kwargs={"autocommit": False}, name="soul-runtime")
+                               kwargs={"autocommit": True}, name="soul-runtime")
             p.open(wait=False)
             _pools[url] = p
             try:
