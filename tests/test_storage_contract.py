@@ -326,3 +326,15 @@ def test_tenants_on_postgres_are_one_table_for_every_replica(tmp_path: Path, pg:
     b.remove("beta")
     assert [t.name for t in a.tenants()] == ["acme"]
     assert not (tmp_path / "node1").exists() and not (tmp_path / "node2").exists()
+
+
+def test_a_rebuild_says_what_it_rebuilt_and_how_long_it_took(tmp_path: Path, pg: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    m = SoulMemory(tmp_path / "n1" / "souls" / "jo", embedder=HashEmbedder())
+    fill(m, 4)
+    m.close()
+    with caplog.at_level("INFO", logger="soul_runtime.storage"):
+        SoulMemory(tmp_path / "n2" / "souls" / "jo", embedder=HashEmbedder()).close()
+    said = [r.getMessage() for r in caplog.records if r.name == "soul_runtime.storage"]
+    assert any(s.startswith("rebuilding") and "episodic.sqlite" in s and "rows" in s for s in said), said
+    assert any(s.startswith("rebuilt") and "episodic.sqlite" in s and s.endswith(" s") for s in said), said

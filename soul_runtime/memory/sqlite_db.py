@@ -4,11 +4,13 @@ ordered named migrations."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import resource
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,7 @@ from soul_runtime.memory.pg_cache import CachedDb, Mirror
 from soul_runtime.owner_only import create_file, private_umask, write_file
 from soul_runtime.storage_modes import check_storage, journal_for  # local: WAL; shared: a rollback journal
 
+log = logging.getLogger("soul_runtime.storage")
 PAGE_SIZE = 512
 """Bytes a page for new databases: SQLite's smallest, so a near-empty soul's schema (a page a table or
 index) takes an eighth of the space of 4 KiB pages."""
@@ -306,7 +309,9 @@ def _open_cache(path: Path, migrations: Sequence[Migration], page_size: int, der
         if local is not None and (state is None or local[0] != state[0]):
             unlink_files(path.parent, path.stem)  # behind the server (or forgotten there): derive it anew
         if state is not None and not path.exists():
+            started = time.monotonic()
             rows, size = mirror.rows()
+            log.info("rebuilding %s from %d rows (%d bytes) of the server", path, sum(map(len, rows.values())), size)
             if size >= GROW_AT:  # as large as a database that would grow its pages: large pages from the start
                 page_size = max(page_size, GROWN_PAGE_SIZE)
             _create(path, migrations[: state[1]], page_size)
@@ -316,6 +321,7 @@ def _open_cache(path: Path, migrations: Sequence[Migration], page_size: int, der
                 mirror.load(con, *state, rows)
             con.close()
             rebuilt = True
+            log.info("rebuilt %s from the server in %.1f s", path, time.monotonic() - started)
         if not path.exists():
             _create(path, migrations, page_size)
         con = _open(path, migrations, page_size)
