@@ -227,6 +227,7 @@ def test_a_shard_hands_a_read_refused_for_a_lock_on_without_touching_the_databas
     shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "fast", 0, 1, 0.0, storage="shared",
                        capacity_bytes=1 << 30)
     try:
+        (tmp_path / "souls" / "maya").mkdir(parents=True)  # a soul that exists (reads of unknown souls create none)
         shard.read("maya", "stats")  # creates and opens the soul's semantic database
         measured = shard.sizes["maya"]
         assert measured > 0
