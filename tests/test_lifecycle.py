@@ -45,6 +45,8 @@ def _open_files_under(root: Path) -> list[str]:
 
 def test_a_shard_stops_closing_every_open_store(tmp_path: Path) -> None:
     shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 8, "default", 0, 1, 0.0)
+    for sid in ("a", "b"):  # souls that exist (a read of an unknown soul creates nothing)
+        (tmp_path / "souls" / sid).mkdir(parents=True)
     before = {sid: shard.read(sid, "stats") for sid in ("a", "b")}
     assert _open_files_under(tmp_path)  # the two stores' databases are open
     assert shard.stop() == 2 and len(shard.open) == 0 and len(shard.locks) == 0

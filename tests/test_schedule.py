@@ -258,6 +258,8 @@ def test_an_evicted_store_closes_off_the_callers_path_and_its_soul_waits_for_the
 
     from soul_runtime.memory.semantic import SemanticStore
     shard = LayerShard("semantic", str(tmp_path), asdict(MemoryConfig()), 1, "default", 0, 1, 0.0)
+    for sid in ("a", "b"):  # souls that exist (a read of an unknown soul creates nothing)
+        (tmp_path / "souls" / sid).mkdir(parents=True)
     facts = {sid: shard.read(sid, "stats") for sid in ("a", "b")}  # b's opening evicted a
     shard.wait_closed()
     gate, closing = threading.Event(), threading.Event()
