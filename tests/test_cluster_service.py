@@ -65,9 +65,14 @@ def test_the_ledger_reads_the_data_dirs_storage_and_converts_an_old_wal_ledger(t
 
 
 def test_one_journal_mapping() -> None:
-    """The souls' databases (memory.sqlite_db) and the ledger name the same journal for each storage."""
+    """The souls' databases (memory.sqlite_db) and the ledger name the same journal for each storage: one function
+    over one mapping (a PostgreSQL storage's node-local caches use WAL)."""
+    from actors.service import idempotency
     from soul_runtime.memory import sqlite_db
-    assert sqlite_db.JOURNAL is JOURNAL and JOURNAL == {"local": "wal", "shared": "delete"}  # one mapping
+    from soul_runtime.storage_modes import journal_for
+    assert sqlite_db.journal_for is journal_for is idempotency.journal_for  # one mapping
+    assert JOURNAL == {"local": "wal", "shared": "delete"}
+    assert [journal_for(k) for k in ("local", "shared", "postgresql://u@h/db")] == ["wal", "delete", "wal"]
 
 
 # ---- a real `soul serve` on a shared-storage data dir ------------------------------------------
