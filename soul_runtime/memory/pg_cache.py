@@ -113,14 +113,6 @@ class Mirror:
         r = con.execute("SELECT version, schema FROM pg_mark WHERE id = 0").fetchone()
         self.version, self.schema = (int(r[0]), int(r[1])) if r else (0, 0)
 
-    def mark(self, con: sqlite3.Connection) -> tuple[int, int] | None:
-        """The (version, schema) a cache file records; None for a file that is not a cache yet."""
-        try:
-            r = con.execute("SELECT version, schema FROM pg_mark WHERE id = 0").fetchone()
-        except sqlite3.OperationalError:
-            return None
-        return (int(r[0]), int(r[1])) if r else None
-
     def load(self, con: sqlite3.Connection, version: int, schema: int,
              rows: dict[str, list[tuple[int, dict[str, Any]]]]) -> int:
         """Fill an empty cache (at the rows' schema) with the server's ``rows`` (:meth:`rows`), derive its virtual
