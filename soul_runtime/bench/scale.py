@@ -390,8 +390,9 @@ def _calls_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, tu
             "per_turn": round(calls / turns, 3) if turns else None}
 
 
-def server_commits(storage: str) -> int | None:
-    """Transactions the PostgreSQL database of a ``postgresql://`` storage has committed so far (None for SQLite).
+def server_commits(storage: str) -> tuple[int, float | None] | None:
+    """Transactions the PostgreSQL database of a ``postgresql://`` storage has committed so far, and the CPU
+    seconds its server's processes have used (None when the server is not on this machine); None for SQLite.
     The server's statistics lag its backends by up to a second: read after a pause."""
     if not is_postgres(storage):
         return None
@@ -400,7 +401,30 @@ def server_commits(storage: str) -> int | None:
     with psycopg.connect(storage, autocommit=True) as con:
         con.execute("SELECT pg_stat_clear_snapshot()")
         row = con.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
-    return int(row[0]) if row else None
+        backend = con.execute("SELECT pg_backend_pid()").fetchone()
+        cpu = _server_cpu_s(int(backend[0])) if backend else None
+    return (int(row[0]) if row else 0), cpu
+
+
+def _server_cpu_s(backend: int) -> float | None:
+    """CPU seconds of the PostgreSQL server that runs ``backend`` (its postmaster and every process the postmaster
+    started), when that server runs on this machine; None otherwise."""
+    try:
+        parent = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    pids = [parent, *_children().get(parent, [])]
+    infos = [process_info(pid) for pid in pids]
+    return sum(i["cpu_s"] for i in infos if i is not None)
+
+
+def _server_figures(before: tuple[int, float | None] | None, after: tuple[int, float | None] | None,
+                    turns: int) -> dict[str, Any]:
+    """Server commits and server CPU (ms) per turn between two :func:`server_commits` readings."""
+    if before is None or after is None:
+        return {"server_commits_per_turn": None, "server_cpu_ms_per_turn": None}
+    cpu = None if before[1] is None or after[1] is None else round((after[1] - before[1]) * 1000 / max(1, turns), 2)
+    return {"server_commits_per_turn": _per(before[0], after[0], turns), "server_cpu_ms_per_turn": cpu}
 
 
 def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "fast", data_dir: str | None = None,
@@ -436,7 +460,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     def synced() -> int | None:
         return syncs.read() if syncs else None
 
-    def committed() -> int | None:
+    def committed() -> tuple[int, float | None] | None:
         return server_commits(storage)
     baseline = in_process(embedder, rng)
     ids = [f"bench-{i:06d}" for i in range(souls)]
@@ -469,7 +493,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             over = asyncio.run(_overheads(rt, rng.sample(res, min(overhead_sample, len(res))), embed_ms))
             first = _phase("first turns", max(active), wall, lat, over)
             first["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
-            first["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
+            first.update(_server_figures(commits0, commits1, len(lat)))
             first["activations_per_s"] = first["turns_per_s"]
             first.update(errors=errors, error_examples=examples, runtime=sampler.report())
             if standin:
@@ -530,6 +554,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
         "data_dir": None if own_dir else str(path), "storage": redacted(storage), "file_system": fs,
         "fsyncs_per_turn": best.get("fsyncs_per_turn"), "fsyncs_measured": syncs is not None,
         "server_commits_per_turn": best.get("server_commits_per_turn"),
+        "server_cpu_ms_per_turn": best.get("server_cpu_ms_per_turn"),
         "turns_per_s": best["turns_per_s"], "turn_p50_ms": best["turn_p50_ms"], "turn_p99_ms": best["turn_p99_ms"],
         "overhead_p50_ms": best["overhead_p50_ms"],
         "first_turns_per_s": first["turns_per_s"], "activations_per_s": first["activations_per_s"],
@@ -638,7 +663,7 @@ def _closed_figures(closed: list[int]) -> dict[str, Any]:
 
 def _turns_phase(rt: Any, jobs: list[tuple[str, str]], level: int, label: str, wait: bool, delay: float | None,
                  clock: float, sampler: Sampler, standin: Any, synced: Callable[[], int | None],
-                 committed: Callable[[], int | None], rng: random.Random, progress: Progress | None,
+                 committed: Callable[[], tuple[int, float | None] | None], rng: random.Random, progress: Progress | None,
                  overhead_sample: int, embed_ms: float) -> dict[str, Any]:
     """One phase of turns in rotation: ``jobs`` with ``level`` in flight, then what they cost (CPU per turn by
     kind of process, calls per turn, fsyncs and server commits, model calls, the peak threads and RSS) and their
@@ -667,7 +692,7 @@ def _turns_phase(rt: Any, jobs: list[tuple[str, str]], level: int, label: str, w
     phase.update(wait_writes=wait, errors=errors, error_examples=examples)
     phase["cpu_ms_per_turn"] = cpu
     phase["fsyncs_per_turn"] = _per(synced0, synced1, len(lat))
-    phase["server_commits_per_turn"] = _per(commits0, commits1, len(lat))
+    phase.update(_server_figures(commits0, commits1, len(lat)))
     # every call a turn makes, and of those the ones that went over a local channel instead
     # of Ray
     phase["calls_per_turn"] = _per_turn(host0, host1, len(jobs), (

@@ -348,6 +348,10 @@ def cmd_scale(ctx: Ctx) -> int:
             out.print(f"CPU per turn at {max(res['active'])} in flight: {cpu['total']:.2f} ms ({parts}); "
                       f"{res.get('turns_per_host_call')} turns per host call, store items per call "
                       f"{res.get('shard_items_per_call')}")
+        if res.get("server_commits_per_turn") is not None:
+            server_cpu = res.get("server_cpu_ms_per_turn")
+            out.print(f"PostgreSQL: {res['server_commits_per_turn']} commits per turn, server CPU per turn "
+                      f"{'not on this machine' if server_cpu is None else f'{server_cpu:.2f} ms'}")
         for row in (res.get("beside_offline") or {}).get("rows", []):
             out.print(f"{row['active']} in flight, wait_writes=False: runtime CPU per turn, instant stand-in "
                       f"{row['standin_cpu_ms_per_turn']['total']:.2f} ms against the offline model's "

@@ -31,7 +31,7 @@ from typing import Any
 import msgpack
 
 from soul_runtime.errors import StaleOwner
-from soul_runtime.memory import postgres_db
+from soul_runtime.memory import pg_commits, postgres_db
 
 LOCAL_ONLY = frozenset({"schema_migrations", "index_log", "pg_mark", "sqlite_sequence", "sqlite_stat1"})
 """Tables of a soul database that are not rows of the soul (see the module's docstring)."""
@@ -158,8 +158,9 @@ class Mirror:
         expected = self.version
 
         def send() -> None:
-            if expected and not everything and self._send_at_once(expected, schema, txn, puts, dels):
-                return
+            if not everything and pg_commits.group(self.url).commit(
+                    pg_commits.Change(self.soul, self.db, expected, schema, txn, puts, dels)):
+                return  # the usual commit, in one statement with the other pushes of this process waiting
             with postgres_db.connection(self.url) as pg:
                 r = pg.execute("SELECT version, txn FROM soul_dbs WHERE soul = %s AND db = %s FOR UPDATE",
                                (self.soul, self.db)).fetchone()
@@ -192,18 +193,6 @@ class Mirror:
         con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (self.version, schema))
         _present(self.url, self.soul, self.db, True)
 
-    def _send_at_once(self, expected: int, schema: int, txn: str, puts: list[tuple[str, int, bytes]],
-                      dels: list[tuple[str, int]]) -> bool:
-        """The usual commit in one statement (one round trip, its own transaction): the version taken if it is
-        the one this cache holds, and only then the rows written. False when the version was not there (a first
-        write, another owner's, or an earlier try of this one that committed): the caller finds out which."""
-        with postgres_db.pool(self.url).connection() as pg:
-            row = pg.execute(ONE_COMMIT, {
-                "soul": self.soul, "db": self.db, "v0": expected, "v1": expected + 1, "schema": schema, "txn": txn,
-                "dt": [t for t, _ in dels], "dr": [r for _, r in dels], "pt": [t for t, _, _ in puts],
-                "pr": [r for _, r, _ in puts], "pc": [c for _, _, c in puts]}).fetchone()
-        return bool(row and row[0])
-
     def rolled_back(self, con: sqlite3.Connection) -> None:
         """The SQLite transaction was rolled back: forget the changes it noted (the version stays whatever the
         server said: a push that failed after the server committed leaves the cache behind, and the next
@@ -212,24 +201,6 @@ class Mirror:
             con.execute("DELETE FROM temp.pg_changes")
         except sqlite3.Error:
             pass
-
-
-ONE_COMMIT = """
-WITH cas AS (
-    UPDATE soul_dbs SET version = %(v1)s, schema = %(schema)s, txn = %(txn)s
-    WHERE soul = %(soul)s AND db = %(db)s AND version = %(v0)s RETURNING 1),
-gone AS (
-    DELETE FROM soul_rows WHERE EXISTS (SELECT 1 FROM cas) AND soul = %(soul)s AND db = %(db)s
-    AND (tbl, rid) IN (SELECT t, r FROM unnest(%(dt)s::text[], %(dr)s::bigint[]) AS u(t, r))),
-put AS (
-    INSERT INTO soul_rows (soul, db, tbl, rid, cells)
-    SELECT %(soul)s, %(db)s, t, r, c FROM unnest(%(pt)s::text[], %(pr)s::bigint[], %(pc)s::bytea[]) AS u(t, r, c)
-    WHERE EXISTS (SELECT 1 FROM cas)
-    ON CONFLICT (soul, db, tbl, rid) DO UPDATE SET cells = EXCLUDED.cells)
-SELECT count(*) FROM cas
-"""
-"""A commit of a cache's changed rows as one statement: the compare-and-set of the version, then the deletes
-and upserts, each only if the version was taken."""
 
 
 def mirrored_tables(con: sqlite3.Connection) -> list[str]:
