@@ -16,6 +16,9 @@ from soul_runtime.memory.erasure import ForgetQuery, compact
 from soul_runtime.memory.soul_records import forget_db
 from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
 
+PUT = "INSERT INTO state VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+"""A state entry set in place (its row kept: a cache's push sends one changed row, not a delete and an insert)."""
+
 
 class SoulState:
     def __init__(self, directory: Path, buffer_tokens: int) -> None:
@@ -34,7 +37,7 @@ class SoulState:
         """Become the soul's owner: take the next fencing epoch. An older owner's next commit fails."""
         with transaction(self.db):
             self.epoch = self._epoch() + 1
-            self.db.execute("INSERT OR REPLACE INTO state VALUES ('epoch', ?)", (self.epoch,))
+            self.db.execute(PUT, ("epoch", self.epoch))
             # what the previous owner committed is the truth now (it may have run after we opened)
             rows = dict(self.db.execute("SELECT key, value FROM state").fetchall())
         tokens = self.buffer.max_tokens
@@ -66,8 +69,7 @@ class SoulState:
         """Record a turn's writes before they go to the stores (redo log of one entry)."""
         with transaction(self.db):
             self._fenced()
-            self.db.execute("INSERT OR REPLACE INTO state VALUES ('intent', ?)",
-                            (msgpack.packb(intent, use_bin_type=True),))
+            self.db.execute(PUT, ("intent", msgpack.packb(intent, use_bin_type=True)))
 
     def pending_intent(self) -> dict[str, Any] | None:
         r = self.db.execute("SELECT value FROM state WHERE key = 'intent'").fetchone()
@@ -85,7 +87,7 @@ class SoulState:
             self.db.execute("INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
                             (trace.seq, trace.turn_id, trace.request_id, trace.at,
                              msgpack.packb(trace.to_dict(), use_bin_type=True)))
-            self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", [
+            self.db.executemany(PUT, [
                 ("buffer", self.buffer.to_bytes()), ("last_seq", trace.seq),
                 ("last_at", msgpack.packb(max(self.last_at, trace.at))),
                 ("usage", msgpack.packb(usage, use_bin_type=True))])
@@ -148,7 +150,7 @@ class SoulState:
             keep = [t for t in self.buffer.turns if t.id not in sources and not q.matches(t.text)]
             n += len(self.buffer.turns) - len(keep)
             self.buffer.turns[:] = keep
-            self.db.execute("INSERT OR REPLACE INTO state VALUES ('buffer', ?)", (self.buffer.to_bytes(),))
+            self.db.execute(PUT, ("buffer", self.buffer.to_bytes()))
         compact(self.db)
         return n
 
