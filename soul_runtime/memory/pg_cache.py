@@ -68,7 +68,7 @@ class Mirror:
     def state(self) -> tuple[int, int] | None:
         """(version, schema) of the soul database on the server; None if it has no rows."""
         def read() -> tuple[int, int] | None:
-            with postgres_db.connection(self.url) as con:
+            with postgres_db.statement(self.url) as con:
                 r = con.execute("SELECT version, schema FROM soul_dbs WHERE soul = %s AND db = %s",
                                 (self.soul, self.db)).fetchone()
             return None if r is None else (int(r[0]), int(r[1]))
@@ -79,7 +79,7 @@ class Mirror:
     def rows(self) -> tuple[dict[str, list[tuple[int, dict[str, Any]]]], int]:
         """The soul database's rows on the server, by table in row order, and their size in bytes."""
         def read() -> list[tuple[str, int, bytes]]:
-            with postgres_db.connection(self.url) as con:
+            with postgres_db.statement(self.url) as con:
                 return list(con.execute("SELECT tbl, rid, cells FROM soul_rows WHERE soul = %s AND db = %s "
                                         "ORDER BY tbl, rid", (self.soul, self.db)).fetchall())
         out: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
@@ -240,7 +240,7 @@ def stored(url: str, path: Path, *, keep_absent: bool = True) -> bool:
         return got
 
     def read() -> bool:
-        with postgres_db.connection(url) as con:
+        with postgres_db.statement(url) as con:
             return con.execute("SELECT 1 FROM soul_dbs WHERE soul = %s AND db = %s", (soul, db)).fetchone() is not None
     got = postgres_db.retrying(read, url)
     _present(url, soul, db, got)
@@ -268,7 +268,7 @@ def drop(url: str, soul: str, db: str | None = None) -> int:
 def soul_ids(url: str, prefix: str = "") -> list[str]:
     """The souls with rows on the server (whose id starts with ``prefix``)."""
     def read() -> list[str]:
-        with postgres_db.connection(url) as con:
+        with postgres_db.statement(url) as con:
             return [str(r[0]) for r in con.execute(
                 "SELECT DISTINCT soul FROM soul_dbs WHERE starts_with(soul, %s) ORDER BY soul", (prefix,))]
     return postgres_db.retrying(read, url)

@@ -173,3 +173,10 @@ def connection(url: str) -> Iterator[Any]:
     """A pooled connection inside one transaction (committed when the block ends without an error)."""
     with pool(url).connection() as con, con.transaction():
         yield con
+
+
+@contextmanager
+def statement(url: str) -> Iterator[Any]:
+    """A pooled connection for one statement, its own transaction (one round trip: for reads of one query)."""
+    with pool(url).connection() as con:
+        yield con
