@@ -341,3 +341,49 @@ def test_a_rebuild_says_what_it_rebuilt_and_how_long_it_took(tmp_path: Path, pg:
     said = [r.getMessage() for r in caplog.records if r.name == "soul_runtime.storage"]
     assert any(s.startswith("rebuilding") and "episodic.sqlite" in s and "rows" in s for s in said), said
     assert any(s.startswith("rebuilt") and "episodic.sqlite" in s and s.endswith(" s") for s in said), said
+
+
+def _server_state_keys(url: str, soul: str) -> tuple[list[str], list[str]]:
+    """The soul database's state keys and traces' turn ids on the server (its rows' cells read back)."""
+    import msgpack
+    import psycopg
+    with psycopg.connect(url) as con:
+        cells = [(t, msgpack.unpackb(c, raw=False)) for t, c in con.execute(
+            "SELECT tbl, cells FROM soul_rows WHERE soul = %s AND db = 'soul' AND tbl IN ('state', 'traces')",
+            (soul,))]
+    return sorted(c["key"] for t, c in cells if t == "state"), sorted(c["turn_id"] for t, c in cells if t == "traces")
+
+
+def test_a_turns_commit_goes_with_the_next_push_and_a_crash_before_it_finishes_the_turn(tmp_path: Path,
+                                                                                       pg: str) -> None:
+    """A turn that wrote memory is acknowledged once its intent (with its writes) is on the server: its commit
+    goes with the soul's next push. A node lost before that: the soul opened elsewhere finishes the turn from
+    the intent — the same reply for the same request, its writes once."""
+    from soul_runtime.loop.soul import Soul
+    from soul_runtime.models.offline import OfflineModel
+
+    def soul(node: str) -> tuple[SoulMemory, Soul]:
+        d = tmp_path / node / "souls" / "eli"
+        m = SoulMemory(d, embedder=HashEmbedder())
+        return m, Soul("eli", d, memory=m, model=OfflineModel(), clock=lambda: NOW)
+
+    m, s = soul("n1")
+    first = s.turn("I moved the standup to Thursday mornings.", user="eli", request_id="r1")
+    assert first.writes  # it wrote memory: its commit waits for the next push
+    keys, traces = _server_state_keys(pg, "eli")
+    assert "intent" in keys and first.turn_id not in traces
+    second = s.turn("My sister Ada lives in Porto.", user="eli", request_id="r2")
+    keys, traces = _server_state_keys(pg, "eli")
+    assert first.turn_id in traces and second.turn_id not in traces  # the first commit went with the second intent
+    episodes = sorted(e.summary for e in m.episodes())
+    # node 1 is lost with its disk (nothing closed): node 2 finishes the second turn from its intent
+    shutil.rmtree(tmp_path / "n1")
+    m2, s2 = soul("n2")
+    again = s2.turn("My sister Ada lives in Porto.", user="eli", request_id="r2")
+    assert (again.turn_id, again.reply, again.seq) == (second.turn_id, second.reply, second.seq)
+    assert sorted(e.summary for e in m2.episodes()) == episodes  # written once
+    assert [t.turn_id for t in s2.state.last(5)] == [first.turn_id, second.turn_id]
+    s2.close()
+    m2.close()
+    keys, traces = _server_state_keys(pg, "eli")  # closing pushed the recovered turn's commit
+    assert "intent" not in keys and traces == sorted([first.turn_id, second.turn_id])

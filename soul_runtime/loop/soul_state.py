@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from soul_runtime.errors import NotFound, StaleOwner
+from soul_runtime.errors import NotFound, SoulError, StaleOwner
 from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.soul_state_schema import MIGRATIONS
 from soul_runtime.loop.trace import TurnTrace, add_usage
 from soul_runtime.memory.erasure import ForgetQuery, compact
 from soul_runtime.memory.soul_records import forget_db
 from soul_runtime.memory.sqlite_db import memory_bytes, open_db, transaction
+
+log = logging.getLogger("soul_runtime.storage")
 
 PUT = "INSERT INTO state VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 """A state entry set in place (its row kept: a cache's push sends one changed row, not a delete and an insert)."""
@@ -32,6 +35,9 @@ class SoulState:
         self.usage: dict[str, Any] = msgpack.unpackb(rows["usage"], raw=False) if "usage" in rows else {}
         """The model cost of every committed turn and observe, summed (see :func:`add_usage`)."""
         self.epoch = 0
+        self.intent_seq = 0
+        """The turn whose write intent, with its decided writes, this state saved or found last: the server can
+        rebuild that turn's commit from it alone, so the commit goes with the next push."""
 
     def claim(self) -> int:
         """Become the soul's owner: take the next fencing epoch. An older owner's next commit fails."""
@@ -59,6 +65,15 @@ class SoulState:
                              f"this one (epoch {self.epoch}); nothing was written")
 
     def close(self) -> None:
+        """Close the soul's state; with a PostgreSQL storage, its deferred commit goes to the server first (if
+        the server is away, the commit is finished from its intent when the soul is next opened)."""
+        mirror = getattr(self.db, "mirror", None)
+        if mirror is not None and mirror.deferred:
+            try:
+                with transaction(self.db):
+                    pass
+            except SoulError as e:
+                log.warning("soul %s: its last commit stays with its write intent on the server (%s)", self.dir.name, e)
         self.db.close()
 
     def memory_bytes(self) -> int:
@@ -70,18 +85,22 @@ class SoulState:
         with transaction(self.db):
             self._fenced()
             self.db.execute(PUT, ("intent", msgpack.packb(intent, use_bin_type=True)))
+        self.intent_seq = int(intent["trace"]["seq"]) if intent.get("requests") is not None else 0
 
     def pending_intent(self) -> dict[str, Any] | None:
         r = self.db.execute("SELECT value FROM state WHERE key = 'intent'").fetchone()
         if r is None:
             return None
         intent: dict[str, Any] = msgpack.unpackb(r[0], raw=False)
-        return intent if int(intent["trace"]["seq"]) > self.last_seq else None
+        if int(intent["trace"]["seq"]) <= self.last_seq:
+            return None
+        self.intent_seq = int(intent["trace"]["seq"]) if intent.get("requests") is not None else 0
+        return intent
 
     def commit(self, trace: TurnTrace, keep: int) -> None:
         """Checkpoint the buffer and record the trace: the turn's acknowledgement point."""
         usage = add_usage(self.usage, trace.usage)
-        with transaction(self.db):
+        with transaction(self.db, deferred=self.intent_seq == trace.seq):
             self._fenced()
             self.db.execute("DELETE FROM state WHERE key = 'intent'")
             self.db.execute("INSERT INTO traces VALUES (?, ?, ?, ?, ?)",

@@ -10,7 +10,13 @@ indices and never queries the server, and the layers' code does not know which s
   that first compares the database's ``version`` with the one this cache was derived from and bumps it (a
   compare-and-set), and only then does SQLite commit. A writer whose cache is behind — an old owner on another
   node, after a new owner fenced the soul — is refused with :class:`StaleOwner`: one writer per soul across
-  nodes, with no file lock and no lease to wait out.
+  nodes, with no file lock and no lease to wait out. The pushes of a process's threads go to the server
+  together (:mod:`soul_runtime.memory.pg_commits`).
+- **A deferred commit**: a transaction whose content the server can already rebuild (a turn's commit: the write
+  intent before it holds the turn's reply, trace and buffer) commits in the cache only, and its rows go with
+  the database's next push (the next turn's intent, or closing it). Until then the cache is marked ahead of the
+  server (a negative mark): found so when opened — the process died — it is rebuilt from the server's rows, and
+  the turn is finished from its intent as after any crash.
 - **The mark**: the cache records the version it holds (``pg_mark``). Opening a database whose cache is
   missing or behind rebuilds it from the rows (and its derived tables: the full-text index; the vector index is
   rebuilt from the rows' vectors as after any loss of its file).
@@ -63,6 +69,8 @@ class Mirror:
         """How many migrations this code's schema has (what a push records the rows as written under)."""
         self.rebuilt = False
         """Whether opening rebuilt the cache from the server's rows."""
+        self.deferred = False
+        """Whether the cache holds a commit not yet on the server (:meth:`defer`)."""
 
     # ---- the server's side ------------------------------------------------------------
     def state(self) -> tuple[int, int] | None:
@@ -189,18 +197,20 @@ class Mirror:
                             [(self.soul, self.db, t, r, c) for t, r, c in puts])
 
         postgres_db.retrying(send, self.url)
-        self.version, self.schema = expected + 1, schema
+        self.version, self.schema, self.deferred = expected + 1, schema, False
         con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (self.version, schema))
         _present(self.url, self.soul, self.db, True)
 
-    def rolled_back(self, con: sqlite3.Connection) -> None:
-        """The SQLite transaction was rolled back: forget the changes it noted (the version stays whatever the
-        server said: a push that failed after the server committed leaves the cache behind, and the next
-        opening rebuilds it)."""
-        try:
-            con.execute("DELETE FROM temp.pg_changes")
-        except sqlite3.Error:
-            pass
+    def defer(self, con: sqlite3.Connection) -> bool:
+        """Inside the caller's SQLite transaction, instead of :meth:`push`: keep its changes noted for the next
+        push of this database and mark the cache as ahead of the server (a cache found so when it is opened is
+        rebuilt from the server's rows). False when there is nothing on the server to be ahead of yet (the
+        caller pushes)."""
+        if self.version <= 0:
+            return False
+        con.execute("INSERT OR REPLACE INTO pg_mark VALUES (0, ?, ?)", (-self.version, self.schema))
+        self.deferred = True
+        return True
 
 
 def mirrored_tables(con: sqlite3.Connection) -> list[str]:

@@ -260,9 +260,13 @@ def _rollback(con: sqlite3.Connection) -> None:
 
 
 @contextmanager
-def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(con: sqlite3.Connection, *, deferred: bool = False) -> Iterator[sqlite3.Connection]:
     """One atomic, durable transaction: all of it is on disk when this returns, or none of it. A failure of the
-    storage itself (disk full, read-only, I/O error) is raised as :class:`StorageError` naming its cause."""
+    storage itself (disk full, read-only, I/O error) is raised as :class:`StorageError` naming its cause.
+
+    ``deferred``: with a PostgreSQL storage, this transaction's rows go to the server with the database's next
+    transaction instead of now (:meth:`~soul_runtime.memory.pg_cache.Mirror.defer`): for a commit whose content
+    the server can rebuild from what it already holds (a turn's commit, from its write intent)."""
     try:
         con.execute("BEGIN IMMEDIATE")
     except sqlite3.DatabaseError as e:
@@ -270,19 +274,15 @@ def transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     mirror = getattr(con, "mirror", None)
     try:
         yield con
-        if mirror is not None:  # the rows go to the server before SQLite commits them
-            mirror.push(con, mirror.code_schema)
+        if mirror is not None and not (deferred and mirror.defer(con)):
+            mirror.push(con, mirror.code_schema)  # the rows go to the server before SQLite commits them
     except sqlite3.DatabaseError as e:
-        _rollback(con)
-        if mirror is not None:
-            mirror.rolled_back(con)
+        _rollback(con)  # with a mirror, its notes of this transaction's changes go too (a temporary table, inside it)
         if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError):
             raise
         raise storage_error(e, _path(con)) from e
     except BaseException:
         _rollback(con)
-        if mirror is not None:
-            mirror.rolled_back(con)
         raise
     try:
         con.execute("COMMIT")
