@@ -655,7 +655,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -772,7 +772,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -898,7 +898,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1019,7 +1019,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1124,7 +1124,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1229,7 +1229,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1337,7 +1337,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1442,7 +1442,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1547,7 +1547,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1651,7 +1651,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1754,7 +1754,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1855,7 +1855,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1971,7 +1971,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2077,7 +2077,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2194,7 +2194,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2304,7 +2304,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */

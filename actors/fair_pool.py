@@ -1,0 +1,104 @@
+"""The soul host's threads, handed out in weighted fair order per tenant.
+
+A host runs the code of its souls' turns on a thread pool (between the waits for the model and the stores). A
+plain pool serves its queue first come, first served, so a tenant with 200 turns in flight keeps the queue full
+and another tenant's step waits behind all of them. :class:`FairPool` is an ``Executor`` of ``threads`` threads
+that keeps the waiting work itself, per tenant, and hands a free thread to the next item in weighted fair order
+(:mod:`actors.fair_queue`): a tenant's flood waits on its own share. The tenant of a submission is
+:data:`TENANT` of the submitting context (``loop.run_in_executor`` submits in the caller's context; the host sets
+it for each call it runs).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any
+
+from .fair_queue import FairQueue, arrive, release
+
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("soul_tenant", default="")
+"""The tenant whose work the current context does ("" for work of no tenant)."""
+
+
+def tenant_of(soul_id: str) -> str:
+    """The tenant of a soul: the prefix of ``TENANT:soul`` as the service names souls ("" without one)."""
+    head, sep, _ = soul_id.partition(":")
+    return head if sep else ""
+
+
+class FairPool(Executor):
+    def __init__(self, threads: int, weights: Callable[[str], float] = lambda tenant: 1.0,
+                 thread_name_prefix: str = "", clock: Callable[[], float] = time.monotonic) -> None:
+        self.inner = ThreadPoolExecutor(threads, thread_name_prefix=thread_name_prefix)
+        self.weights = weights
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._q = FairQueue(threads)
+        self._items: dict[int, tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {}
+        self._tickets = itertools.count()
+        self.waited_s: defaultdict[str, float] = defaultdict(float)
+        """Seconds each tenant's work waited for a thread, in all."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        tenant = TENANT.get()
+        fut: Future[Any] = Future()
+        weight = self.weights(tenant)
+        with self._lock:
+            ticket = next(self._tickets)
+            self._q, now_in = arrive(self._q, ticket, tenant, weight, self.clock())
+            if not now_in:
+                self._items[ticket] = (fut, fn, args, kwargs)
+        if now_in:
+            self._start(fut, fn, args, kwargs)
+        return fut
+
+    def _start(self, fut: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def work() -> None:
+            try:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as e:  # noqa: BLE001 — the submitter's to see
+                        fut.set_exception(e)
+                    else:
+                        fut.set_result(result)
+            finally:
+                self._next()
+        self.inner.submit(work)
+
+    def _next(self) -> None:
+        """A thread is free: the next waiting item in fair order runs on it (items cancelled meanwhile are
+        skipped)."""
+        while True:
+            with self._lock:
+                now = self.clock()
+                self._q, nxt = release(self._q, now)
+                if nxt is None:
+                    return
+                item = self._items.pop(nxt.ticket, None)
+                self.waited_s[nxt.tenant] += now - nxt.since
+            if item is not None:
+                try:
+                    self._start(*item)
+                except RuntimeError:  # the pool was shut down meanwhile
+                    item[0].cancel()
+                    continue
+                return
+
+    @property
+    def waiting(self) -> int:
+        return len(self._q.waiting)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            with self._lock:
+                items, self._items = list(self._items.values()), {}
+            for fut, *_ in items:
+                fut.cancel()
+        self.inner.shutdown(wait=wait, cancel_futures=cancel_futures)
