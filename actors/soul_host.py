@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -93,7 +94,8 @@ class SoulHost(ActorBase):
                                 self.cfg.model_slots, self.weights)  # this process's
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores, channels=self.cfg.local_channels)
-        self.pool = FairPool(self.cfg.host_threads, self.weights, thread_name_prefix=f"{name}-work")
+        self.pool = FairPool(self.cfg.host_threads, self.weights, thread_name_prefix=f"{name}-work",
+                             slots=self.cfg.host_steps)
         self._closing_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
@@ -103,6 +105,7 @@ class SoulHost(ActorBase):
         self._opening = 0  # activations being opened (in ``active`` without a soul yet)
         self.in_progress = 0
         self.metrics = Metrics.create()
+        self._book_lock = threading.Lock()
         self.book = UsageBook(usage_dir(self.cfg.data_dir) / f"{name}.json" if raycalls.current_actor() else None)
         self.traced = Calls() if telemetry.tracer() is not None else None  # the calls' spans, when traces are on
         self._committed = self._counted if self.traced is None else self.traced.hook(self._counted)
@@ -140,24 +143,25 @@ class SoulHost(ActorBase):
         tokens = self.metrics.model_usage(trace)
         tenant = tenant_of(trace.soul_id)
         self.metrics.tenant_turn(tenant, tokens)
-        self.book.add(tenant, "turns")
-        self.book.add(tenant, "tokens", tokens)
-        self._flush_usage()
+        with self._book_lock:  # a host thread; the loop writes the book (_flush_usage)
+            self.book.add(tenant, "turns")
+            self.book.add(tenant, "tokens", tokens)
 
     def _flush_usage(self) -> None:
-        waited, self.pool.waited_s = self.pool.waited_s, defaultdict(float)
+        waited = self.pool.take_waits()
         gate = getattr(self.model, "gate", None)
         if gate is not None:
             for tenant, s in gate.waited_s.items():
                 waited[tenant] += s
             gate.waited_s = defaultdict(float)
-        for tenant, s in waited.items():
-            self.book.add(tenant, "queued_s", s)
-            self.metrics.tenant_queued(tenant, s)
-        try:
-            self.book.flush()
-        except OSError:  # counting must never fail a turn; the next flush writes it
-            pass
+        with self._book_lock:
+            for tenant, s in waited.items():
+                self.book.add(tenant, "queued_s", s)
+                self.metrics.tenant_queued(tenant, s)
+            try:
+                self.book.flush()
+            except OSError:  # counting must never fail a turn; the next flush writes it
+                pass
 
     def _spawned(self, task: asyncio.Task[Any]) -> None:
         self._work.add(task)
@@ -321,7 +325,7 @@ class SoulHost(ActorBase):
             await asyncio.wait(list(self._work))
         await self.wait_closed()
         self._flush_usage()
-        with contextlib.suppress(OSError):
+        with self._book_lock, contextlib.suppress(OSError):
             self.book.flush(force=True)
         close = getattr(self.model, "aclose", None)  # a remote model's clients on this loop
         if close is not None:

@@ -44,7 +44,7 @@ from .contract import (
     refusal,
     seconds,
 )
-from .quotas import Quotas
+from .quotas import Quotas, usage_row
 from .request_spans import add_request_spans
 from .souls_api import TenantSouls, Unauthorized, error_body, status_of
 
@@ -267,6 +267,16 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
             return JSONResponse({"error": {"type": "RuntimeUnavailable", "message": "not ready"}}, 503,
                                 headers={"Retry-After": RETRY_AFTER})
         return {"status": "ok"}
+
+    @app.get("/v1/usage", tags=["service"])
+    async def usage(request: Request) -> dict[str, Any]:
+        """What the tenant uses: its souls and their bytes on disk, its turns, model tokens (in all and today,
+        UTC), turns refused over a limit (``throttled``), seconds its work waited in the hosts' fair queues
+        (``queued_s``), and its limits in force (docs/service.md, "Tenants' limits")."""
+        tenant = getattr(request.state, "tenant", None) or backend.tenant_of(request.headers.get("authorization"))
+        request.state.scope = Scope(tenant)
+        row = await asyncio.to_thread(usage_row, backend.data_dir, tenant, backend.quotas.limits(tenant))
+        return {k: v for k, v in row.items() if k != "tenant"}
 
     v1 = "/v1/souls"
 

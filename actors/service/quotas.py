@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from soul_runtime.errors import QuotaExceeded
 from soul_runtime.memory.soul_records import known, soul_dir, soul_ids
@@ -84,6 +85,18 @@ def dir_bytes(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, f)).st_size
     return total
+
+
+def usage_row(data_dir: str, tenant: str, limits: Limits, counted: dict[str, dict[str, float]] | None = None
+              ) -> dict[str, Any]:
+    """What a tenant uses (``soul tenants usage``, ``GET /v1/usage``): its souls and their bytes on disk, its
+    counts (:func:`actors.tenant_usage.read_usage`; ``counted``: read already) and its limits in force."""
+    souls = soul_ids(data_dir, tenant + ":")
+    c = (read_usage(data_dir) if counted is None else counted).get(tenant, {})
+    return {"tenant": tenant, "souls": len(souls), "stored_bytes": sum(dir_bytes(soul_dir(data_dir, s)) for s in souls),
+            "turns": int(c.get("turns", 0)), "tokens": int(c.get("tokens", 0)),
+            "tokens_today": int(c.get("tokens_today", 0)), "throttled": int(c.get("throttled", 0)),
+            "queued_s": round(float(c.get("queued_s", 0)), 3), "limits": limits.to_dict()}
 
 
 class Quotas:

@@ -97,8 +97,8 @@ async def _model_run(rt: Any, a: list[str], b: list[str], seconds: float, say: P
 
 
 def run(*, models: Sequence[str] = ("offline", "stand-in"), seconds: float = 20.0, a_in_flight: int = 200,
-        b_in_flight: int = 4, delay_s: float = 1.0, model_cap: int = 32, hosts: int = 2, embedder: str = "fast",
-        progress: Progress | None = None) -> dict[str, Any]:
+        b_in_flight: int = 4, delay_s: float = 1.0, model_cap: int = 32, hosts: int = 2, host_steps: int = 0,
+        embedder: str = "fast", progress: Progress | None = None) -> dict[str, Any]:
     for m in models:
         if m not in ("offline", "stand-in"):
             raise ValueError(f"models are offline and stand-in, got {m!r}")
@@ -106,18 +106,19 @@ def run(*, models: Sequence[str] = ("offline", "stand-in"), seconds: float = 20.
         raise ValueError(f"model_cap ({model_cap}) must be a multiple of hosts ({hosts}): each host gets its share")
     say = progress or (lambda s: None)
     out: dict[str, Any] = {"a_in_flight": a_in_flight, "b_in_flight": b_in_flight, "seconds_per_phase": seconds,
-                           "phases": list(PHASES), "hosts": hosts, "model_cap": model_cap, "delay_s": delay_s,
+                           "phases": list(PHASES), "hosts": hosts, "host_steps": host_steps, "model_cap": model_cap,
+                           "delay_s": delay_s,
                            "cpus": os.cpu_count(), "load_before": load_average(), "models": {}}
     for model in models:
         say(f"model {model}")
         out["models"][model] = _one_model(model, seconds, a_in_flight, b_in_flight, delay_s, model_cap, hosts,
-                                          embedder, say)
+                                          host_steps, embedder, say)
     out["load_after"] = load_average()
     return out
 
 
-def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, cap: int, hosts: int, embedder: str,
-               say: Progress) -> dict[str, Any]:
+def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, cap: int, hosts: int, steps: int,
+               embedder: str, say: Progress) -> dict[str, Any]:
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
     data = tempfile.mkdtemp(prefix="sb-fair-", dir="/tmp")
@@ -138,12 +139,14 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
             table = TenantTable(data, "local")
             for t in ("a", "b"):
                 table.add(t)
-            rt = connect(address, data_dir=data, embedder=embedder, hosts=hosts,
+            rt = connect(address, data_dir=data, embedder=embedder, hosts=hosts, host_steps=steps,
                          model_slots=cap // hosts if api is not None else 0)
             try:
                 a = [f"a:flood-{i}" for i in range(a_n)]
                 b = [f"b:few-{i}" for i in range(b_n)]
                 res = asyncio.run(_model_run(rt, a, b, seconds, say))
+                from soul_runtime.bench.scale import host_counters
+                res["host_counters"] = {k: v for k, v in host_counters(rt).items() if k.startswith("tenant_")}
                 res["host_threads"] = rt.cfg.host_threads
                 res["model_slots_per_host"] = rt.cfg.model_slots
                 if api is not None:

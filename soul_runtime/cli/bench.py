@@ -584,7 +584,7 @@ def cmd_fairness(ctx: Ctx) -> int:
     with working(out, "running") as progress:
         res = fairness.run(models=args.models, seconds=args.seconds, a_in_flight=args.a_in_flight,
                            b_in_flight=args.b_in_flight, delay_s=args.delay, model_cap=args.model_cap,
-                           hosts=args.hosts, progress=progress)
+                           hosts=args.hosts, host_steps=args.host_steps, progress=progress)
     out.print(fairness.table(res))
     if args.json:
         write_file(args.json, json.dumps(res, indent=1), durable=False)
@@ -711,6 +711,7 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     fp.add_argument("--delay", type=float, default=1.0, help="the stand-in's seconds per model call (default 1)")
     fp.add_argument("--model-cap", type=int, default=32, help="model calls out at once on the node (default 32)")
     fp.add_argument("--hosts", type=int, default=2, help="soul hosts (default 2)")
+    fp.add_argument("--host-steps", type=int, default=0, help="the runtime's host_steps (default 0: host_threads)")
     fp.add_argument("--json", metavar="FILE")
     fp.add_argument("--plot", metavar="PNG")
     fp.set_defaults(bench_fn=cmd_fairness)

@@ -109,23 +109,14 @@ def _set(ctx: Ctx, table: TenantTable, name: str | None) -> int:
 def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     """``soul tenants usage [NAME]``: each tenant's souls and bytes on disk, its counts (turns, tokens, tokens
     today, turns refused over a limit, seconds waited in the fair queues) and its limits in force."""
-    from actors.service.quotas import dir_bytes
+    from actors.service.quotas import usage_row
     from actors.tenant_usage import read_usage
     from soul_runtime.cli import render
-    from soul_runtime.memory.soul_records import soul_dir
     counted = read_usage(ctx.data_dir)
-    names = [name] if name else [t.name for t in table.tenants()]
     if name:
         table.get(name)
-    rows = []
-    for n in names:
-        souls = souls_of(ctx.data_dir, n)
-        c = counted.get(n, {})
-        rows.append({"tenant": n, "souls": len(souls),
-                     "stored_bytes": sum(dir_bytes(soul_dir(ctx.data_dir, s)) for s in souls),
-                     "turns": int(c.get("turns", 0)), "tokens": int(c.get("tokens", 0)),
-                     "tokens_today": int(c.get("tokens_today", 0)), "throttled": int(c.get("throttled", 0)),
-                     "queued_s": round(float(c.get("queued_s", 0)), 3), "limits": table.limits(n).to_dict()})
+    rows = [usage_row(ctx.data_dir, n, table.limits(n), counted) for n in ([name] if name else
+                                                                          [t.name for t in table.tenants()])]
     if not rows:
         ctx.emit(rows, "no tenants")
         return 0
@@ -135,7 +126,7 @@ def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     for col in cols:
         t.add_column(col, overflow="fold", justify="left" if col in ("tenant", "limits") else "right")
     for r in rows:
-        limits = ", ".join(f"{k}={v:g}" for k, v in table.limits(str(r["tenant"])).to_dict().items()) or "-"
+        limits = ", ".join(f"{k}={v:g}" for k, v in r["limits"].items()) or "-"
         t.add_row(*(limits if c == "limits" else str(r[c]) for c in cols))
     ctx.emit(rows, t)
     return 0
