@@ -239,3 +239,14 @@ def test_usage_books_add_up_across_processes_and_days(tmp_path: Path) -> None:
     assert got["beta"]["queued_s"] == 0.5
     again = UsageBook(usage_dir(tmp_path) / "host-0.json", clock=lambda: clock[0])  # a restarted host goes on
     assert again.counts["acme"]["tokens"] == 100
+
+
+def test_quota_exceeded_travels_and_is_what_the_python_client_raises() -> None:
+    import pickle
+
+    from soul_runtime.errors import RuntimeBusy
+    from soul_runtime.http_client import wire
+    e = pickle.loads(pickle.dumps(QuotaExceeded("over its souls", 60.0)))
+    assert isinstance(e, RuntimeBusy) and e.retry_after == 60.0 and str(e) == "over its souls"
+    got = wire.error(429, {"error": {"type": "QuotaExceeded", "message": "the tenant has 8 turns in flight"}})
+    assert type(got) is QuotaExceeded and str(got) == "the tenant has 8 turns in flight"

@@ -105,6 +105,9 @@ export function errorFromResponse(status: number, body: unknown, retryAfter?: nu
   const unreached = type === undefined && status >= 500 ? RuntimeUnavailable : undefined;
   const cls = status === 429 ? (known === QuotaExceeded ? QuotaExceeded : RuntimeBusy)
     : known ?? unreached ?? BY_STATUS[status] ?? SoulError;
-  if (cls === RuntimeBusy || cls === QuotaExceeded) return new cls(message, { status, type, retryAfter });
+  if (cls === RuntimeBusy || cls === QuotaExceeded) {
+    const busy = cls as typeof RuntimeBusy;
+    return new busy(message, { status, type, retryAfter });
+  }
   return new cls(message, { status, type });
 }
