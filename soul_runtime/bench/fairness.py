@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from soul_runtime.bench.scale import percentile
+from soul_runtime.bench.serve import MODEL_VARS, cleaned_up, use_model
 
 Progress = Callable[[str], None]
 PHASES = ("b_alone", "a_alone", "both", "both", "a_alone", "b_alone")
@@ -122,16 +122,11 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
     from actors import local_runtime as bg
     from soul_runtime.bench.model_standin import StandinProcess
     data = tempfile.mkdtemp(prefix="sb-fair-", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
+    saved = {k: os.environ.get(k) for k in MODEL_VARS}
     api = StandinProcess(delay_s=delay_s) if model == "stand-in" else None
     try:
         with contextlib.ExitStack() as stack:
-            if api is not None:
-                api.start()
-                stack.callback(api.stop)
-                os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url, SOUL_MODEL="anthropic")
-            else:
-                os.environ["SOUL_MODEL"] = "offline"
+            use_model(api, stack)
             say("  starting a local runtime")
             address, _ = bg.attach(data)
             from actors.runtime import connect
@@ -156,13 +151,7 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
                 rt.shutdown_actors()
                 rt.close(flush=False)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        bg.stop(data)
-        shutil.rmtree(data, ignore_errors=True)
+        cleaned_up(saved, data)
 
 
 def table(res: dict[str, Any]) -> Any:
