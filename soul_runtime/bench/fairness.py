@@ -150,6 +150,8 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
             finally:
                 rt.shutdown_actors()
                 rt.close(flush=False)
+                from actors import raycalls
+                raycalls.shutdown()  # the next model's runtime is another head: this process joins it afresh
     finally:
         cleaned_up(saved, data)
 
