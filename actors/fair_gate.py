@@ -20,15 +20,15 @@ from soul_runtime.loop.decide import own_window
 from soul_runtime.models.base import AsyncLanguageModel
 
 from .fair_pool import TENANT
-from .fair_queue import FairQueue, arrive, leave, release
+from .fair_queue import FairQueue, Waiting, arrive, leave, release
 
 
 class FairGate:
     def __init__(self, slots: int, weights: Callable[[str], float] = lambda tenant: 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, window: float = 0.0) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots!r}")
-        self.q = FairQueue(slots)
+        self.q = FairQueue(slots, window=window)
         self.weights = weights
         self.clock = clock
         self._tickets = itertools.count()
@@ -47,38 +47,41 @@ class FairGate:
         try:
             yield
         finally:
-            self._give()
+            self._give(tenant)
 
     async def _take(self, tenant: str) -> None:
         ticket = next(self._tickets)
-        self.q, now_in = arrive(self.q, ticket, tenant, self.weights(tenant), self.clock())
-        self.admitted[tenant] += 1
-        if now_in:
-            return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[ticket] = fut
+        self.q, started = arrive(self.q, ticket, tenant, self.weights(tenant), self.clock())
+        self.admitted[tenant] += 1
+        self._wake(started)
+        if fut.done():
+            return
         t0 = self.clock()
         try:
             await fut
         except BaseException:
             self._waiters.pop(ticket, None)
             if fut.done() and not fut.cancelled():  # the place was ours already: hand it on
-                self._give()
+                self._give(tenant)
             else:
                 self.q = leave(self.q, ticket)
             raise
         self.waited[tenant] += 1
         self.waited_s[tenant] += self.clock() - t0
 
-    def _give(self) -> None:
-        while True:
-            self.q, nxt = release(self.q, self.clock())
-            if nxt is None:
-                return
-            fut = self._waiters.pop(nxt.ticket, None)
+    def _wake(self, started: tuple[Waiting, ...]) -> None:
+        for w in started:
+            fut = self._waiters.pop(w.ticket, None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
-                return
+            else:  # its waiter went away meanwhile: the place goes on
+                self._give(w.tenant)
+
+    def _give(self, tenant: str) -> None:
+        self.q, started = release(self.q, tenant, self.clock())
+        self._wake(started)
 
 
 class FairModel(AsyncLanguageModel):
@@ -119,6 +122,10 @@ class FairModel(AsyncLanguageModel):
         return await self._call("classify_task", text, known)
 
 
+MODEL_WINDOW_S = 5.0
+"""How long the model's slots a tenant held lately stay kept for it (:mod:`actors.fair_queue`)."""
+
+
 def fair_model(model: Any, slots: int, weights: Callable[[str], float]) -> Any:
     """``model`` behind a fair gate of ``slots`` (0: of the model's own ``max_concurrency``), when it is an
     asynchronous model whose calls are awaited on the host's loop (and judges an observed window in one call);
@@ -126,4 +133,4 @@ def fair_model(model: Any, slots: int, weights: Callable[[str], float]) -> Any:
     if not isinstance(model, AsyncLanguageModel) or getattr(model, "offline", False) or not own_window(model):
         return model
     cap = slots or int(getattr(model, "max_concurrency", 0) or 0)
-    return FairModel(model, FairGate(cap, weights)) if cap > 0 else model
+    return FairModel(model, FairGate(cap, weights, window=MODEL_WINDOW_S)) if cap > 0 else model

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
-from .fair_queue import FairQueue, arrive, release
+from .fair_queue import FairQueue, Waiting, arrive, release
 
 TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("soul_tenant", default="")
 """The tenant whose work the current context does ("" for work of no tenant)."""
@@ -30,6 +30,9 @@ def tenant_of(soul_id: str) -> str:
     """The tenant of a soul: the prefix of ``TENANT:soul`` as the service names souls ("" without one)."""
     head, sep, _ = soul_id.partition(":")
     return head if sep else ""
+
+
+Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 class FairPool(Executor):
@@ -42,7 +45,7 @@ class FairPool(Executor):
         self.clock = clock
         self._lock = threading.Lock()
         self._q = FairQueue(min(threads, slots) if slots > 0 else threads)
-        self._items: dict[int, tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {}
+        self._items: dict[int, Item] = {}
         self._tickets = itertools.count()
         self.waited_s: defaultdict[str, float] = defaultdict(float)
         """Seconds each tenant's work waited for a thread, in all."""
@@ -53,45 +56,53 @@ class FairPool(Executor):
         weight = self.weights(tenant)
         with self._lock:
             ticket = next(self._tickets)
-            self._q, now_in = arrive(self._q, ticket, tenant, weight, self.clock())
-            if not now_in:
-                self._items[ticket] = (fut, fn, args, kwargs)
-        if now_in:
-            self._start(fut, fn, args, kwargs)
+            self._items[ticket] = (fut, fn, args, kwargs)
+            self._q, started = arrive(self._q, ticket, tenant, weight, self.clock())
+            items = self._started(started)
+        self._run(items)
         return fut
 
-    def _start(self, fut: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        def work() -> None:
-            try:
-                if fut.set_running_or_notify_cancel():
-                    try:
-                        result = fn(*args, **kwargs)
-                    except BaseException as e:  # noqa: BLE001 — the submitter's to see
-                        fut.set_exception(e)
-                    else:
-                        fut.set_result(result)
-            finally:
-                self._next()
-        self.inner.submit(work)
-
-    def _next(self) -> None:
-        """A thread is free: the next waiting item in fair order runs on it (items cancelled meanwhile are
-        skipped)."""
-        while True:
-            with self._lock:
-                now = self.clock()
-                self._q, nxt = release(self._q, now)
-                if nxt is None:
-                    return
-                item = self._items.pop(nxt.ticket, None)
-                self.waited_s[nxt.tenant] += now - nxt.since
+    def _started(self, started: tuple[Waiting, ...]) -> list[tuple[str, Item]]:
+        """(Under the lock.) The items that take a thread now, their waits counted; those cancelled meanwhile
+        give their place back at once."""
+        now = self.clock()
+        out = []
+        for w in started:
+            self.waited_s[w.tenant] += now - w.since
+            item = self._items.pop(w.ticket, None)
             if item is not None:
+                out.append((w.tenant, item))
+            else:
+                self._q, more = release(self._q, w.tenant, now)
+                out += self._started(more)
+        return out
+
+    def _run(self, items: list[tuple[str, Item]]) -> None:
+        for tenant, (fut, fn, args, kwargs) in items:
+            def work(fut: Future[Any] = fut, fn: Callable[..., Any] = fn, args: tuple[Any, ...] = args,
+                     kwargs: dict[str, Any] = kwargs, tenant: str = tenant) -> None:
                 try:
-                    self._start(*item)
-                except RuntimeError:  # the pool was shut down meanwhile
-                    item[0].cancel()
-                    continue
-                return
+                    if fut.set_running_or_notify_cancel():
+                        try:
+                            result = fn(*args, **kwargs)
+                        except BaseException as e:  # noqa: BLE001 — the submitter's to see
+                            fut.set_exception(e)
+                        else:
+                            fut.set_result(result)
+                finally:
+                    self._done(tenant)
+            try:
+                self.inner.submit(work)
+            except RuntimeError:  # the pool was shut down meanwhile
+                fut.cancel()
+                self._done(tenant)
+
+    def _done(self, tenant: str) -> None:
+        """A thread is free: the next waiting items in fair order run."""
+        with self._lock:
+            self._q, started = release(self._q, tenant, self.clock())
+            items = self._started(started)
+        self._run(items)
 
     def take_waits(self) -> defaultdict[str, float]:
         """The seconds each tenant's work waited since the last take (and the count starts again)."""

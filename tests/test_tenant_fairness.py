@@ -20,25 +20,34 @@ from soul_runtime.errors import InvalidInput, NotFound, QuotaExceeded
 
 
 def _drain(q: FairQueue, now: float = 0.0) -> list[str]:
-    """The tenants of the waiting items in the order free slots go to them (one slot turning over)."""
-    out = []
+    """The tenants of the waiting items in the order free slots go to them (one slot turning over: the holder of
+    the slot gives it back, the next takes it)."""
+    out: list[str] = []
+    holder = "x"
     while q.waiting:
-        q, nxt = release(q, now)
-        assert nxt is not None
-        out.append(nxt.tenant)
+        q, started = release(q, holder, now)
+        assert len(started) == 1
+        holder = started[0].tenant
+        out.append(holder)
     return out
+
+
+def _arrive(q: FairQueue, ticket: int, tenant: str, weight: float = 1.0, now: float = 0.0) -> tuple[FairQueue, bool]:
+    q, started = arrive(q, ticket, tenant, weight, now)
+    return q, ticket in {w.ticket for w in started}
 
 
 def test_a_flood_waits_on_its_own_share() -> None:
     q = FairQueue(slots=1)
-    q, first = arrive(q, 0, "a", 1.0, 0.0)
+    q, first = _arrive(q, 0, "x")
     assert first
     for i in range(1, 101):  # a floods: 100 waiting
-        q, now_in = arrive(q, i, "a", 1.0, 0.0)
+        q, now_in = _arrive(q, i, "a")
         assert not now_in
-    q, _ = release(q, 0.0)  # a's first waiting item starts
+    q, started = release(q, "x", 0.0)  # a's first waiting item starts
+    assert [w.ticket for w in started] == [1]
     for i in range(101, 105):  # then b's 4 arrive
-        q, _ = arrive(q, i, "b", 1.0, 0.0)
+        q, _ = _arrive(q, i, "b")
     order = _drain(q)
     assert order[:8].count("b") == 4, order[:10]  # b's four are served among the next eight, not after a's 99
     assert order.index("b") <= 1
@@ -46,11 +55,11 @@ def test_a_flood_waits_on_its_own_share() -> None:
 
 def test_weights_share_the_slots() -> None:
     q = FairQueue(slots=1)
-    q, _ = arrive(q, 0, "x", 1.0, 0.0)
+    q, _ = _arrive(q, 0, "x")
     t = 1
     for _ in range(60):
         for tenant, w in (("heavy", 3.0), ("light", 1.0)):
-            q, _ = arrive(q, t, tenant, w, 0.0)
+            q, _ = _arrive(q, t, tenant, w)
             t += 1
     order = _drain(q)[:40]
     assert order.count("heavy") == 30 and order.count("light") == 10
@@ -58,34 +67,56 @@ def test_weights_share_the_slots() -> None:
 
 def test_within_a_tenant_arrival_order_holds_and_leaving_frees_nothing() -> None:
     q = FairQueue(slots=1)
-    q, _ = arrive(q, 0, "a", 1.0, 0.0)
+    q, _ = _arrive(q, 0, "a")
     for i in (1, 2, 3):
-        q, _ = arrive(q, i, "a", 1.0, float(i))
+        q, _ = _arrive(q, i, "a", now=float(i))
     q = leave(q, 2)
     tickets = []
     while q.waiting:
-        q, nxt = release(q, 10.0)
-        assert nxt is not None
-        tickets.append((nxt.ticket, 10.0 - nxt.since))
+        q, started = release(q, "a", 10.0)
+        tickets += [(w.ticket, 10.0 - w.since) for w in started]
     assert tickets == [(1, 9.0), (3, 7.0)]
-    q, none = release(q, 10.0)
-    assert none is None and q.used == 0
+    q, none = release(q, "a", 10.0)
+    assert none == () and q.used == 0 and q.holds("a") == 0
     with pytest.raises(ValueError):
         arrive(q, 9, "a", 0.0, 0.0)
 
 
 def test_an_idle_tenant_saves_no_credit() -> None:
     q = FairQueue(slots=1)
-    q, _ = arrive(q, 0, "a", 1.0, 0.0)
+    q, _ = _arrive(q, 0, "a")
     for i in range(1, 50):
-        q, _ = arrive(q, i, "a", 1.0, 0.0)
+        q, _ = _arrive(q, i, "a")
     for _ in range(40):
-        q, _ = release(q, 0.0)
+        q, _ = release(q, "a", 0.0)
     # b was away all along: it starts at the present virtual time, level with a, not 40 items ahead of it
     for i in range(100, 110):
-        q, _ = arrive(q, i, "b", 1.0, 0.0)
+        q, _ = _arrive(q, i, "b")
     order = _drain(q)
     assert order[:4].count("b") <= 3 and order[:6].count("a") >= 2
+
+
+def test_slots_a_tenant_used_lately_are_kept_for_it_within_the_window() -> None:
+    """Slots that come free in waves: b, which held 2 of 8 a moment ago, finds 2 kept for it while a floods; after
+    the window a takes them all again. Without a window a takes every slot that frees."""
+    for window, kept in ((5.0, 2), (0.0, 0)):
+        q = FairQueue(slots=8, window=window)
+        for i in (0, 1):
+            q, _ = _arrive(q, i, "b", now=0.0)
+        for i in range(2, 300):  # a's flood
+            q, _ = _arrive(q, i, "a", now=0.0)
+        assert q.holds("a") == 6 and q.holds("b") == 2
+        q, _ = release(q, "b", 1.0)
+        q, _ = release(q, "b", 1.0)  # b's two calls are answered; b's next turn comes a little later
+        assert q.holds("a") == 8 - kept and q.used == 8 - kept
+        for _ in range(6):  # a wave: a's six calls end together
+            q, started = release(q, "a", 1.5)
+        assert q.holds("a") == 8 - kept
+        q, now_in = _arrive(q, 1000, "b", now=1.6)  # b comes back between two waves: a slot at once if kept
+        assert now_in == bool(kept)
+        for _ in range(q.holds("a")):
+            q, _ = release(q, "a", 7.0)  # past the window: the slots b held lately go back to a
+        assert q.holds("a") == 8 - q.holds("b")
 
 
 def test_the_pool_serves_tenants_in_fair_order() -> None:
