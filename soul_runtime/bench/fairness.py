@@ -2,7 +2,8 @@
 
 A fresh local runtime (Python API over Ray; the tenants' souls are ``A:…`` and ``B:…``, as the service names
 them, and both are in the data dir's key table with weight 1). Tenant A keeps ``a_in_flight`` turns in flight
-(that many souls, each sending its next turn when the last one answered), tenant B keeps ``b_in_flight``. For each
+(that many souls, each sending its next turn when the last one answered), tenant B keeps ``b_in_flight`` (each of
+its callers going round ``a_in_flight / b_in_flight`` souls, so both tenants' souls grow alike). For each
 model — ``offline`` (the built-in one, all CPU on the hosts' threads) and ``stand-in`` (the Anthropic adapter
 against the Messages-API stand-in answering every call after ``delay_s``, under a model concurrency cap of
 ``model_cap`` calls on the node) — three phases of ``seconds`` each run twice, in mirrored order (B alone, A alone,
@@ -44,21 +45,25 @@ def load_average() -> float | None:
         return None
 
 
-async def _phase(rt: Any, souls: dict[str, list[str]], seconds: float, counter: list[int]) -> dict[str, Any]:
-    """Every soul of ``souls`` (tenant -> soul ids) sends turns one after the other for ``seconds``: each tenant's
-    latencies and turns/s (turns that began within the window; their end is waited for)."""
-    lat: dict[str, list[float]] = {t: [] for t in souls}
+async def _phase(rt: Any, workers: dict[str, list[list[str]]], seconds: float, counter: list[int]
+                 ) -> dict[str, Any]:
+    """Every worker of ``workers`` (tenant -> each worker's souls) sends turns one after the other for ``seconds``,
+    to its souls in turn: each tenant's latencies and turns/s (turns that began within the window; their end is
+    waited for)."""
+    lat: dict[str, list[float]] = {t: [] for t in workers}
     stop = time.perf_counter() + seconds
 
-    async def one(tenant: str, sid: str) -> None:
-        h = rt.async_soul(sid)
+    async def one(tenant: str, ids: list[str]) -> None:
+        k = 0
         while time.perf_counter() < stop:
+            sid = ids[k % len(ids)]
+            k += 1
             counter[0] += 1
             t0 = time.perf_counter()
-            await h.turn(TEXT.format(n=counter[0], soul=sid, day=counter[0] % 28 + 1))
+            await rt.async_soul(sid).turn(TEXT.format(n=counter[0], soul=sid, day=counter[0] % 28 + 1))
             lat[tenant].append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(t, s) for t, ids in souls.items() for s in ids))
+    await asyncio.gather(*(one(t, ids) for t, ws in workers.items() for ids in ws))
     wall = time.perf_counter() - t0
     return {t: {"turns": len(v), "turns_per_s": len(v) / wall, "latencies": v} for t, v in lat.items()}
 
@@ -69,10 +74,12 @@ def _summary(runs: list[dict[str, Any]], tenant: str) -> dict[str, Any]:
             "p50_s": round(percentile(lat, 50), 4), "p99_s": round(percentile(lat, 99), 4)}
 
 
-async def _model_run(rt: Any, a: list[str], b: list[str], seconds: float, say: Progress) -> dict[str, Any]:
+async def _model_run(rt: Any, a: list[list[str]], b: list[list[str]], seconds: float, say: Progress
+                     ) -> dict[str, Any]:
     counter = [0]
-    say(f"warming up {len(a) + len(b)} souls")
-    await _phase(rt, {"A": a, "B": b}, 0.01, counter)  # one turn each: every soul active before the count
+    every = [[s] for ws in (a, b) for ids in ws for s in ids]
+    say(f"warming up {len(every)} souls")
+    await _phase(rt, {"all": every}, 0.01, counter)  # one turn each: every soul active before the count
     got: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
     for i, phase in enumerate(PHASES):
         souls = {"b_alone": {"B": b}, "a_alone": {"A": a}, "both": {"A": a, "B": b}}[phase]
@@ -137,8 +144,9 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
             rt = connect(address, data_dir=data, embedder=embedder, hosts=hosts, host_steps=steps,
                          model_slots=cap // hosts if api is not None else 0)
             try:
-                a = [f"a:flood-{i}" for i in range(a_n)]
-                b = [f"b:few-{i}" for i in range(b_n)]
+                a = [[f"a:flood-{i}"] for i in range(a_n)]  # A: a soul per turn in flight
+                per = max(1, a_n // b_n)  # B: its turns spread over as many souls as A's (like-sized souls)
+                b = [[f"b:few-{i}-{k}" for k in range(per)] for i in range(b_n)]
                 res = asyncio.run(_model_run(rt, a, b, seconds, say))
                 from soul_runtime.bench.scale import host_counters
                 res["host_counters"] = {k: v for k, v in host_counters(rt).items() if k.startswith("tenant_")}
@@ -189,14 +197,18 @@ def plot(res: dict[str, Any], path: str | Path) -> None:
     ax.set_title("tenant B's latency, alone and beside A's flood")
     ax.legend(fontsize=7)
     ax = axes[1]
-    ax.bar([i - 0.2 for i in range(len(models))], [res["models"][m]["a_left_turns_per_s"] for m in models], 0.4,
-           label="left to A (A alone - B with A)")
-    ax.bar([i + 0.2 for i in range(len(models))], [res["models"][m]["a_with_b"]["turns_per_s"] for m in models], 0.4,
-           label="A with B")
+    shares = [res["models"][m]["a_share_of_left"] for m in models]
+    bars = ax.bar(range(len(models)), shares, 0.5, color="tab:orange", label="A with B / (A alone - B with A)")
+    for bar, m in zip(bars, models, strict=True):
+        r = res["models"][m]
+        ax.annotate(f"{r['a_with_b']['turns_per_s']:.1f} of {r['a_left_turns_per_s']:.1f} turns/s",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    ax.axhline(FLOOR_A, color="red", linestyle="--", linewidth=1, label=f"floor {FLOOR_A}x")
     ax.set_xticks(range(len(models)), models)
-    ax.set_ylabel("A's turns/s")
-    ax.set_title("tenant A's throughput")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, max(1.2, max(shares) + 0.2))
+    ax.set_ylabel("A's turns/s beside B / what is left to A")
+    ax.set_title("tenant A's throughput beside B")
+    ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"A {res['a_in_flight']} turns in flight, B {res['b_in_flight']}; one node, {res['cpus']} cores "
                  f"(load {res['load_before']}); stand-in {res['delay_s']:g} s/call, cap {res['model_cap']}",
                  fontsize=9)
