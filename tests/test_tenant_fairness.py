@@ -281,3 +281,51 @@ def test_quota_exceeded_travels_and_is_what_the_python_client_raises() -> None:
     assert isinstance(e, RuntimeBusy) and e.retry_after == 60.0 and str(e) == "over its souls"
     got = wire.error(429, {"error": {"type": "QuotaExceeded", "message": "the tenant has 8 turns in flight"}})
     assert type(got) is QuotaExceeded and str(got) == "the tenant has 8 turns in flight"
+
+
+def test_the_model_behind_a_fair_gate_of_its_concurrency() -> None:
+    from actors.fair_gate import FairModel, fair_model
+    from soul_runtime.models.base import AsyncLanguageModel
+    from soul_runtime.models.offline import OfflineModel
+
+    class Slow(AsyncLanguageModel):
+        model_id = "slow-1"
+        max_concurrency = 2
+
+        def __init__(self) -> None:
+            self.out = 0
+            self.most = 0
+
+        async def _one(self) -> str:
+            self.out += 1
+            self.most = max(self.most, self.out)
+            await asyncio.sleep(0.001)
+            self.out -= 1
+            return "ok"
+
+        async def reply(self, request: object) -> str:  # type: ignore[override]
+            return await self._one()
+
+        async def decide(self, exchange: object) -> str:  # type: ignore[override]
+            return await self._one()
+
+        async def decide_window(self, window: object) -> str:
+            return await self._one()
+
+        async def classify_task(self, text: str, known: tuple[str, ...]) -> str:  # type: ignore[override]
+            return await self._one()
+
+    offline = OfflineModel()
+    assert fair_model(offline, 0, lambda t: 1.0) is offline  # runs on the host's fair threads instead
+    inner = Slow()
+    m = fair_model(inner, 0, lambda t: 1.0)
+    assert isinstance(m, FairModel) and m.gate.q.slots == 2 and m.model_id == "slow-1"
+
+    async def main() -> None:
+        async def one(tenant: str) -> str:
+            TENANT.set(tenant)
+            return str(await m.reply(None))
+        got = await asyncio.gather(*(one(t) for t in ("a",) * 10 + ("b",) * 2))
+        assert got == ["ok"] * 12
+    asyncio.run(main())
+    assert inner.most == 2 and m.gate.admitted == {"a": 10, "b": 2}
