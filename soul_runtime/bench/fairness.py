@@ -3,7 +3,7 @@
 A fresh local runtime (Python API over Ray; the tenants' souls are ``A:…`` and ``B:…``, as the service names
 them, and both are in the data dir's key table with weight 1). Tenant A keeps ``a_in_flight`` turns in flight
 (that many souls, each sending its next turn when the last one answered), tenant B keeps ``b_in_flight`` (each of
-its callers going round ``a_in_flight / b_in_flight`` souls, so both tenants' souls grow alike). For each
+its callers going round :data:`B_ROUND` souls). For each
 model — ``offline`` (the built-in one, all CPU on the hosts' threads) and ``stand-in`` (the Anthropic adapter
 against the Messages-API stand-in answering every call after ``delay_s``, under a model concurrency cap of
 ``model_cap`` calls on the node) — three phases of ``seconds`` each run twice, in mirrored order (B alone, A alone,
@@ -34,6 +34,10 @@ from soul_runtime.bench.serve import MODEL_VARS, cleaned_up, use_model
 Progress = Callable[[str], None]
 PHASES = ("b_alone", "a_alone", "both", "both", "a_alone", "b_alone")
 TEXT = "Note {n}: the quarterly report for account {soul} is due on the {day}th; Dana reviews it."
+B_ROUND = 8
+"""Souls each of B's callers goes round: B's souls grow about as fast as A's (a few turns in flight to one soul
+each would make B's souls, and so its turns, many times larger than A's by the end), and few enough that they
+all stay active beside A's (the soul hosts' ``host_capacity_mb``)."""
 FLOOR_LATENCY = 1.3
 FLOOR_A = 0.9
 
@@ -145,8 +149,7 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
                          model_slots=cap // hosts if api is not None else 0)
             try:
                 a = [[f"a:flood-{i}"] for i in range(a_n)]  # A: a soul per turn in flight
-                per = max(1, a_n // b_n)  # B: its turns spread over as many souls as A's (like-sized souls)
-                b = [[f"b:few-{i}-{k}" for k in range(per)] for i in range(b_n)]
+                b = [[f"b:few-{i}-{k}" for k in range(B_ROUND)] for i in range(b_n)]
                 res = asyncio.run(_model_run(rt, a, b, seconds, say))
                 from soul_runtime.bench.scale import host_counters
                 res["host_counters"] = {k: v for k, v in host_counters(rt).items() if k.startswith("tenant_")}
