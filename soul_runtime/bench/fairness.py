@@ -101,7 +101,7 @@ async def _model_run(rt: Any, a: list[list[str]], b: list[list[str]], seconds: f
            "b_p50_ratio": round(b_with["p50_s"] / b_alone["p50_s"], 3),
            "b_p99_ratio": round(b_with["p99_s"] / b_alone["p99_s"], 3),
            "a_left_turns_per_s": round(left, 2), "a_share_of_left": round(a_with["turns_per_s"] / left, 3),
-           "load_by_phase": [[p, r["load"]] for p in PHASES for r in got[p][:1]]}
+           "load_by_phase": [[p, got[p][PHASES[:i].count(p)]["load"]] for i, p in enumerate(PHASES)]}
     out["floors_met"] = {"b_p50": out["b_p50_ratio"] <= FLOOR_LATENCY, "b_p99": out["b_p99_ratio"] <= FLOOR_LATENCY,
                          "a_turns_per_s": out["a_share_of_left"] >= FLOOR_A}
     return out
