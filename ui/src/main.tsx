@@ -118,18 +118,7 @@ function SoulRow({ soul }: { soul: string }) {
   );
 }
 
-type Usage = {
-  souls: number;
-  stored_bytes: number;
-  turns: number;
-  tokens: number;
-  tokens_today: number;
-  throttled: number;
-  queued_s: number;
-  limits: Record<string, number>;
-};
-
-const LIMITED: [keyof Usage, string, string][] = [
+const LIMITED = [
   ["souls", "Souls", "souls"],
   ["stored_bytes", "Stored bytes", "stored_bytes"],
   ["tokens_today", "Model tokens today (UTC)", "tokens_per_day"],
@@ -137,7 +126,10 @@ const LIMITED: [keyof Usage, string, string][] = [
   ["tokens", "Model tokens in all", ""],
   ["throttled", "Turns refused over a limit", ""],
   ["queued_s", "Seconds waited in the fair queues", ""],
-];
+] as const;
+
+/** `GET /v1/usage`: the counts above, and the limits in force. */
+type Usage = Record<(typeof LIMITED)[number][0], number> & { limits: Record<string, number> };
 
 function UsagePanel() {
   const usage = useLoad(() => api<Usage>("usage"), []);
