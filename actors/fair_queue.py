@@ -11,7 +11,8 @@ time (no credit saved up while away). Within a tenant, items keep their arrival 
 model answering each call in the same time) come free in waves, and a tenant arriving between two waves would
 wait for the next one behind a flood that took the whole last wave. So for ``window`` seconds after a tenant last
 took a slot, as many slots as it held at once lately — at most its weighted share of the slots among the tenants
-seen within the window — are kept free for it while it holds fewer; other tenants take the rest. A tenant that
+seen within the window and the one asking — are kept free for it while it holds fewer; other tenants take the
+rest. A tenant that
 stays away for ``window`` seconds leaves them to the others again.
 
 The policy is pure: :class:`FairQueue` is a frozen value and every operation returns a new one, with the items
@@ -77,23 +78,24 @@ def _with_finish(q: FairQueue, tenant: str, finish: float) -> tuple[tuple[str, f
     return kept + ((tenant, finish),)
 
 
-def kept_for_others(q: FairQueue, tenant: str, now: float) -> int:
-    """Slots kept free for the other tenants' recent use (see the module's doc)."""
-    live = [h for h in q.held if h.until >= now]
-    total = sum(h.weight for h in live)
+def kept_for_others(q: FairQueue, tenant: str, weight: float, now: float) -> int:
+    """Slots kept free for the other tenants' recent use (see the module's doc): each keeps at most its weighted
+    share among the tenants seen within the window and ``tenant`` (of ``weight``), so a flood's own recent use
+    never keeps a newcomer out of its share."""
+    live = [h for h in q.held if h.until >= now and h.tenant != tenant]
+    total = sum(h.weight for h in live) + weight
     out = 0
     for h in live:
-        if h.tenant != tenant:
-            share = max(1, int(q.slots * h.weight / total))
-            out += max(0, min(h.peak, share) - h.n)
+        share = max(1, int(q.slots * h.weight / total))
+        out += max(0, min(h.peak, share) - h.n)
     return out
 
 
-def may_take(q: FairQueue, tenant: str, now: float) -> bool:
+def may_take(q: FairQueue, tenant: str, weight: float, now: float) -> bool:
     """Whether ``tenant`` may take a slot now: one is free beyond those kept for others (or none is in use)."""
     if q.used >= q.slots:
         return False
-    return q.used == 0 or q.window <= 0 or q.used + 1 + kept_for_others(q, tenant, now) <= q.slots
+    return q.used == 0 or q.window <= 0 or q.used + 1 + kept_for_others(q, tenant, weight, now) <= q.slots
 
 
 def _take(q: FairQueue, tenant: str, weight: float, now: float) -> FairQueue:
@@ -108,7 +110,8 @@ def _dispatch(q: FairQueue, now: float) -> tuple[FairQueue, tuple[Waiting, ...]]
     """Free slots to the waiting items in fair order, skipping tenants that may not take one now."""
     started: list[Waiting] = []
     while q.waiting and q.used < q.slots:
-        allowed = {t for t in {w.tenant for w in q.waiting} if may_take(q, t, now)}
+        weights = {w.tenant: 1.0 / (w.finish - w.start) for w in q.waiting}
+        allowed = {t for t, weight in weights.items() if may_take(q, t, weight, now)}
         if not allowed:
             break
         nxt = min((w for w in q.waiting if w.tenant in allowed), key=lambda w: (w.start, w.ticket))

@@ -329,3 +329,20 @@ def test_the_model_behind_a_fair_gate_of_its_concurrency() -> None:
         assert got == ["ok"] * 12
     asyncio.run(main())
     assert inner.most == 2 and m.gate.admitted == {"a": 10, "b": 2}
+
+
+def test_a_flood_s_own_recent_use_keeps_no_newcomer_out() -> None:
+    """A floods alone (all 16 slots, its record live); B arrives for the first time: at the next slot A gives back,
+    B takes it, though A held 16 a moment ago (A keeps at most its share beside B: 8)."""
+    q = FairQueue(slots=16, window=5.0)
+    for i in range(200):
+        q, _ = _arrive(q, i, "a", now=0.0)
+    assert q.holds("a") == 16
+    q, b_now = _arrive(q, 1000, "b", now=1.0)
+    assert not b_now
+    q, started = release(q, "a", 1.1)
+    assert [w.tenant for w in started] == ["b"]
+    for _ in range(9):  # A gives back 9 more; B's one item is served, the rest go to A
+        q, started = release(q, "a", 1.2)
+        assert [w.tenant for w in started] == ["a"]
+    assert q.holds("b") == 1 and q.holds("a") == 15
