@@ -45,6 +45,13 @@ class Metrics:
                 "model_tokens": raycalls.counter("soul_model_tokens_total", "Model tokens by model id and kind "
                                                  "(input = uncached, cache_read, cache_write, output)",
                                                  ("model", "kind")),
+                "tenant_turns": raycalls.counter("soul_tenant_turns_total", "Turns, observes and forgets applied, "
+                                                 "by tenant", ("tenant",)),
+                "tenant_tokens": raycalls.counter("soul_tenant_tokens_total", "Model tokens by tenant", ("tenant",)),
+                "tenant_queued": raycalls.counter("soul_tenant_queued_seconds_total", "Seconds a tenant's work "
+                                                  "waited for a host's threads or the model's slots", ("tenant",)),
+                "tenant_throttled": raycalls.counter("soul_tenant_throttled_total", "Turns refused over a tenant's "
+                                                     "limit (429)", ("tenant", "limit")),
             })
         except Exception:  # metrics must never break serving
             return cls(None)
@@ -67,9 +74,10 @@ class Metrics:
     def write(self, layer: str, op: str) -> None:
         self._inc("writes", {"layer": layer, "op": op})
 
-    def model_usage(self, trace: TurnTrace) -> None:
-        """Count a committed trace's model calls and tokens per model (a metric per model)."""
+    def model_usage(self, trace: TurnTrace) -> int:
+        """Count a committed trace's model calls and tokens per model (a metric per model); returns its tokens."""
         by_model = (trace.usage or {}).get("by_model") or {}
+        total = 0
         for model, u in by_model.items():
             if not isinstance(u, dict):
                 continue
@@ -78,11 +86,28 @@ class Metrics:
             for kind, key in (("input", "input_tokens"), ("output", "output_tokens"),
                               ("cache_read", "cache_read_tokens"), ("cache_write", "cache_write_tokens")):
                 n = int(u.get(key, 0))
+                total += n
                 self.local[f"model_tokens:{model},{kind}"] += n
                 if self._m is not None and n:
                     self._m["model_tokens"].inc(float(n), tags={"model": model, "kind": kind})
             if self._m is not None and calls:
                 self._m["model_calls"].inc(float(calls), tags={"model": model})
+        return total
+
+    def tenant_turn(self, tenant: str, tokens: int) -> None:
+        """A committed turn of ``tenant`` ("" for souls of no tenant) and its model tokens."""
+        self._inc("tenant_turns", {"tenant": tenant})
+        self.local[f"tenant_tokens:{tenant}"] += tokens
+        if self._m is not None and tokens:
+            self._m["tenant_tokens"].inc(float(tokens), tags={"tenant": tenant})
+
+    def tenant_queued(self, tenant: str, seconds: float) -> None:
+        self.local[f"tenant_queued_ms:{tenant}"] += int(seconds * 1000)
+        if self._m is not None and seconds > 0:
+            self._m["tenant_queued"].inc(float(seconds), tags={"tenant": tenant})
+
+    def tenant_throttled(self, tenant: str, limit: str) -> None:
+        self._inc("tenant_throttled", {"tenant": tenant, "limit": limit})
 
     def activation(self) -> None:
         self._inc("activations")

@@ -59,6 +59,7 @@ from soul_runtime.steps import Call, Pause, run_steps, run_steps_async
 from . import raycalls
 from . import retry as retry_policy
 from .channel import ChannelBook, ChannelTimeout
+from .fair_pool import tenant_of
 from .handles import ActorHandles
 from .introspection import channel_address
 from .keyed_locks import KeyedLocks
@@ -123,25 +124,27 @@ class AsyncSoulLocks:
 
     def __init__(self, transport: Transport | Any) -> None:
         self.locks: KeyedLocks[asyncio.Lock] = KeyedLocks(asyncio.Lock)
-        self.batchers: dict[str, AsyncBatcher[tuple[Any, Any], Any]] = {}
+        self.batchers: dict[tuple[str, str], AsyncBatcher[tuple[Any, Any], Any]] = {}
         self.transport = transport
 
-    def batcher(self, name: str) -> AsyncBatcher[tuple[Any, Any], Any]:
-        b = self.batchers.get(name)
+    def batcher(self, name: str, tenant: str = "") -> AsyncBatcher[tuple[Any, Any], Any]:
+        """The batcher of turns to ``name`` of one tenant's souls: each tenant's turns go in calls of their own,
+        so one tenant's flood of calls out does not hold another's turns back in this process."""
+        b = self.batchers.get((name, tenant))
         if b is None:
             async def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
                 handle, batch = items[0][0], [item for _, item in items]
                 return await self.transport.send_async(name, handle, "run_batch", batch)
-            b = self.batchers[name] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS,
+            b = self.batchers[(name, tenant)] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS,
                                                     release_after_s=RELEASE_AFTER_S)
         return b
 
-    def drop_idle(self, name: str) -> None:
-        """Forget the batcher of ``name`` if it has nothing waiting or out (a dedicated actor's, so the
-        batchers of actors that have gone do not pile up)."""
-        b = self.batchers.get(name)
+    def drop_idle(self, name: str, tenant: str = "") -> None:
+        """Forget the batcher of ``name`` and ``tenant`` if it has nothing waiting or out (a dedicated actor's, or a
+        tenant's, so the batchers of actors that have gone and of tenants gone quiet do not pile up)."""
+        b = self.batchers.get((name, tenant))
         if b is not None and b.idle:
-            del self.batchers[name]
+            del self.batchers[(name, tenant)]
 
 
 class Router:
@@ -275,11 +278,12 @@ class Router:
             actor: Actor = step.target
             if not actor.batchable:
                 return await self.transport.send_async(actor.name, actor.handle, step.method, *step.args)
+            tenant = tenant_of(call.soul_id)
             try:
-                return await locks.batcher(actor.name).submit((actor.handle, step.args))
+                return await locks.batcher(actor.name, tenant).submit((actor.handle, step.args))
             finally:
-                if actor.name not in self.hosts:
-                    locks.drop_idle(actor.name)
+                if tenant or actor.name not in self.hosts:
+                    locks.drop_idle(actor.name, tenant)
         with locks.locks.entry(call.soul_id) as lock:
             async with lock:
                 try:

@@ -52,6 +52,15 @@ class RuntimeConfig:
     """Turns (observes, forgets) a host admits in progress at once; beyond it a call waits in the caller's
     router (up to ``busy_wait_s``) and then fails with RuntimeBusy. Each in-progress turn holds its context and
     the model's answer (tens of KiB), so the default keeps a host within a few hundred MiB of them."""
+    host_steps: int = 0
+    """Steps of its souls' work (the code between waits) a host runs at once on its ``host_threads``, handed out in
+    weighted fair order of the tenants waiting for them (docs/service.md, "Fair scheduling"); 0 (the default): as
+    many as ``host_threads``. Fewer leaves each running step more of the host process's interpreter lock: a
+    tenant's step that goes first then also runs about as fast as it would alone."""
+    model_slots: int = 0
+    """Model calls a host has out at once, handed out in weighted fair order of the tenants waiting for them
+    (docs/service.md, "Fair scheduling"); 0 (the default): the model's own ``max_concurrency`` (a remote model's,
+    1024 by default). The offline model runs on the host's threads, which are handed out in the same order."""
     busy_wait_s: float = 30.0
     """How long a caller's router keeps trying a host that is at ``host_admission`` before RuntimeBusy."""
     lease_wait_s: float = 120.0
@@ -98,6 +107,10 @@ class RuntimeConfig:
                 auto = " (0: sized to the cluster)" if name in SIZE_KEYS else \
                     " (0: sized to the open-file limit)" if low == 0 else ""
                 raise ConfigError(f"{name} must be an int in {low}..10000{auto}, got {v!r}")
+        for name, what in (("model_slots", "the model's max_concurrency"), ("host_steps", "host_threads")):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 100_000:
+                raise ConfigError(f"{name} must be an int in 0..100000 (0: {what}), got {v!r}")
         for name in ("host_capacity_mb", "store_capacity_mb"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 10_000_000:

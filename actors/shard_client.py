@@ -10,6 +10,7 @@ from soul_runtime.batching import AsyncBatcher
 
 from . import raycalls
 from .channel import ChannelBook
+from .fair_pool import tenant_of
 from .handles import ActorHandles
 from .introspection import channel_address
 from .placement import store_name, store_of
@@ -61,8 +62,9 @@ class ShardCalls:
     """A host's calls to the store shards, batched across its souls: the recalls (or writes) its turns send to
     one shard while its event loop runs one round go as one ``recall_batch`` (``apply_batch``) call
     (:class:`~soul_runtime.batching.AsyncBatcher`); at most ``max_calls`` calls per shard and method are out at
-    a time, and what arrives meanwhile goes in the next one, so batches grow with the load. A turn waiting for
-    its answer holds no thread.
+    a time, and what arrives meanwhile goes in the next one, so batches grow with the load. Each tenant's souls
+    (:func:`~actors.fair_pool.tenant_of`) have batches and calls of their own: a flood of one tenant's recalls does
+    not hold another's back. A turn waiting for its answer holds no thread.
 
     ``channels``: a shard on this machine is called over its local channel (:mod:`actors.channel`) rather than
     through Ray; one whose channel broke is asked for its address again at most once a second. ``transport``:
@@ -73,7 +75,7 @@ class ShardCalls:
         self.stores = stores
         self.max_batch = max_batch
         self.max_calls = max_calls
-        self._batchers: dict[tuple[str, str], AsyncBatcher[Any, Any]] = {}
+        self._batchers: dict[tuple[str, str, str], AsyncBatcher[Any, Any]] = {}
         self.transport = transport if transport is not None else \
             Transport(ChannelBook(channel_address, enabled=channels), SHARD_CHANNEL_METHODS)
 
@@ -81,7 +83,7 @@ class ShardCalls:
         """Calls sent and items they carried, per method (``recall_batch``, ``apply_batch``), and how many of
         the calls went on a local channel."""
         out: dict[str, int] = {}
-        for (_, method), b in list(self._batchers.items()):
+        for (_, method, _), b in list(self._batchers.items()):
             out[f"shard_calls:{method}"] = out.get(f"shard_calls:{method}", 0) + b.calls
             out[f"shard_items:{method}"] = out.get(f"shard_items:{method}", 0) + b.items
         for method, n in list(self.transport.channel_calls.items()):
@@ -108,7 +110,8 @@ class ShardCalls:
 
     async def _call(self, layer: str, soul_id: str, method: str, item: tuple[Any, ...]) -> Any:
         name = self.stores.name(layer, soul_id)
-        b = self._batchers.get((name, method))
+        key = (name, method, tenant_of(soul_id))  # each tenant's items in calls of their own (fair order)
+        b = self._batchers.get(key)
         if b is None:
             async def send(items: list[Any], _layer: str = layer, _soul: str = soul_id, _m: str = method,
                            _name: str = name) -> Any:
@@ -116,7 +119,7 @@ class ShardCalls:
                     return await self.transport.send_async(_name, self.stores.handle(_layer, _soul), _m, items)
                 except Exception as e:  # noqa: BLE001 — translated, raised to the batch's callers
                     raise raycalls.translate(e) from None
-            b = self._batchers[(name, method)] = AsyncBatcher(send, max_batch=self.max_batch,
+            b = self._batchers[key] = AsyncBatcher(send, max_batch=self.max_batch,
                                                               max_calls=self.max_calls)
         return await b.submit(item)
 

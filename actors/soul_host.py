@@ -21,9 +21,11 @@ begun runs to its end, and a retry with its request id gets its result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -42,15 +44,20 @@ from soul_runtime.models.choice import make_model
 from soul_runtime.records import TurnResult, TurnTrace
 from soul_runtime.steps import Steps, drive_async
 
+from . import raycalls
 from .channel import travels
+from .fair_gate import fair_model
+from .fair_pool import TENANT, FairPool, tenant_of
 from .introspection import ActorBase
 from .metrics import Metrics
 from .remote_memory import RemoteMemory
 from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
+from .service.tenants import TenantWeights
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
 from .soul_presence import require_known, soul_dir
+from .tenant_usage import FLUSH_S, UsageBook, usage_dir
 from .turn_spans import Calls, TurnSpans
 
 
@@ -82,10 +89,13 @@ class SoulHost(ActorBase):
         self.cfg = RuntimeConfig.from_dict(config)
         self.capacity = process_capacity(self.cfg.host_capacity)  # active souls (0 in the config: automatic)
         use_storage(self.cfg.storage)
-        self.model = loop_model(model or make_model(self.cfg.model, args=self.cfg.model_args))  # this process's
+        self.weights = TenantWeights(self.cfg.data_dir, self.cfg.storage)
+        self.model = fair_model(loop_model(model or make_model(self.cfg.model, args=self.cfg.model_args)),
+                                self.cfg.model_slots, self.weights)  # this process's
         self.stores = StoreLocator(self.cfg)
         self.calls = ShardCalls(self.stores, channels=self.cfg.local_channels)
-        self.pool = ThreadPoolExecutor(self.cfg.host_threads, thread_name_prefix=f"{name}-work")
+        self.pool = FairPool(self.cfg.host_threads, self.weights, thread_name_prefix=f"{name}-work",
+                             slots=self.cfg.host_steps)
         self._closing_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
@@ -95,11 +105,13 @@ class SoulHost(ActorBase):
         self._opening = 0  # activations being opened (in ``active`` without a soul yet)
         self.in_progress = 0
         self.metrics = Metrics.create()
+        self._book_lock = threading.Lock()
+        self.book = UsageBook(usage_dir(self.cfg.data_dir) / f"{name}.json" if raycalls.current_actor() else None)
         self.traced = Calls() if telemetry.tracer() is not None else None  # the calls' spans, when traces are on
-        self._committed = self.metrics.model_usage if self.traced is None else \
-            self.traced.hook(self.metrics.model_usage)
+        self._committed = self._counted if self.traced is None else self.traced.hook(self._counted)
         self.clock = clock
         self._ticker: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
         self.start(HOST_CHANNEL_METHODS, self.cfg.host_threads if self.cfg.local_channels else 0)
 
     def on_start(self) -> None:
@@ -110,6 +122,13 @@ class SoulHost(ActorBase):
             loop = None
         if loop is not None and self.cfg.idle_check_s > 0:
             self._ticker = loop.create_task(self._tick())
+        if loop is not None and self.book.path is not None:
+            self._flusher = loop.create_task(self._flush_every())
+
+    async def _flush_every(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            self._flush_usage()
 
     async def _tick(self) -> None:
         while True:
@@ -117,6 +136,31 @@ class SoulHost(ActorBase):
             try:
                 await self.passivate_idle()
             except Exception:  # noqa: BLE001 — the next tick tries again
+                pass
+
+    def _counted(self, trace: TurnTrace) -> None:
+        """A committed turn (observe, forget) counted: its model calls and tokens, and its tenant's usage."""
+        tokens = self.metrics.model_usage(trace)
+        tenant = tenant_of(trace.soul_id)
+        self.metrics.tenant_turn(tenant, tokens)
+        with self._book_lock:  # a host thread; the loop writes the book (_flush_usage)
+            self.book.add(tenant, "turns")
+            self.book.add(tenant, "tokens", tokens)
+
+    def _flush_usage(self) -> None:
+        waited = self.pool.take_waits()
+        gate = getattr(self.model, "gate", None)
+        if gate is not None:
+            for tenant, s in gate.waited_s.items():
+                waited[tenant] += s
+            gate.waited_s = defaultdict(float)
+        with self._book_lock:
+            for tenant, s in waited.items():
+                self.book.add(tenant, "queued_s", s)
+                self.metrics.tenant_queued(tenant, s)
+            try:
+                self.book.flush()
+            except OSError:  # counting must never fail a turn; the next flush writes it
                 pass
 
     def _spawned(self, task: asyncio.Task[Any]) -> None:
@@ -270,15 +314,19 @@ class SoulHost(ActorBase):
     async def on_stop(self) -> int:
         """The idle ticker, then every active soul is passivated (its last memory work lands first) and the
         closing thread ends."""
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
+        for task in (self._ticker, self._flusher):
+            if task is not None:
+                task.cancel()
+        self._ticker = self._flusher = None
         n = 0
         for sid in self.active_souls():
             n += await self.passivate(sid)
         if self._work:
             await asyncio.wait(list(self._work))
         await self.wait_closed()
+        self._flush_usage()
+        with self._book_lock, contextlib.suppress(OSError):
+            self.book.flush(force=True)
         close = getattr(self.model, "aclose", None)  # a remote model's clients on this loop
         if close is not None:
             await close()
@@ -349,6 +397,7 @@ class SoulHost(ActorBase):
 
     async def _run(self, soul_id: str, op: str, seq: int | None, request_id: str, payload: dict[str, Any]
                    ) -> TurnResult:
+        TENANT.set(tenant_of(soul_id))  # this call's task: its work waits for threads and model in fair order
         carried = payload.get(telemetry.CARRIER_KEY) if isinstance(payload, dict) else None
         spans = None if self.traced is None else self.traced.begin(op, soul_id, request_id, carried)
         try:
@@ -433,6 +482,7 @@ class SoulHost(ActorBase):
 
     async def _read(self, soul_id: str) -> Soul:
         """The soul, for a read: activated if it exists; NotFound, and nothing created, if it does not."""
+        TENANT.set(tenant_of(soul_id))
         if soul_id not in self.active:
             require_known(self.cfg.data_dir, soul_id)
         return (await self._activate(soul_id)).live
@@ -451,10 +501,12 @@ class SoulHost(ActorBase):
 
     async def forget(self, soul_id: str, stores: list[str] | None = None) -> dict[str, int]:
         """Erase a soul's memory (these layers, all by default) for good, with its buffer and traces."""
+        TENANT.set(tenant_of(soul_id))
         async with self._hold(soul_id) as act:  # the last turn's memory work lands first, then all goes
             return await self._drive(forget_soul_steps(act.live, stores), act.live)
 
     async def import_(self, soul_id: str, blob: bytes) -> None:
+        TENANT.set(tenant_of(soul_id))
         async with self._hold(soul_id) as act:
             soul = act.live
             await self._drive(soul.wait_steps(), soul)

@@ -26,6 +26,8 @@ from typing import Any
 from soul_runtime import telemetry
 from soul_runtime.records import TurnTrace
 
+from .fair_pool import tenant_of
+
 MODEL_SPANS = {"reply": "inference", "decide": "decide", "decide_window": "decide"}
 MEMORY_SPANS = {"recall": "recall", "write_many": "write"}
 
@@ -63,7 +65,8 @@ class TurnSpans:
     def __init__(self, op: str, soul_id: str, request_id: str, carrier: dict[str, str] | None) -> None:
         self.soul_id, self.request_id = soul_id, request_id
         self.span: Any = telemetry.start(f"soul.{op}", parent=telemetry.context_of(carrier), kind="server",
-                                    attributes={"soul.id": soul_id, "soul.op": op, "soul.request_id": request_id})
+                                    attributes={"soul.id": soul_id, "soul.op": op, "soul.request_id": request_id,
+                                                "soul.tenant": tenant_of(soul_id)})
         self.ctx = telemetry.context_with(self.span)
         self.steps: list[tuple[str, str, int, int]] = []  # (target, method, start ns, end ns), in order
         self.ended = False

@@ -17,6 +17,7 @@
     │   └── Moved                  ... another actor serves the soul now (the router follows it)
     └── RuntimeUnavailable         the Ray runtime cannot be reached or refused us
         ├── RuntimeBusy            ... the soul's host stayed full for busy_wait_s; try again later
+        │   └── QuotaExceeded      ... the tenant is over one of its limits (HTTP 429 with Retry-After)
         └── AuthError              ... because a credential was refused: the cluster's auth token
             └── Unauthorized       ... a missing, unknown or revoked API key (HTTP service, 401)
 
@@ -109,6 +110,18 @@ class RuntimeUnavailable(SoulError):
 class RuntimeBusy(RuntimeUnavailable):
     """The soul's host has as many turns in progress as it admits (``host_admission``), and did not make room
     within ``busy_wait_s``: nothing of this call was applied; try again later (the same request id is safe)."""
+
+
+class QuotaExceeded(RuntimeBusy):
+    """The tenant is over one of its limits (turns per second, in flight, souls, stored bytes, tokens per day):
+    the turn was refused before it began; try again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return (self.__class__, (str(self), self.retry_after))
 
 
 class AuthError(RuntimeUnavailable):

@@ -185,6 +185,12 @@ def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
         page.get_by_role("link", name=maya).wait_for(state="detached")
         assert page.get_by_role("link", name=scratch).count() == 1
         page.get_by_label("Search souls").fill("")
+        # the tenant's usage: its souls as the list counts them, and its counts
+        usage = page.locator("section.usage")
+        usage.locator("table.usage").wait_for()
+        listed = page.get_by_role("status").filter(has_text=" of ").inner_text().split()[2]
+        assert usage.get_by_role("row").filter(has_text="Souls").locator("td").inner_text() == listed
+        assert "Limits: none" in usage.inner_text()
         page.get_by_role("link", name=maya).click()
 
         # the episodic timeline: dated, with its session and provenance down to the message

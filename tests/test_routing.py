@@ -287,13 +287,33 @@ def test_the_async_driver_forgets_the_batcher_of_a_dedicated_actor_once_idle(mon
     monkeypatch.setattr(raycalls, "call", lambda h, method, items: run_batch(h.name, items))
     r = Router(["soul-host-0"], "ns", dedicated={"hot": "soul-dedicated-hot"})
 
-    async def main() -> tuple[list[Any], set[str]]:
+    async def main() -> tuple[list[Any], set[tuple[str, str]]]:
         out = await asyncio.gather(*(r.run_async(Routed(s, "run", ("turn", None, f"rid-{s}-{i}", {})))
-                                     for i in range(3) for s in ("hot", "cold")))
+                                     for i in range(3) for s in ("hot", "cold", "acme:warm")))
         return out, set(r._async_locks[asyncio.get_running_loop()].batchers)
     out, kept = asyncio.run(main())
     assert ("soul-dedicated-hot", "hot") in out and ("soul-host-0", "cold") in out
-    assert kept == {"soul-host-0"}
+    assert ("soul-host-0", "acme:warm") in out
+    assert kept == {("soul-host-0", "")}  # a tenant's batcher goes too once idle (tenants come and go)
+
+
+def test_each_tenant_s_turns_go_to_a_host_in_calls_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turns of two tenants submitted together reach the host in separate ``run_batch`` calls."""
+    calls: list[list[str]] = []
+
+    async def run_batch(name: str, items: list[tuple[Any, ...]]) -> list[Any]:
+        calls.append(sorted(it[0] for it in items))
+        await asyncio.sleep(0.001)
+        return [(name, it[0]) for it in items]
+    monkeypatch.setattr(raycalls, "get_actor", lambda name, ns: Handle(name))
+    monkeypatch.setattr(raycalls, "call", lambda h, method, items: run_batch(h.name, items))
+    r = Router(["soul-host-0"], "ns")
+
+    async def main() -> None:
+        await asyncio.gather(*(r.run_async(Routed(s, "run", ("turn", None, f"rid-{s}", {})))
+                               for s in ("a:1", "a:2", "a:3", "b:1", "b:2")))
+    asyncio.run(main())
+    assert all(len({s.split(":")[0] for s in c}) == 1 for c in calls) and sum(map(len, calls)) == 5, calls
 
 
 def test_a_blocking_turn_goes_over_its_hosts_channel_and_falls_back_to_ray(monkeypatch: pytest.MonkeyPatch

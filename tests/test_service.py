@@ -465,6 +465,40 @@ def test_tenant_removed_with_its_souls(server: dict[str, Any]) -> None:
     assert r.status_code == 200 and r.json()["turn_id"] == "one/1"
 
 
+def test_a_turn_over_a_tenants_limit_is_refused_before_it_begins(server: dict[str, Any]) -> None:
+    """``soul tenants set`` on a running service: a turn over turns/s or over the souls limit is a 429
+    QuotaExceeded with Retry-After and the JSON error body, and leaves nothing (no trace, no soul, no directory);
+    ``GET /v1/usage`` shows the tenant's souls, counts and limits."""
+    env, data = server["env"], server["data"]
+    key = json.loads(_soul(env, "tenants", "add", "quota", "--json").stdout)["key"]
+    _soul(env, "tenants", "set", "quota", "--turns-per-s", "0.2", "--souls", "1")
+    c = httpx.Client(base_url=server["url"], headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    ok = c.post("/v1/souls/one/turns", json={"text": "The billing job runs at 6 am."}, headers={"Idempotency-Key": "a"})
+    assert ok.status_code == 200, ok.text
+    r = c.post("/v1/souls/one/turns", json={"text": "It moved to 7 am."}, headers={"Idempotency-Key": "b"})
+    assert r.status_code == 429 and r.headers["content-type"] == "application/json", r.text
+    assert r.json()["error"]["type"] == "QuotaExceeded" and "turns per second" in r.json()["error"]["message"]
+    assert 1 <= int(r.headers["retry-after"]) <= 5
+    traces = c.get("/v1/souls/one/traces").json()["traces"]
+    assert [t["query"] for t in traces] == ["The billing job runs at 6 am."]  # nothing of the refused turn
+    _soul(env, "tenants", "set", "quota", "--turns-per-s", "0")  # no rate limit now; still one soul at most
+    r = c.post("/v1/souls/two/turns", json={"text": "A second soul."})
+    assert r.status_code == 429 and r.json()["error"]["type"] == "QuotaExceeded", r.text
+    assert "souls" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
+    assert not (data / "souls" / "quota:two").exists() and c.get("/v1/souls").json() == {"souls": ["one"]}
+    assert c.post("/v1/souls/one/turns", json={"text": "It moved to 7 am."}).status_code == 200
+    deadline = time.monotonic() + 30
+    while True:  # the hosts and the replica write their counts every second or so
+        u = c.get("/v1/usage").json()
+        if (u["turns"] >= 2 and u["throttled"] >= 1) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert u["souls"] == 1 and u["stored_bytes"] > 0 and u["turns"] == 2 and u["throttled"] >= 1, u
+    assert u["limits"] == {"souls": 1}
+    rows = json.loads(_soul(env, "tenants", "usage", "quota", "--json").stdout)
+    assert rows[0]["tenant"] == "quota" and rows[0]["souls"] == 1 and rows[0]["turns"] == 2
+
+
 @pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
 def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: dict[str, Any], kind: str) -> None:
     from contextlib import AsyncExitStack

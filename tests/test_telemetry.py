@@ -105,6 +105,7 @@ def test_a_turn_is_a_span_with_its_stages_and_shard_calls_under_the_callers_trac
         assert turn.name == "soul.turn" and turn.kind is SpanKind.SERVER
         a = turn.attributes
         assert a["soul.id"] == "maya" and a["soul.turn_id"] == result.turn_id and a["soul.seq"] == result.seq
+        assert a["soul.tenant"] == ""  # a soul of no tenant (the service's are "TENANT:id")
         assert a["soul.model"] == result.model and a["soul.tokens.total"] > 0 and a["soul.usage.calls"] >= 1
         assert a["gen_ai.request.model"] == OfflineModel.model_id
         stages = sorted(children(finished, turn), key=lambda s: s.start_time)
@@ -444,6 +445,7 @@ def test_an_http_turn_with_a_traceparent_is_one_trace_from_the_request_to_the_st
     pids = check_turn(spans, client)
     assert len(pids) >= 3  # the service's replica, the soul's host and the store shards: one trace
     assert attrs(kids[client.span_id][0])["soul.turn_id"].endswith(r.json()["turn_id"])  # the tenant's soul
+    assert attrs(kids[client.span_id][0])["soul.tenant"] == "acme"
 
 
 @pytest.mark.ray

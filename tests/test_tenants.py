@@ -104,7 +104,8 @@ def test_error_mapping() -> None:
     cases = [(errors.InvalidInput("x"), 400), (errors.ConfigError("x"), 400), (errors.NotFound("x"), 404),
              (errors.ModelError("x"), 502), (errors.ModelTimeout("x"), 502), (errors.RuntimeUnavailable("x"), 503),
              (errors.AuthError("x"), 503), (errors.StaleOwner("x"), 503), (Unauthorized("x"), 401),
-             (IdempotencyConflict("x"), 422), (errors.StorageError("x"), 500), (RuntimeError("x"), 500)]
+             (IdempotencyConflict("x"), 422), (errors.StorageError("x"), 500), (RuntimeError("x"), 500),
+             (errors.QuotaExceeded("x", 3.0), 429)]
     for e, code in cases:
         assert status_of(e) == code, e
     busy = type("RuntimeBusy", (errors.SoulError,), {})
@@ -135,3 +136,35 @@ def test_cli_tenants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["tenants", "remove", "acme", "--forget", "--data-dir", d]) == 0
     assert sorted(p.name for p in (tmp_path / "souls").iterdir()) == ["acmex:keep", "other"]
     assert TenantTable(d).tenants() == []
+
+
+def test_cli_tenants_set_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from actors.tenant_usage import UsageBook, usage_dir
+    d = str(tmp_path)
+    assert main(["tenants", "add", "acme", "--data-dir", d]) == 0
+    assert main(["tenants", "set", "acme", "--turns-per-s", "2.5", "--in-flight", "8", "--weight", "3",
+                 "--data-dir", d]) == 0
+    assert main(["tenants", "set", "--default", "--souls", "5", "--data-dir", d]) == 0
+    assert main(["tenants", "set", "acme", "--in-flight", "0", "--data-dir", d]) == 0  # 0 unsets
+    assert main(["tenants", "set", "--souls", "3", "--data-dir", d]) == 2  # neither a NAME nor --default
+    assert main(["tenants", "set", "nobody", "--souls", "3", "--data-dir", d]) == 2
+    assert main(["tenants", "set", "acme", "--souls", "-1", "--data-dir", d]) == 2
+    capsys.readouterr()
+    assert TenantTable(d).limits("acme") == TenantTable(d).limits("acme").__class__(turns_per_s=2.5, souls=5, weight=3)
+    (tmp_path / "souls" / "acme:maya").mkdir(parents=True)
+    (tmp_path / "souls" / "acme:maya" / "soul.sqlite").write_bytes(b"x" * 1000)
+    book = UsageBook(usage_dir(tmp_path) / "host-0.json")
+    book.add("acme", "turns", 3)
+    book.add("acme", "tokens", 120)
+    book.flush(force=True)
+    assert main(["tenants", "usage", "--data-dir", d, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [{"tenant": "acme", "souls": 1, "stored_bytes": 1000, "turns": 3, "tokens": 120,
+                     "tokens_today": 120, "throttled": 0, "queued_s": 0.0,
+                     "limits": {"turns_per_s": 2.5, "souls": 5, "weight": 3.0}}]
+    assert main(["tenants", "usage", "acme", "--data-dir", d]) == 0
+    table = capsys.readouterr().out
+    assert "acme" in table and "1000" in table and "turns_per_s=2.5" in table
+    assert main(["tenants", "usage", "nobody", "--data-dir", d]) == 2

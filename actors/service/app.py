@@ -21,18 +21,21 @@ from .souls_api import TenantSouls
 
 
 def build_service(data_dir: str, namespace: str = "souls", address: str = "auto", storage: str = "local",
-                  embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True) -> FastAPI:
+                  embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True,
+                  replicas: int = 1, tenant_limits: dict[str, Any] | None = None) -> FastAPI:
     """The app of one replica. The runtime is reached with ``connect(address)`` on first use (``"auto"``: the
     Ray cluster the replica runs in); ``storage`` and ``embedder`` as the data dir was first served with;
     ``cors_origins``: the other origins whose pages may call it from a browser (:mod:`.cors`; none by default);
-    ``inspector``: serve the inspector's pages at ``/ui/`` (:mod:`.inspector`; without, ``/ui/`` is a 404)."""
+    ``inspector``: serve the inspector's pages at ``/ui/`` (:mod:`.inspector`; without, ``/ui/`` is a 404);
+    ``replicas``: how many replicas share the tenants' per-replica limits; ``tenant_limits``: the service config's
+    limits of tenants that set none (:mod:`.quotas`)."""
 
     def connect() -> Any:
         from ..runtime import connect as connect_runtime
         chosen: dict[str, Any] = {} if embedder is None else {"embedder": embedder}  # None: SOUL_EMBEDDER or default
         return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, **chosen)
 
-    backend = Backend(data_dir, connect, storage)
+    backend = Backend(data_dir, connect, storage, replicas=replicas, tenant_limits=tenant_limits)
 
     async def souls_for(tenant: str) -> TenantSouls:
         rt = await backend.runtime()

@@ -61,7 +61,8 @@ ERROR_STATUSES: dict[int, str] = {
     413: "InvalidInput: a request body over the service's limit (named in the message)",
     422: "a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or "
          "IdempotencyConflict: the Idempotency-Key was used with another body",
-    429: "RuntimeBusy: the soul's host admits no more turns now; retry later",
+    429: "RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its "
+         "limits; retry after `Retry-After`",
     500: "an internal error (a fixed message; the cause is in the service's log)",
     502: "ModelError / ModelTimeout: the language model failed after its retries",
     503: "RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or "

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -22,7 +24,8 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as Asgi
 
 from actors.service.idempotency import Ledger, digest
-from actors.service.tenants import Scope, TenantTable
+from actors.service.tenants import Limits, Scope, TenantTable
+from actors.tenant_usage import UsageBook, usage_dir
 from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, SoulError
 from soul_runtime.records import Store
@@ -41,6 +44,7 @@ from .contract import (
     refusal,
     seconds,
 )
+from .quotas import Quotas, usage_row
 from .request_spans import add_request_spans
 from .souls_api import TenantSouls, Unauthorized, error_body, status_of
 
@@ -127,10 +131,14 @@ class ForgetOut(TurnOut):
 class Backend:
     """What the routes need: the runtime (connected lazily), the key table and the idempotency ledger."""
 
-    def __init__(self, data_dir: str, connect: Callable[[], Any], storage: str | None = None) -> None:
+    def __init__(self, data_dir: str, connect: Callable[[], Any], storage: str | None = None, *, replicas: int = 1,
+                 tenant_limits: dict[str, Any] | None = None) -> None:
         self.data_dir = data_dir
         self.storage = storage
         self.tenants = TenantTable(data_dir, storage)
+        configured = Limits.from_dict(tenant_limits or {}).to_dict()
+        self.quotas = Quotas(data_dir, lambda t: Limits.from_dict({**configured, **self.tenants.limits(t).to_dict()}),
+                             replicas=replicas, book=UsageBook(usage_dir(data_dir) / f"service-{os.getpid()}.json"))
         self._connect = connect
         self._rt: Any = None
         self._ledger: Ledger | None = None
@@ -175,7 +183,7 @@ class Backend:
         tenant = getattr(request.state, "tenant", None) or self.tenant_of(request.headers.get("authorization"))
         request.state.scope = Scope(tenant)
         rt = await self.runtime()
-        return TenantSouls(rt, tenant, self.ledger, souls=rt.souls)
+        return TenantSouls(rt, tenant, self.ledger, souls=rt.souls, quotas=self.quotas)
 
 
 class KeyFirst:
@@ -220,8 +228,9 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
     def fail(request: Request, e: BaseException) -> JSONResponse:
         scope = getattr(request.state, "scope", None)
         code = status_of(e)
-        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {"Retry-After": RETRY_AFTER} \
-            if code in (429, 503) else None
+        wait = getattr(e, "retry_after", None)
+        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else \
+            {"Retry-After": RETRY_AFTER if wait is None else str(max(1, math.ceil(wait)))} if code in (429, 503) else None
         return JSONResponse(error_body(e, scope, backend.data_dir), status_code=code, headers=headers)
 
     @app.exception_handler(SoulError)
@@ -258,6 +267,16 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
             return JSONResponse({"error": {"type": "RuntimeUnavailable", "message": "not ready"}}, 503,
                                 headers={"Retry-After": RETRY_AFTER})
         return {"status": "ok"}
+
+    @app.get("/v1/usage", tags=["service"])
+    async def usage(request: Request) -> dict[str, Any]:
+        """What the tenant uses: its souls and their bytes on disk, its turns, model tokens (in all and today,
+        UTC), turns refused over a limit (``throttled``), seconds its work waited in the hosts' fair queues
+        (``queued_s``), and its limits in force (docs/service.md, "Tenants' limits")."""
+        tenant = getattr(request.state, "tenant", None) or backend.tenant_of(request.headers.get("authorization"))
+        request.state.scope = Scope(tenant)
+        row = await asyncio.to_thread(usage_row, backend.data_dir, tenant, backend.quotas.limits(tenant))
+        return {k: v for k, v in row.items() if k != "tenant"}
 
     v1 = "/v1/souls"
 

@@ -140,30 +140,38 @@ def ingress_env(ingress: str, *, binary: bool, nodes: int = 1, host: str = "127.
 
 class SoulService:
     def __init__(self, data_dir: str, namespace: str = "souls", storage: str = "local",
-                 embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True) -> None:
+                 embedder: str | None = None, cors_origins: tuple[str, ...] = (), inspector: bool = True,
+                 replicas: int = REPLICAS, tenant_limits: dict[str, Any] | None = None) -> None:
         self.data_dir, self.namespace, self.storage, self.embedder = data_dir, namespace, storage, embedder
         self.cors_origins, self.inspector = cors_origins, inspector
+        self.replicas, self.tenant_limits = replicas, tenant_limits
 
     def __serve_build_asgi_app__(self) -> Any:
         from .app import build_service
         return build_service(self.data_dir, self.namespace, storage=self.storage, embedder=self.embedder,
-                             cors_origins=self.cors_origins, inspector=self.inspector)
+                             cors_origins=self.cors_origins, inspector=self.inspector, replicas=self.replicas,
+                             tenant_limits=self.tenant_limits)
 
 
 def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICAS,
                 max_ongoing: int = MAX_ONGOING, storage: str = "local", embedder: str | None = None,
-                cors_origins: Sequence[str] = (), inspector: bool = True) -> Any:
+                cors_origins: Sequence[str] = (), inspector: bool = True,
+                tenant_limits: dict[str, Any] | None = None) -> Any:
     """The bound Serve application. ``storage`` and ``embedder``: the runtime's settings of these names (a replica
     joins the runtime with them: a data dir keeps the embedder it was first served with; None: ``SOUL_EMBEDDER``, else
     the default). ``cors_origins``: the other origins whose pages may call the service from a browser (checked here,
-    see :mod:`.cors`). ``inspector``: whether each replica serves the inspector's pages at ``/ui/``."""
+    see :mod:`.cors`). ``inspector``: whether each replica serves the inspector's pages at ``/ui/``.
+    ``tenant_limits``: the limits of tenants that set none of their own (:class:`.tenants.Limits` as a dict)."""
     from .cors import check_origins
+    from .tenants import Limits
     origins = check_origins(cors_origins)
+    Limits.from_dict(tenant_limits or {})  # checked here, before a replica starts
     dep: Any = serve.deployment(serve.ingress()(SoulService), name=DEPLOYMENT, num_replicas=replicas,
                            max_ongoing_requests=max_ongoing, max_queued_requests=-1,
                            ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=DRAIN_S,
                            graceful_shutdown_wait_loop_s=0.5, health_check_period_s=10)
-    return dep.bind(data_dir, namespace, storage, embedder, cors_origins=origins, inspector=inspector)
+    return dep.bind(data_dir, namespace, storage, embedder, cors_origins=origins, inspector=inspector,
+                    replicas=replicas, tenant_limits=dict(tenant_limits or {}))
 
 
 def app_builder(args: dict[str, Any]) -> Any:
@@ -173,7 +181,8 @@ def app_builder(args: dict[str, Any]) -> Any:
     volume every node mounts; when absent, the replica's ``SOUL_STORAGE``, so a URL with a password can come
     from a secret rather than the config;
     ``embedder`` as the runtime's; ``cors_origins``: a list of origins, as ``soul serve --cors-origin``;
-    ``inspector``: true, the default, or false, as ``soul serve --no-inspector``)."""
+    ``inspector``: true, the default, or false, as ``soul serve --no-inspector``; ``tenant_limits``: the limits of
+    tenants that set none of their own, as ``soul tenants set --default``)."""
     from soul_runtime.errors import InvalidInput
     origins = args.get("cors_origins") or []
     if isinstance(origins, str) or not isinstance(origins, list):
@@ -184,7 +193,7 @@ def app_builder(args: dict[str, Any]) -> Any:
     return application(str(args["data_dir"]), str(args.get("namespace", "souls")), int(args.get("replicas", REPLICAS)),
                        int(args.get("max_ongoing", MAX_ONGOING)),
                        str(args.get("storage") or os.environ.get("SOUL_STORAGE") or "local"),
-                       args.get("embedder"), [str(o) for o in origins], inspector)
+                       args.get("embedder"), [str(o) for o in origins], inspector, args.get("tenant_limits"))
 
 
 def start(data_dir: str, namespace: str, host: str, port: int, replicas: int = REPLICAS,

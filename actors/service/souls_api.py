@@ -12,6 +12,7 @@ from typing import Any
 import msgpack
 
 from actors.service.idempotency import Ledger
+from actors.service.quotas import Quotas
 from actors.service.tenants import Scope, Whole
 from soul_runtime.errors import IdempotencyConflict as IdempotencyConflict  # the service raises and reports it
 from soul_runtime.errors import InvalidInput, NotFound, SoulError
@@ -25,13 +26,14 @@ STATUS: tuple[tuple[str, int], ...] = (
     ("IdempotencyConflict", 422),
     ("InvalidInput", 400),
     ("NotFound", 404),
+    ("QuotaExceeded", 429),
     ("RuntimeBusy", 429),
     ("ModelError", 502),
     ("RuntimeUnavailable", 503),
     ("StaleOwner", 503),
 )
 """Error class (or a base of it) -> HTTP status; the first match in the class's MRO order wins."""
-SHOWN = frozenset({"Unauthorized", "IdempotencyConflict", "InvalidInput", "ConfigError", "NotFound"})
+SHOWN = frozenset({"Unauthorized", "IdempotencyConflict", "InvalidInput", "ConfigError", "NotFound", "QuotaExceeded"})
 """Errors whose message is the caller's own business (about its input); others get a fixed message."""
 
 
@@ -73,11 +75,12 @@ class TenantSouls:
     """The souls of one tenant on a runtime. Every method takes the tenant's soul id."""
 
     def __init__(self, rt: Any, tenant: str | None, ledger: Ledger | None = None,
-                 souls: Callable[[], list[str]] | None = None) -> None:
+                 souls: Callable[[], list[str]] | None = None, quotas: Quotas | None = None) -> None:
         self.rt = rt
         self.scope = Scope(tenant) if tenant else Whole()
         self.ledger = ledger
         self._souls = souls or rt.souls
+        self.quotas = quotas
 
     def _h(self, soul_id: str) -> Any:
         return self.rt.async_soul(self.scope.soul(soul_id))
@@ -88,7 +91,7 @@ class TenantSouls:
     async def _idempotent(self, soul_id: str, key: str | None, body: str, run: Callable[[str | None], Any]) -> Any:
         """Run a write with the Idempotency-Key as its request id; the same key with another body: 422."""
         if key is None:
-            return await run(None)
+            return await self._admitted(soul_id, run, None)
         if not isinstance(key, str) or not key or len(key) > 200 or not key.isprintable():
             raise InvalidInput("Idempotency-Key must be 1-200 printable characters")
         internal = self.scope.soul(soul_id)
@@ -96,10 +99,17 @@ class TenantSouls:
             first = await asyncio.to_thread(self.ledger.body_for, internal, key)
             if first is not None and first != body:
                 raise IdempotencyConflict("this Idempotency-Key was used with another request body")
-        result = await run(key)
+        result = await self._admitted(soul_id, run, key)
         if self.ledger is not None and await asyncio.to_thread(self.ledger.record, internal, key, body) != body:
             raise IdempotencyConflict("this Idempotency-Key was used with another request body")
         return result
+
+    async def _admitted(self, soul_id: str, run: Callable[[str | None], Any], key: str | None) -> Any:
+        """``run(key)`` within the tenant's limits (:mod:`.quotas`): over one, QuotaExceeded before it begins."""
+        if self.quotas is None or not self.scope.tenant:
+            return await run(key)
+        async with self.quotas.turn(self.scope.tenant, self.scope.soul(soul_id)):
+            return await run(key)
 
     # ---- writes -------------------------------------------------------------------------
     async def turn(self, soul_id: str, text: str, user: str | None = None, at: Any = None, wait_writes: bool = True,

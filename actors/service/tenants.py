@@ -25,7 +25,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +60,69 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
 
 
+LIMIT_NAMES = ("turns_per_s", "in_flight", "souls", "stored_bytes", "tokens_per_day")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a tenant may use (None: no limit), and its weight in the hosts' fair order (docs/service.md)."""
+
+    turns_per_s: float | None = None
+    """Turns (observes, forgets) per second the service accepts; a burst of up to one second's worth."""
+    in_flight: int | None = None
+    """Turns of the tenant in progress at once."""
+    souls: int | None = None
+    """Souls: a turn to a soul the tenant does not have yet is refused when it has this many."""
+    stored_bytes: int | None = None
+    """Bytes of its souls on disk: a turn is refused while they are at or above this."""
+    tokens_per_day: int | None = None
+    """Model tokens (input and output) per UTC day: a turn is refused once they are used up."""
+    weight: float = 1.0
+    """The tenant's share of the hosts' threads and of the model's concurrency while tenants wait for them."""
+
+    def __post_init__(self) -> None:
+        for name in LIMIT_NAMES:
+            v = getattr(self, name)
+            if v is None:
+                continue
+            whole = name != "turns_per_s"
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and v != int(v)) \
+                    or not 0 < v <= 1e15:
+                raise InvalidInput(f"{name} must be a{' whole' if whole else ''} number > 0 (or unset), got {v!r}")
+            object.__setattr__(self, name, int(v) if whole else float(v))
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.01 <= w <= 1000:
+            raise InvalidInput(f"weight must be a number in 0.01..1000, got {w!r}")
+        object.__setattr__(self, "weight", float(w))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limits that are set, and the weight when it is not 1."""
+        out: dict[str, Any] = {n: getattr(self, n) for n in LIMIT_NAMES if getattr(self, n) is not None}
+        if self.weight != 1.0:
+            out["weight"] = self.weight
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Limits:
+        return _changed(cls(), d)
+
+
 @dataclass(frozen=True)
 class Tenant:
     name: str
     key_sha256: str
     created_at: float
     revoked_at: float | None = None
+    limits: Limits = Limits()
 
     @property
     def active(self) -> bool:
         return self.revoked_at is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "key_sha256": self.key_sha256, "created_at": self.created_at,
-                "revoked_at": self.revoked_at}
+        out = {"name": self.name, "key_sha256": self.key_sha256, "created_at": self.created_at,
+               "revoked_at": self.revoked_at}
+        return {**out, "limits": self.limits.to_dict()} if self.limits.to_dict() else out
 
 
 class TenantTable:
@@ -86,6 +135,7 @@ class TenantTable:
         self.path = Path(data_dir) / TENANTS_FILE
         self._seen: tuple[int, int, int] | None = None
         self._tenants: dict[str, Tenant] = {}
+        self._defaults = Limits()
         url = os.environ.get("SOUL_STORAGE", "") if storage is None else storage
         self._doc = PgDocument(url, "tenants") if is_postgres(url) else None
 
@@ -103,10 +153,11 @@ class TenantTable:
     def _load(self) -> dict[str, Tenant]:
         stamp = self._stamp()
         if stamp is None:
-            self._seen, self._tenants = None, {}
+            self._seen, self._tenants, self._defaults = None, {}, Limits()
             return {}
         if stamp != self._seen:
-            self._tenants = _parse(self._doc.read() if self._doc is not None else json.loads(self.path.read_text()))
+            book = _parse(self._doc.read() if self._doc is not None else json.loads(self.path.read_text()))
+            self._tenants, self._defaults = book.tenants, book.defaults
             self._seen = stamp
         return self._tenants
 
@@ -132,13 +183,13 @@ class TenantTable:
 
     # ---- writing ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict[str, Tenant]]:
+    def _locked(self) -> Iterator[Book]:
         if self._doc is not None:
             with self._doc.locked() as doc:
-                tenants = _parse(doc)
-                yield tenants
+                book = _parse(doc)
+                yield book
                 doc.clear()
-                doc.update(_document(tenants))
+                doc.update(_document(book))
             self._seen = None
             return
         make_dir(self.path.parent)
@@ -146,9 +197,9 @@ class TenantTable:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._seen = None
-            tenants = dict(self._load())
-            yield tenants
-            write_file(self.path, json.dumps(_document(tenants), indent=2) + "\n")
+            book = Book(dict(self._load()), self._defaults)
+            yield book
+            write_file(self.path, json.dumps(_document(book), indent=2) + "\n")
             self._seen = None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -158,7 +209,8 @@ class TenantTable:
         """Add a tenant; returns its API key (the only time it is shown)."""
         check_tenant(name)
         key = new_key()
-        with self._locked() as tenants:
+        with self._locked() as book:
+            tenants = book.tenants
             if name in tenants:
                 raise InvalidInput(f"tenant '{name}' exists already (revoke it, or remove it first)")
             tenants[name] = Tenant(name, key_hash(key), time.time() if now is None else now)
@@ -166,28 +218,96 @@ class TenantTable:
 
     def revoke(self, name: str, *, now: float | None = None) -> Tenant:
         """The tenant's key stops working at once; its souls stay."""
-        with self._locked() as tenants:
+        with self._locked() as book:
+            tenants = book.tenants
             t = tenants.get(check_tenant(name))
             if t is None:
                 raise NotFound(f"no tenant '{name}'")
             if t.active:
-                t = Tenant(t.name, t.key_sha256, t.created_at, time.time() if now is None else now)
+                t = replace(t, revoked_at=time.time() if now is None else now)
                 tenants[name] = t
         return t
 
+    def set_limits(self, name: str | None, limits: Limits | None = None, **changes: Any) -> Limits:
+        """Set a tenant's limits and weight (``name`` None: the defaults, for every tenant without a value of its
+        own): ``limits`` as a whole, and/or only the ones named in ``changes`` (``None`` unsets one). Every
+        replica and host sees them within about a second. The Python API of ``soul tenants set``; returns the
+        record's limits as set."""
+        with self._locked() as book:
+            if name is None:
+                book.defaults = _changed(book.defaults if limits is None else limits, changes)
+                return book.defaults
+            t = book.tenants.get(check_tenant(name))
+            if t is None:
+                raise NotFound(f"no tenant '{name}'")
+            t = book.tenants[name] = replace(t, limits=_changed(t.limits if limits is None else limits, changes))
+        return t.limits
+
+    def limits(self, name: str) -> Limits:
+        """A tenant's limits in force: its own, else the defaults' (for each limit and the weight)."""
+        t = self._load().get(name)
+        own = {} if t is None else t.limits.to_dict()
+        return Limits.from_dict({**self._defaults.to_dict(), **own})
+
+    def defaults(self) -> Limits:
+        self._load()
+        return self._defaults
+
     def remove(self, name: str) -> None:
-        with self._locked() as tenants:
-            if tenants.pop(check_tenant(name), None) is None:
+        with self._locked() as book:
+            if book.tenants.pop(check_tenant(name), None) is None:
                 raise NotFound(f"no tenant '{name}'")
 
 
-def _parse(raw: dict[str, Any]) -> dict[str, Tenant]:
-    return {n: Tenant(n, t["key_sha256"], float(t["created_at"]), t.get("revoked_at"))
-            for n, t in raw.get("tenants", {}).items()}
+@dataclass
+class Book:
+    """The key table as read: the tenants and the default limits."""
+
+    tenants: dict[str, Tenant]
+    defaults: Limits
 
 
-def _document(tenants: dict[str, Tenant]) -> dict[str, Any]:
-    return {"tenants": {n: {k: v for k, v in t.to_dict().items() if k != "name"} for n, t in sorted(tenants.items())}}
+def _changed(limits: Limits, changes: dict[str, Any]) -> Limits:
+    unknown = set(changes) - set(LIMIT_NAMES) - {"weight"}
+    if unknown:
+        raise InvalidInput(f"unknown tenant limits {sorted(unknown)}; known: {', '.join(LIMIT_NAMES)}, weight")
+    values: dict[str, Any] = {k: (1.0 if k == "weight" and v is None else v) for k, v in changes.items()}
+    return replace(limits, **values)
+
+
+def _parse(raw: dict[str, Any]) -> Book:
+    return Book({n: Tenant(n, t["key_sha256"], float(t["created_at"]), t.get("revoked_at"),
+                           Limits.from_dict(t.get("limits") or {}))
+                 for n, t in raw.get("tenants", {}).items()}, Limits.from_dict(raw.get("defaults") or {}))
+
+
+def _document(book: Book) -> dict[str, Any]:
+    out: dict[str, Any] = {"tenants": {n: {k: v for k, v in t.to_dict().items() if k != "name"}
+                                       for n, t in sorted(book.tenants.items())}}
+    return {**out, "defaults": book.defaults.to_dict()} if book.defaults.to_dict() else out
+
+
+class TenantWeights:
+    """Each tenant's weight in the hosts' fair order (:class:`Limits`), read from the key table at most every
+    ``every_s``; 1 for souls of no tenant and when the table cannot be read."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], storage: str | None, every_s: float = 1.0) -> None:
+        self.table = TenantTable(data_dir, storage)
+        self.every_s = every_s
+        self._read_at = -every_s
+        self._weights: dict[str, float] = {}
+
+    def __call__(self, tenant: str) -> float:
+        if not tenant:
+            return 1.0
+        now = time.monotonic()
+        if now - self._read_at >= self.every_s:
+            self._read_at = now
+            try:
+                self._weights = {t.name: self.table.limits(t.name).weight for t in self.table.tenants()}
+            except Exception:  # noqa: BLE001 — a table being written or a server away: the weights known
+                pass
+        return self._weights.get(tenant, 1.0)
 
 
 class Scope:

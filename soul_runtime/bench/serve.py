@@ -236,7 +236,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
         raise ValueError(f"turns must be >= 1 and min_turns >= 0, got {turns} and {min_turns}")
     say = progress or (lambda s: None)
     data = tempfile.mkdtemp(prefix="sb-serve-", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")}
+    saved = {k: os.environ.get(k) for k in MODEL_VARS}
     delays = list(delays) if model == "stand-in" else [0.0]
     out: dict[str, Any] = {"model": model, "wait_writes": wait_writes, "levels": list(levels),
                            "turns_per_client": turns, "min_turns_per_level": min_turns, "delays_s": delays,
@@ -249,11 +249,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
         with contextlib.ExitStack() as stack:
             if api is not None:
                 say("starting the model stand-in")
-                api.start()
-                stack.callback(api.stop)
-                os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url, SOUL_MODEL="anthropic")
-            else:
-                os.environ["SOUL_MODEL"] = "offline"
+            use_model(api, stack)
             say("starting a local runtime")
             address, _ = bg.attach(data)  # before Ray is imported: its auth settings come from here
             import httpx
@@ -293,14 +289,37 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
                 rt.shutdown_actors()
                 rt.close(flush=False)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        bg.stop(data)
-        shutil.rmtree(data, ignore_errors=True)
+        cleaned_up(saved, data)
     return out
+
+
+MODEL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOUL_MODEL")
+"""The environment variables :func:`use_model` sets (a benchmark saves them first, :func:`cleaned_up` restores them)."""
+
+
+def use_model(api: Any, stack: contextlib.ExitStack) -> None:
+    """The model a benchmark's local runtime takes, in this process's environment (before the runtime starts): the
+    Anthropic adapter against the stand-in ``api`` (started here, stopped when ``stack`` closes), or the offline
+    model (``api`` None)."""
+    if api is not None:
+        api.start()
+        stack.callback(api.stop)
+        os.environ.update(ANTHROPIC_API_KEY="bench-key", ANTHROPIC_BASE_URL=api.base_url, SOUL_MODEL="anthropic")
+    else:
+        os.environ["SOUL_MODEL"] = "offline"
+
+
+def cleaned_up(saved: dict[str, str | None], data: str) -> None:
+    """After a benchmark's local runtime: the environment variables it set back as ``saved``, the runtime of the
+    data dir ``data`` stopped and the dir deleted."""
+    from actors import local_runtime as bg
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    bg.stop(data)
+    shutil.rmtree(data, ignore_errors=True)
 
 
 Send = Callable[[str, str, Any], Awaitable[None]]

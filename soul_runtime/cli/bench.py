@@ -577,8 +577,28 @@ def cmd_serve(ctx: Ctx) -> int:
     return 0
 
 
+def cmd_fairness(ctx: Ctx) -> int:
+    args, out = ctx.args, ctx.out
+    from soul_runtime.bench import fairness
+    if args.plot:
+        from soul_runtime.bench.plotting import require
+        require()
+    if args.seconds <= 0 or args.a_in_flight < 1 or args.b_in_flight < 1:
+        raise argparse.ArgumentTypeError("--seconds must be > 0, --a-in-flight and --b-in-flight >= 1")
+    with working(out, "running") as progress:
+        res = fairness.run(models=args.models, seconds=args.seconds, a_in_flight=args.a_in_flight,
+                           b_in_flight=args.b_in_flight, delay_s=args.delay, model_cap=args.model_cap,
+                           hosts=args.hosts, host_steps=args.host_steps, progress=progress)
+    out.print(fairness.table(res))
+    if args.json:
+        write_file(args.json, json.dumps(res, indent=1), durable=False)
+    if args.plot:
+        fairness.plot(res, args.plot)
+    return 0
+
+
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
-    """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|async-model|serve|claude|client|cli|phrasing|english|acts`` to the
+    """Add ``soul bench locomo|longchat|beam|latency|embedders|scale|async-model|serve|fairness|claude|client|cli|phrasing|english|acts`` to the
     CLI's subcommands."""
     bench = sub.add_parser("bench", help="benchmarks: retrieval quality (LoCoMo), latency, embedders, many souls, the "
                                          "Claude path's cost, Ray Client connects, the CLI, the offline model on "
@@ -685,6 +705,20 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                          "--no-inspector leaves the mount out")
     sv.add_argument("--json", metavar="FILE")
     sv.set_defaults(bench_fn=cmd_serve)
+    fp = bsub.add_parser("fairness", help="tenant B's latency beside tenant A's flood on one node, against B alone "
+                                          "(offline model and a slow model stand-in, same run)")
+    fp.add_argument("--models", type=lambda v: [m for m in v.split(",") if m], default=["offline", "stand-in"],
+                    help="comma-separated: offline, stand-in (default both)")
+    fp.add_argument("--seconds", type=float, default=20.0, help="seconds per phase (6 phases a model; default 20)")
+    fp.add_argument("--a-in-flight", type=int, default=200, help="tenant A's turns in flight (default 200)")
+    fp.add_argument("--b-in-flight", type=int, default=4, help="tenant B's turns in flight (default 4)")
+    fp.add_argument("--delay", type=float, default=1.0, help="the stand-in's seconds per model call (default 1)")
+    fp.add_argument("--model-cap", type=int, default=32, help="model calls out at once on the node (default 32)")
+    fp.add_argument("--hosts", type=int, default=2, help="soul hosts (default 2)")
+    fp.add_argument("--host-steps", type=int, default=0, help="the runtime's host_steps (default 0: host_threads)")
+    fp.add_argument("--json", metavar="FILE")
+    fp.add_argument("--plot", metavar="PNG")
+    fp.set_defaults(bench_fn=cmd_fairness)
     ep = bsub.add_parser("embedders", help="compare embedders on LoCoMo dense evidence recall and speed")
     ep.add_argument("data")
     ep.add_argument("--json", metavar="FILE")

@@ -49,6 +49,10 @@ def cmd_tenants(ctx: Ctx) -> int:
     from soul_runtime.cli import render
     a = ctx.args
     table = _table(ctx)
+    if a.action == "usage":
+        return _usage(ctx, table, check_tenant(a.name) if a.name else None)
+    if a.action == "set":
+        return _set(ctx, table, check_tenant(a.name) if a.name else None)
     if a.action == "list":
         rows = [{"name": t.name, "status": "active" if t.active else "revoked", "created_at": t.created_at,
                  "revoked_at": t.revoked_at, "souls": len(souls_of(ctx.data_dir, t.name))} for t in table.tenants()]
@@ -78,6 +82,53 @@ def cmd_tenants(ctx: Ctx) -> int:
         table.remove(name)
         ctx.emit({"tenant": name, "souls_deleted": gone},
                  f"removed tenant '{name}'" + (f" and deleted its {len(gone)} souls" if a.forget else ""))
+    return 0
+
+
+LIMIT_FLAGS = (("turns_per_s", float), ("in_flight", int), ("souls", int), ("stored_bytes", int),
+               ("tokens_per_day", int), ("weight", float))
+
+
+def _set(ctx: Ctx, table: TenantTable, name: str | None) -> int:
+    """``soul tenants set NAME --turns-per-s … --weight …`` (``--default``: every tenant without a value of its
+    own); a value of 0 unsets a limit (the weight goes back to 1)."""
+    a = ctx.args
+    if (name is None) != a.default:
+        raise InvalidInput("soul tenants set takes a tenant NAME, or --default for every tenant without its own")
+    changes = {k: (None if v == 0 else v) for k, _ in LIMIT_FLAGS if (v := getattr(a, k)) is not None}
+    if not changes:
+        raise InvalidInput("soul tenants set needs a limit: --turns-per-s, --in-flight, --souls, --stored-bytes, "
+                           "--tokens-per-day or --weight")
+    got = table.set_limits(name, **changes).to_dict()
+    who = f"tenant '{name}'" if name else "tenants without their own (defaults)"
+    ctx.emit({"tenant": name, "limits": got},
+             f"limits of {who}: " + (", ".join(f"{k}={v:g}" for k, v in got.items()) or "none"))
+    return 0
+
+
+def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
+    """``soul tenants usage [NAME]``: each tenant's souls and bytes on disk, its counts (turns, tokens, tokens
+    today, turns refused over a limit, seconds waited in the fair queues) and its limits in force."""
+    from actors.service.quotas import usage_row
+    from actors.tenant_usage import read_usage
+    from soul_runtime.cli import render
+    counted = read_usage(ctx.data_dir)
+    if name:
+        table.get(name)
+    rows = [usage_row(ctx.data_dir, n, table.limits(n), counted) for n in ([name] if name else
+                                                                          [t.name for t in table.tenants()])]
+    if not rows:
+        ctx.emit(rows, "no tenants")
+        return 0
+    t = render.Table(title="tenant usage (counts since the data dir's first service; tokens today: UTC)",
+                     title_justify="left")
+    cols = ("tenant", "souls", "stored_bytes", "turns", "tokens", "tokens_today", "throttled", "queued_s", "limits")
+    for col in cols:
+        t.add_column(col, overflow="fold", justify="left" if col in ("tenant", "limits") else "right")
+    for r in rows:
+        limits = ", ".join(f"{k}={v:g}" for k, v in r["limits"].items()) or "-"
+        t.add_row(*(limits if c == "limits" else str(r[c]) for c in cols))
+    ctx.emit(rows, t)
     return 0
 
 
@@ -204,14 +255,26 @@ def cmd_mcp(ctx: Ctx) -> int:
     return 0
 
 
+LIMIT_HELP = {"turns_per_s": "turns per second", "in_flight": "turns in progress at once", "souls": "souls",
+              "stored_bytes": "bytes of its souls on disk", "tokens_per_day": "model tokens per UTC day"}
+
+
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp = add("tenants", cmd_tenants, "tenants of the HTTP service and their API keys",
              description="add NAME: a new tenant; its API key is the last word of the last line (shown once, "
              "stored hashed). list; revoke NAME: the key stops working, the souls stay; remove NAME --forget: "
-             "the tenant and all its souls, deleted on disk.")
-    sp.add_argument("action", choices=("add", "list", "revoke", "remove"))
+             "the tenant and all its souls, deleted on disk. set NAME --turns-per-s … --weight …: its limits "
+             "(over one, a turn is refused 429 QuotaExceeded before it begins); usage [NAME]: what each used.")
+    sp.add_argument("action", choices=("add", "list", "revoke", "remove", "set", "usage"))
     sp.add_argument("name", nargs="?", help="tenant name: 1-32 of a-z, 0-9, '-'")
     sp.add_argument("--forget", action="store_true", help="remove: delete all the tenant's souls too")
+    for flag, kind in LIMIT_FLAGS:
+        sp.add_argument("--" + flag.replace("_", "-"), dest=flag, type=kind, metavar="N",
+                        help=f"set: the tenant's {LIMIT_HELP[flag]} (0: no limit)" if flag != "weight" else
+                        "set: the tenant's share of the hosts' threads and model slots while tenants wait for them "
+                        "(default 1; 0: back to 1)")
+    sp.add_argument("--default", action="store_true",
+                    help="set: the limits of every tenant that sets none of its own (instead of a NAME)")
     sp = add("serve", cmd_serve, "serve the HTTP API and MCP on Ray Serve (foreground)", description=SERVE_HELP)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sp.add_argument("--port", type=int, default=8000, help="port (default 8000)")

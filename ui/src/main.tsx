@@ -118,6 +118,55 @@ function SoulRow({ soul }: { soul: string }) {
   );
 }
 
+const LIMITED = [
+  ["souls", "Souls", "souls"],
+  ["stored_bytes", "Stored bytes", "stored_bytes"],
+  ["tokens_today", "Model tokens today (UTC)", "tokens_per_day"],
+  ["turns", "Turns", ""],
+  ["tokens", "Model tokens in all", ""],
+  ["throttled", "Turns refused over a limit", ""],
+  ["queued_s", "Seconds waited in the fair queues", ""],
+] as const;
+
+/** `GET /v1/usage`: the counts above, and the limits in force. */
+type Usage = Record<(typeof LIMITED)[number][0], number> & { limits: Record<string, number> };
+
+function UsagePanel() {
+  const usage = useLoad(() => api<Usage>("usage"), []);
+  return (
+    <section aria-labelledby="usage-h" class="usage">
+      <h2 id="usage-h">Usage</h2>
+      <Show what={usage} label="usage">
+        {(u) => (
+          <>
+            <table class="usage">
+              <tbody>
+                {LIMITED.map(([k, label, limit]) => (
+                  <tr key={k}>
+                    <th scope="row">{label}</th>
+                    <td data-label={label}>
+                      {String(u[k])}
+                      {limit && u.limits[limit] !== undefined && <span class="muted"> of {u.limits[limit]}</span>}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+            <p class="muted">
+              Limits:{" "}
+              {Object.keys(u.limits).length
+                ? Object.entries(u.limits)
+                    .map(([k, v]) => `${k.replaceAll("_", " ")} ${v}`)
+                    .join(", ")
+                : "none"}
+            </p>
+          </>
+        )}
+      </Show>
+    </section>
+  );
+}
+
 function Souls() {
   const list = useLoad(() => api<{ souls: string[] }>("souls"), []);
   const [q, setQ] = useState("");
@@ -125,6 +174,7 @@ function Souls() {
   return (
     <main id="main">
       <h1>Souls</h1>
+      <UsagePanel />
       <div class="toolbar">
         <label for="search">Search souls</label>
         <input

@@ -131,6 +131,18 @@ export type ProceduresAnswer = Fits<{ procedures: Procedure[] }, AnswerOf<`${V}/
 export type TracesAnswer = Fits<{ traces: TurnTrace[] }, AnswerOf<`${V}/traces`, "get">>;
 export type TraceAnswer = Fits<TurnTrace, AnswerOf<`${V}/traces/{seq}`, "get">>;
 export type SoulsAnswer = Fits<{ souls: string[] }, AnswerOf<"/v1/souls", "get">>;
+/** What the tenant uses (`GET /v1/usage`): souls and their bytes on disk, turns, model tokens (in all and this UTC
+ * day), turns refused over a limit, seconds waited in the fair queues, and the limits in force. */
+export type Usage = Fits<{
+  souls: number;
+  stored_bytes: number;
+  turns: number;
+  tokens: number;
+  tokens_today: number;
+  throttled: number;
+  queued_s: number;
+  limits: Record<string, number>;
+}, AnswerOf<"/v1/usage", "get">>;
 /** What `forget()` erased: a count per layer and of traces. */
 export type ErasedAnswer = Fits<{ erased: Record<string, number> }, AnswerOf<V, "delete">>;
 /** Counts per layer and the model usage of a soul. */

@@ -5,7 +5,7 @@
 
 import type {
   ContextAnswer, EpisodesAnswer, ErasedAnswer, FactsAnswer, ForgetResult, HistoryAnswer, ImportAnswer, Message, ProceduresAnswer,
-  RecallAnswer, SoulsAnswer, Stats, Store, Time, TraceAnswer, TracesAnswer, TurnResult,
+  RecallAnswer, SoulsAnswer, Stats, Store, Time, TraceAnswer, TracesAnswer, TurnResult, Usage,
 } from "./api.js";
 import { errorFromResponse, RuntimeBusy, RuntimeUnavailable, SoulError } from "./errors.js";
 
@@ -213,6 +213,11 @@ export class SoulClient {
   async souls(options: CallOptions = {}): Promise<string[]> {
     const out = await this.request<SoulsAnswer>({ method: "GET", path: "/v1/souls", retry: "always", ...options });
     return out.souls;
+  }
+
+  /** `GET /v1/usage`: what the tenant uses, and its limits (over one, a turn is refused with `QuotaExceeded`). */
+  async usage(options: CallOptions = {}): Promise<Usage> {
+    return this.request<Usage>({ method: "GET", path: "/v1/usage", retry: "always", ...options });
   }
 
   /** `GET /healthz`: resolves once the service and its runtime answer. */

@@ -18,6 +18,7 @@
  * │   └── Moved
  * └── RuntimeUnavailable         the runtime (or the service) cannot be reached
  *     ├── RuntimeBusy            the runtime refused more work for now (429); `retryAfter` in seconds
+ *     │   └── QuotaExceeded      the tenant is over one of its limits (429); `retryAfter` in seconds
  *     └── AuthError              a credential was refused
  *         └── Unauthorized       no key, an unknown key or a revoked one (401)
  * ```
@@ -74,11 +75,14 @@ export class RuntimeBusy extends RuntimeUnavailable {
   }
 }
 
+export class QuotaExceeded extends RuntimeBusy {}
+
 type ErrorClass = new (message: string, details?: ErrorDetails) => SoulError;
 
 const BY_TYPE: Readonly<Record<string, ErrorClass>> = {
   SoulError, InvalidInput, ConfigError, IdempotencyConflict, NotFound, Unauthorized, StorageError, ModelError,
-  ModelTimeout, EmbedderError, TurnFailed, OutOfOrder, StaleOwner, Moved, RuntimeUnavailable, RuntimeBusy, AuthError,
+  ModelTimeout, EmbedderError, TurnFailed, OutOfOrder, StaleOwner, Moved, RuntimeUnavailable, RuntimeBusy, QuotaExceeded,
+  AuthError,
 };
 
 const BY_STATUS: Readonly<Record<number, ErrorClass>> = {
@@ -99,7 +103,11 @@ export function errorFromResponse(status: number, body: unknown, retryAfter?: nu
   const known = type !== undefined && Object.hasOwn(BY_TYPE, type) ? BY_TYPE[type] : undefined;
   // no service error body at all (a proxy or gateway answered): a 5xx means the service was not reached
   const unreached = type === undefined && status >= 500 ? RuntimeUnavailable : undefined;
-  const cls = status === 429 ? RuntimeBusy : known ?? unreached ?? BY_STATUS[status] ?? SoulError;
-  if (cls === RuntimeBusy) return new RuntimeBusy(message, { status, type, retryAfter });
+  const cls = status === 429 ? (known === QuotaExceeded ? QuotaExceeded : RuntimeBusy)
+    : known ?? unreached ?? BY_STATUS[status] ?? SoulError;
+  if (cls === RuntimeBusy || cls === QuotaExceeded) {
+    const busy = cls as typeof RuntimeBusy;
+    return new busy(message, { status, type, retryAfter });
+  }
   return new cls(message, { status, type });
 }

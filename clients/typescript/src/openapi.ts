@@ -11,8 +11,34 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Healthz */
+        /**
+         * Healthz
+         * @description ``200 {"status": "ok"}`` once turns can be served (the replica reached the runtime); until then ``503``
+         *     RuntimeUnavailable "not ready" with ``Retry-After`` (the first ask starts the connection).
+         */
         get: operations["healthz_healthz_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage
+         * @description What the tenant uses: its souls and their bytes on disk, its turns, model tokens (in all and today,
+         *     UTC), turns refused over a limit (``throttled``), seconds its work waited in the hosts' fair queues
+         *     (``queued_s``), and its limits in force (docs/service.md, "Tenants' limits").
+         */
+        get: operations["usage_v1_usage_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -575,9 +601,113 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    usage_v1_usage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NotFound: an unknown turn or fact, or no such route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -655,7 +785,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -675,9 +805,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -772,7 +904,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -801,9 +933,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -898,7 +1032,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -927,9 +1061,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1019,7 +1155,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1039,9 +1175,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1124,7 +1262,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1144,9 +1282,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1229,7 +1369,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1249,9 +1389,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1337,7 +1479,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1357,9 +1499,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1442,7 +1586,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1462,9 +1606,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1547,7 +1693,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1567,9 +1713,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1651,7 +1799,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1671,9 +1819,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1754,7 +1904,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1774,9 +1924,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1855,7 +2007,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1875,9 +2027,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1971,7 +2125,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -1991,9 +2145,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2077,7 +2233,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2097,9 +2253,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2194,7 +2352,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2214,9 +2372,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2304,7 +2464,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
+            /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
             429: {
                 headers: {
                     /** @description seconds to wait */
@@ -2324,9 +2484,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description RuntimeUnavailable (the runtime cannot be reached) or StaleOwner (the soul moved: retry with the same Idempotency-Key) */
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
             503: {
                 headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   AuthError, errorFromResponse, IdempotencyConflict, InvalidInput, ModelError, ModelTimeout, NotFound,
-  RuntimeBusy, RuntimeUnavailable, SoulClient, SoulError, StaleOwner, Unauthorized,
+  QuotaExceeded, RuntimeBusy, RuntimeUnavailable, SoulClient, SoulError, StaleOwner, Unauthorized,
 } from "../dist/index.js";
 import { freshSoul, service } from "./support.js";
 
@@ -68,6 +68,8 @@ test("a body or a status the client does not know", () => {
   assert.ok(stale instanceof StaleOwner && stale.status === 503 && stale.message === "the soul moved");
   const busy = errorFromResponse(429, { error: { type: "RuntimeBusy", message: "busy" } }, 3);
   assert.ok(busy instanceof RuntimeBusy && busy.retryAfter === 3);
+  const quota = errorFromResponse(429, { error: { type: "QuotaExceeded", message: "over" } }, 7);
+  assert.ok(quota instanceof QuotaExceeded && quota instanceof RuntimeBusy && quota.retryAfter === 7, quota.name);
   const unknown = errorFromResponse(503, { error: { type: "SomethingNew", message: "x" } });
   assert.ok(unknown instanceof RuntimeUnavailable && unknown.type === "SomethingNew");
   const inherited = errorFromResponse(404, { error: { type: "toString", message: "x" } });

@@ -175,6 +175,7 @@ test("every request and answer of the client fits the running server's OpenAPI d
   await soul.trace(1);
   await soul.stats();
   await client.souls();
+  await client.usage();
   const blob = await soul.export();
   await client.soul(`${id}-copy`).import(blob);
   await soul.forgetWhere({ ids: ["ep-1"], query: "Frankfurt", idempotencyKey: "doc-2" });
