@@ -22,8 +22,7 @@ import ray
 
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable, SoulError
 
-from .local_cluster import wait_for_client_server
-from .raycalls import _joins_loopback, loopback_node
+from .ray_addresses import joins_loopback, loopback_node, port_open, wait_for_client_server
 
 T = TypeVar("T")
 
@@ -258,7 +257,7 @@ class _SessionStartFailed(RuntimeUnavailable):
 def ray_init(address: str, kwargs: dict[str, Any]) -> None:
     """``ray.init`` with one clear line in the project's errors (Ray raises many kinds here)."""
     try:
-        with loopback_node() if not address.startswith("ray://") and _joins_loopback(address) else nullcontext():
+        with loopback_node() if not address.startswith("ray://") and joins_loopback(address) else nullcontext():
             ray.init(address=address, **kwargs)
     except ConnectionAbortedError as e:  # Ray Client: "Initialization failure from server:\n<server traceback>"
         if "authentication" in _server_cause(e).lower():
@@ -370,13 +369,11 @@ def check_client_access(client_address: str, timeout: float = 5.0) -> None:
     """Ping the Ray Client server the way ray.init("ray://...") would, with this process's Ray auth settings.
     Raises AuthError (token missing/wrong, ~10 ms) or RuntimeUnavailable (nothing accepts connections, or
     nothing answers within `timeout`) instead of Ray's ~30 s "ray client connection timeout".
-    (:func:`actors.local_cluster.ping_client_server` is the same ping with a token given, without Ray.)"""
+    (:func:`actors.ray_addresses.ping_client_server` is the same ping with a token given, without Ray.)"""
     import grpc
     from ray._private.grpc_utils import init_grpc_channel
     from ray.core.generated import ray_client_pb2_grpc
     from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
-
-    from .local_cluster import port_open
 
     target = client_address.removeprefix("ray://")
     host, _, port = target.rpartition(":")

@@ -19,7 +19,7 @@ meant to be reached by worker nodes and clients on other machines (token auth gu
 Measured with Ray 2.60 on Linux: the GCS and raylet listen on every interface (``::``), the
 Ray Client server on 127.0.0.1 and the node address, the runtime-env agent on the node
 address; workers (actors) on every interface. ``node_ip="127.0.0.1"`` keeps the whole head on
-loopback (see ``raycalls.loopback_node`` for why Ray needs ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+loopback (see ``ray_addresses.loopback_node`` for why Ray needs ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
 for that). ``head_status`` reports what the head's processes actually listen on.
 Nothing here imports ray at module import time.
 """
@@ -39,17 +39,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from soul_runtime.owner_only import make_dir, write_file
 
 from . import listening_ports
-from .auth_token import new_token_file, token_file
+from .auth_token import new_token_file
+from .ray_addresses import (
+    LOOPBACK_HOSTS,
+    RAY_CLUSTERS_ENV,
+    bearer_of,
+    ping_client_server,
+    port_open,
+    process_bearer,
+    wait_for_client_server,
+)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-RAY_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a loopback node address
 STATE_FILE = "head.json"
 TOKEN_FILE = "auth_token"
 START_TIMEOUT_S = 60.0
@@ -74,14 +81,6 @@ def _free_port(host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> int:
             port = int(s.getsockname()[1])
         if port not in avoid:
             return port
-
-
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _resolve_token(state_dir: Path, own: bool = False) -> str:
@@ -279,129 +278,6 @@ def start_head(*, port: int = 0, client_port: int = 0, num_cpus: int | None = No
 
 CLIENT_READY_TIMEOUT_S = 60.0
 """How long ``cluster/start-head.sh`` waits for its head's Ray Client server (``SOUL_HEAD_READY_TIMEOUT_S``)."""
-PROBE_PAUSE_S = (0.1, 1.0)
-"""Pause between two tries of a port that is not ready: starts at the first value, doubles up to the second."""
-PING_METHOD = "/ray.rpc.RayletDriver/ClusterInfo"
-PING_REQUEST = b"\x08\x06"
-"""A Ray Client's first call, ``ClusterInfo(ClusterInfoRequest(type=PING))`` as Ray 2.60's protobuf encodes it
-(checked against Ray's own classes in the tests): the head's client proxy answers it itself, behind its token
-check, before any session server is started. Sent here with grpc alone, so no ray is imported: a process
-that starts a head must not import ray before it has set the Ray auth variables of the head's token."""
-
-Probe = Callable[[str, float], None]
-
-
-def ping_client_server(client_address: str, timeout: float = 5.0, *, bearer: str | None) -> None:
-    """Ping the Ray Client server at ``ray://HOST:PORT`` as a client's first call does, with the token ``bearer``
-    (None: none, for a head without token auth). Raises AuthError when the head refuses the token and
-    RuntimeUnavailable when nothing accepts connections or nothing answers within ``timeout``. Imports grpc,
-    not ray."""
-    import grpc
-
-    from soul_runtime.errors import AuthError, RuntimeUnavailable
-
-    target = client_address.removeprefix("ray://")
-    host, _, port = target.rpartition(":")
-    if not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
-        raise RuntimeUnavailable(f"nothing accepts connections at {client_address}")
-    with grpc.insecure_channel(target) as channel:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=timeout)
-            channel.unary_unary(PING_METHOD)(PING_REQUEST, timeout=timeout,
-                                             metadata=(("authorization", f"Bearer {bearer}"),) if bearer else None)
-        except grpc.FutureTimeoutError as e:
-            raise RuntimeUnavailable(f"no Ray Client server answers at {client_address} within {timeout:.0f} s") from e
-        except grpc.RpcError as e:
-            code = e.code()
-            if code == grpc.StatusCode.UNAUTHENTICATED:
-                raise AuthError(f"{client_address} refused the connection: {e.details()} "
-                                f"({'with the token given' if bearer else 'without a token'})") from e
-            raise RuntimeUnavailable(f"Ray Client server at {client_address}: {code.name}: "
-                                     f"{e.details()}") from e
-
-
-GCS_PING_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
-"""A driver's first call to the GCS (an empty ``GetClusterIdRequest``), checked against the token like any other."""
-
-
-def gcs_refusal(gcs_address: str, timeout: float = 5.0, *, bearer: str | None) -> str | None:
-    """What the GCS at ``HOST:PORT`` says when it refuses the token ``bearer`` (None: no token offered), or None
-    when it does not refuse it (accepted, or not reachable: ``ray.init`` reports that itself). Imports grpc, not ray."""
-    import grpc
-
-    host, _, port = gcs_address.rpartition(":")
-    if not port.isdigit() or not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
-        return None
-    with grpc.insecure_channel(gcs_address) as channel:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=timeout)
-            channel.unary_unary(GCS_PING_METHOD)(b"", timeout=timeout,
-                                                 metadata=(("authorization", f"Bearer {bearer}"),) if bearer else None)
-        except grpc.FutureTimeoutError:
-            return None
-        except grpc.RpcError as e:
-            return f"{e.code().name}: {e.details()}" if e.code() == grpc.StatusCode.UNAUTHENTICATED else None
-    return None
-
-
-def wait_for_client_server(client_address: str, wait_s: float, probe: Probe, *, setting: str = "",
-                           warn: bool = True, probe_timeout: float = 5.0, sleep: Callable[[float], None] | None = None,
-                           clock: Callable[[], float] | None = None) -> int:
-    """Ping the Ray Client server at ``client_address`` with ``probe(address, timeout)`` until it answers, for up
-    to ``wait_s`` s; returns the number of tries. A port that refuses the connection or a server that does not
-    answer yet (a head still starting) is tried again after a pause (:data:`PROBE_PAUSE_S`), the first retry
-    logged at warning (``warn``; else at debug); an AuthError (a missing or wrong token) is raised at the first
-    answer; past ``wait_s``: RuntimeUnavailable naming the last cause, the wait and ``setting`` (what sets it)."""
-    from soul_runtime.errors import AuthError, RuntimeUnavailable
-
-    sleep = sleep or time.sleep
-    clock = clock or time.monotonic
-    deadline = clock() + wait_s
-    pause, tries = PROBE_PAUSE_S[0], 0
-    while True:
-        tries += 1
-        try:
-            probe(client_address, probe_timeout)
-            if tries > 1:
-                log.debug("Ray Client server at %s answered after %d tries", client_address, tries,
-                          extra={"probe_tries": tries})
-            return tries
-        except AuthError:
-            raise
-        except RuntimeUnavailable as e:
-            left = deadline - clock()
-            if left <= 0:
-                if tries == 1:
-                    raise
-                raise RuntimeUnavailable(f"{e} (tried {tries} times in {wait_s:g} s"
-                                         f"{'; ' + setting + ' sets how long' if setting else ''})") from None
-            if tries == 1:
-                log.log(logging.WARNING if warn else logging.DEBUG, "%s; trying again for up to %.0f s (a head "
-                        "that is starting opens its Ray Client port a few seconds after `ray start` returns)", e,
-                        left, extra={"probe_wait_s": left})
-            sleep(min(pause, left))
-            pause = min(PROBE_PAUSE_S[1], pause * 2)
-
-
-def bearer_of(token_path: str | None) -> str | None:
-    """The token in ``token_path`` (None: no token file, a head without token auth)."""
-    if token_path is None:
-        return None
-    return Path(token_path).read_text().strip()
-
-
-def process_bearer(env: Mapping[str, str] | None = None) -> str | None:
-    """The token a Ray Client in this environment sends: none with ``RAY_AUTH_MODE=disabled``, else
-    ``RAY_AUTH_TOKEN``, else the file :func:`actors.auth_token.token_file` names (Ray 2.60's precedence)."""
-    e = os.environ if env is None else env
-    if e.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
-        return None
-    if e.get("RAY_AUTH_TOKEN", "").strip():
-        return e["RAY_AUTH_TOKEN"].strip()
-    path = token_file(e)
-    return bearer_of(str(path)) if path is not None and path.is_file() else None
-
-
 def wait_client_ready(client_address: str, timeout: float, *, bearer: str | None) -> int:
     """Wait until the Ray Client server at ``client_address`` answers a client's first call with the token
     ``bearer`` (:func:`ping_client_server`), for up to ``timeout`` s; returns the number of tries. AuthError at

@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import ray
@@ -19,7 +18,7 @@ from soul_runtime.errors import AuthError, RuntimeUnavailable, SoulError, TurnFa
 from soul_runtime.owner_only import private_umask
 
 from . import auth_token
-from .local_cluster import LOOPBACK_HOSTS, RAY_CLUSTERS_ENV
+from .ray_addresses import LOOPBACK, loopback_node
 
 T = TypeVar("T")
 
@@ -30,47 +29,6 @@ log = logging.getLogger("soul_runtime.connect")
 
 def is_initialized() -> bool:
     return bool(ray.is_initialized())
-
-
-LOOPBACK = "127.0.0.1"
-
-
-@contextmanager
-def loopback_node() -> Iterator[None]:
-    """While Ray starts or joins: let it keep 127.0.0.1 as the node address.
-
-    Ray 2.60 on Linux replaces a loopback node address (``_node_ip_address``,
-    ``--node-ip-address``, a ``127.0.0.1:port`` GCS address) with the machine's routable
-    address (``services.resolve_ip_for_localhost``); its GCS, raylet and worker gRPC servers
-    then listen on every interface (``::``) and the runtime-env agent on that address. It keeps
-    127.0.0.1 only when multi-node clusters are switched off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
-    read once into ``ray_constants.ENABLE_RAY_CLUSTER``); then every server binds to loopback.
-    The variable is set while Ray spawns its processes (they inherit it) and restored after."""
-    from ray._private import ray_constants
-    old_env, old_flag = os.environ.get(RAY_CLUSTERS_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[RAY_CLUSTERS_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = old_flag
-        if old_env is None:
-            os.environ.pop(RAY_CLUSTERS_ENV, None)
-        else:
-            os.environ[RAY_CLUSTERS_ENV] = old_env
-
-
-def _host(address: str) -> str:
-    return address.removeprefix("ray://").rpartition(":")[0]
-
-
-def _joins_loopback(address: str) -> bool:
-    """Does ``address`` ("host:port" or "auto") name a Ray whose node address is loopback?"""
-    if address == "auto":
-        from ray._private.services import find_gcs_addresses
-        found = [os.environ["RAY_ADDRESS"]] if os.environ.get("RAY_ADDRESS") else sorted(find_gcs_addresses())
-        return len(found) == 1 and _host(found[0]) in LOOPBACK_HOSTS
-    return _host(address) in LOOPBACK_HOSTS
 
 
 def start(address: str | None, attach: Callable[[bool], T], *, namespace: str,
@@ -133,7 +91,7 @@ def init(address: str | None, *, namespace: str, num_cpus: int | None = None,
 def check_token(gcs_address: str) -> None:
     """AuthError at once when the GCS at ``gcs_address`` refuses the token this process's Ray would offer it
     (``ray.init`` itself retries a refused token for about 20 s, then says only that it failed to connect)."""
-    from .local_cluster import gcs_refusal, process_bearer
+    from .ray_addresses import gcs_refusal, process_bearer
     mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
     bearer = process_bearer() if mode == "token" else None  # an explicit address never turns token auth on
     refusal = gcs_refusal(gcs_address, bearer=bearer)

@@ -18,8 +18,8 @@ import grpc
 import pytest
 from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
 
-from actors import client_session, local_cluster, raycalls
-from actors.local_cluster import ping_client_server, wait_for_client_server
+from actors import client_session, local_cluster, ray_addresses, raycalls
+from actors.ray_addresses import ping_client_server, wait_for_client_server
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable
 
 TOKEN = "a" * 64
@@ -88,14 +88,14 @@ class _Pauses:
         return self.now
 
 
-def _with(bearer: str | None) -> local_cluster.Probe:
+def _with(bearer: str | None) -> ray_addresses.Probe:
     return lambda address, timeout: ping_client_server(address, timeout, bearer=bearer)
 
 
 def test_the_ping_is_ray_clients_first_call() -> None:
     from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType  # type: ignore[attr-defined]
-    assert local_cluster.PING_REQUEST == ClusterInfoRequest(type=ClusterInfoType.PING).SerializeToString()
-    assert local_cluster.PING_METHOD == "/ray.rpc.RayletDriver/ClusterInfo"
+    assert ray_addresses.PING_REQUEST == ClusterInfoRequest(type=ClusterInfoType.PING).SerializeToString()
+    assert ray_addresses.PING_METHOD == "/ray.rpc.RayletDriver/ClusterInfo"
 
 
 def test_a_refused_port_is_tried_until_the_server_listens(late_head: _LateHead,
@@ -107,7 +107,7 @@ def test_a_refused_port_is_tried_until_the_server_listens(late_head: _LateHead,
     assert late_head.driver.pings == 1  # the ping reached the server once: when it had opened
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "nothing accepts connections" in warned[0] and "trying again" in warned[0]
-    assert pauses.taken == sorted(pauses.taken) and pauses.taken[-1] <= local_cluster.PROBE_PAUSE_S[1]
+    assert pauses.taken == sorted(pauses.taken) and pauses.taken[-1] <= ray_addresses.PROBE_PAUSE_S[1]
 
 
 def test_the_connect_path_waits_for_a_head_that_is_starting(late_head: _LateHead, monkeypatch: pytest.MonkeyPatch
@@ -186,7 +186,7 @@ def test_wait_ready_for_the_start_script(late_head: _LateHead, tmp_path: Any, ca
     for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-    assert local_cluster.process_bearer() == TOKEN
+    assert ray_addresses.process_bearer() == TOKEN
     assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "0"]) == 3
     assert "did not answer within 0 s" in capsys.readouterr().err
     late_head.open()
@@ -195,7 +195,7 @@ def test_wait_ready_for_the_start_script(late_head: _LateHead, tmp_path: Any, ca
     monkeypatch.setenv("RAY_AUTH_TOKEN", "c" * 64)  # the value wins over the file, as in Ray
     assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 2
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    assert local_cluster.process_bearer() is None
+    assert ray_addresses.process_bearer() is None
     assert local_cluster.main(["wait-ready", late_head.address, "--timeout", "5"]) == 2
     assert late_head.driver.pings == 3  # each refused at its first answer
-    assert local_cluster.wait_client_ready(late_head.address, 0, bearer=local_cluster.bearer_of(str(token))) == 1
+    assert local_cluster.wait_client_ready(late_head.address, 0, bearer=ray_addresses.bearer_of(str(token))) == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from soul_runtime.embedding.base import Embedder, check_vectors, default_embedder
+from soul_runtime.embedding.base import Embedder, check_vectors
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.embedding.minilm import MiniLMEmbedder, length_groups
 from soul_runtime.errors import EmbedderError, InvalidInput
 from tests.fakes import HashEmbedder

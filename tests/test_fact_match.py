@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from soul_runtime.config import MemoryConfig
-from soul_runtime.embedding.base import default_embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.fact_match import compatible, match_stored, value_kind
 from soul_runtime.memory.semantic import SemanticStore

@@ -99,7 +99,7 @@ def test_wheel_installs_and_runs_from_its_own_files(venv: Path, tmp_path: Path) 
     out = json.loads(_run([str(py), "-c", """
 import json, soul_runtime, actors
 from importlib.resources import files
-from soul_runtime.embedding.base import default_embedder
+from soul_runtime.embedding.choice import default_embedder
 v = default_embedder().embed(["The production database for Tendril is Postgres 16."])
 print(json.dumps({"soul_runtime": soul_runtime.__file__, "actors": actors.__file__, "dim": int(v.shape[1]),
                   "ui": files("actors.service").joinpath("ui_dist/index.html").is_file()}))

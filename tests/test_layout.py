@@ -119,6 +119,7 @@ def test_the_core_never_imports_ray_or_the_ray_layer() -> None:
 RAY_USERS = {
     "actors/raycalls.py",  # every call into Ray, and the local start
     "actors/client_session.py",  # Ray Client sessions (ray://)
+    "actors/ray_addresses.py",  # Ray's loopback switch while it starts, the GCS addresses on this machine
     "actors/service/serve_app.py",  # Ray Serve: the HTTP service's deployment
     "actors/service/loopback.py",  # Ray Serve's HAProxy and replica ports kept on loopback with the service
 }

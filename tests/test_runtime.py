@@ -320,7 +320,7 @@ def test_a_store_shard_sweeps_by_itself_on_ray(runtime, tmp_path) -> None:
 
     from actors import raycalls
     from actors.layer_shard import LayerShard
-    from soul_runtime.embedding.base import default_embedder
+    from soul_runtime.embedding.choice import default_embedder
     from soul_runtime.loop.soul import Soul
     from soul_runtime.memory.soul_memory import SoulMemory
     from soul_runtime.models.offline import OfflineModel

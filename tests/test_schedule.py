@@ -28,7 +28,7 @@ from actors.settings import RuntimeConfig, fd_capacity, process_capacity
 from actors.soul_host import SoulHost
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, SoulConfig
-from soul_runtime.embedding.base import default_embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.offline import OfflineModel

@@ -31,7 +31,8 @@ from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, loa
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
 from soul_runtime.config import MemoryConfig, TurnConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.errors import SoulError
 from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.soul import Soul

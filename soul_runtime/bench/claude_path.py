@@ -24,7 +24,8 @@ from typing import Any
 
 from soul_runtime.bench.messages_api import MessagesApiServer, Scripted, message
 from soul_runtime.config import SoulConfig, TurnConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.loop.ingest import load_locomo
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory

@@ -30,7 +30,8 @@ from rich.table import Table
 
 from soul_runtime.bench import fsyncs
 from soul_runtime.config import MemoryConfig, SoulConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.embedding.fast import FastEmbedder
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.episodic import EpisodicStore

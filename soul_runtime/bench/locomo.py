@@ -34,7 +34,8 @@ import numpy as np
 from soul_runtime.bench.ablation import ABLATIONS, packed, variants
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, TurnConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.ingest import Conversation, load_locomo
 from soul_runtime.loop.soul import Soul

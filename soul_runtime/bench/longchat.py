@@ -33,7 +33,8 @@ import numpy as np
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat_data import DAY, Chat, Question, load
 from soul_runtime.config import MemoryConfig, TurnConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.errors import SoulError
 from soul_runtime.loop.context import line_tokens, pack_memory
 from soul_runtime.loop.soul import Soul

@@ -19,7 +19,7 @@ from soul_runtime.owner_only import write_file
 from soul_runtime.storage_modes import check_storage
 
 if TYPE_CHECKING:
-    from soul_runtime.cli.main import Ctx
+    from soul_runtime.cli.context import Ctx
 
 README_START = "<!-- bench:locomo:start -->"
 README_END = "<!-- bench:locomo:end -->"
@@ -482,7 +482,7 @@ def cmd_cli(ctx: Ctx) -> int:
 def cmd_phrasing(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import phrasing
-    from soul_runtime.embedding.base import default_embedder
+    from soul_runtime.embedding.choice import default_embedder
     cases = phrasing.load(args.corpus)
     with working(out, f"{len(cases)} conversations on the offline model"):
         res = phrasing.run(cases, default_embedder())
@@ -538,7 +538,7 @@ def cmd_english(ctx: Ctx) -> int:
 def cmd_acts(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     from soul_runtime.bench import dialogue_act, phrasing
-    from soul_runtime.embedding.base import default_embedder
+    from soul_runtime.embedding.choice import default_embedder
     cases = phrasing.load(args.corpus)
     with working(out, "dialogue acts: rules vs classifiers over the embedder"):
         res = dialogue_act.run(cases, default_embedder())

@@ -19,7 +19,7 @@ from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.memory.sqlite_db import use_storage
 
 if TYPE_CHECKING:
-    from soul_runtime.cli.main import Ctx
+    from soul_runtime.cli.context import Ctx
 
 SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json, MCP (/mcp/) and the memory inspector's pages
 (/ui/, unless --no-inspector) over HTTP on Ray Serve, for the tenants of `soul tenants` (Authorization: Bearer

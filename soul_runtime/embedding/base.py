@@ -12,7 +12,6 @@ Vectors from different embedders cannot be compared: every index records the
 from __future__ import annotations
 
 import abc
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from soul_runtime.errors import EmbedderError, InvalidInput
 
-__all__ = ["Embedder", "check_texts", "check_vectors", "default_embedder", "normalize_rows"]
+__all__ = ["Embedder", "check_texts", "check_vectors", "normalize_rows"]
 
 
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
@@ -146,15 +145,3 @@ def check_vectors(vectors: Any, dim: int) -> np.ndarray:
         bad = int(np.argwhere(~np.isfinite(f32))[0][0])
         raise InvalidInput(f"vectors contain NaN or infinite values (or values too large for float32), first in row {bad}")
     return normalize_rows(f32)
-
-
-@functools.lru_cache(maxsize=1)
-def default_embedder() -> Embedder:
-    """The project's default embedder (all-MiniLM-L6-v2, int8 ONNX, 384-d), one per process.
-
-    The model loads lazily on first use; a missing model raises
-    :class:`EmbedderError` then.
-    """
-    from soul_runtime.embedding.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder()

@@ -8,10 +8,22 @@ import functools
 from collections.abc import Mapping
 
 from soul_runtime import plugins
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
 from soul_runtime.errors import ConfigError, SoulError
 
 BUILTIN_EMBEDDERS = ("default", "fast")
+
+
+@functools.lru_cache(maxsize=1)
+def default_embedder() -> Embedder:
+    """The project's default embedder (all-MiniLM-L6-v2, int8 ONNX, 384-d), one per process.
+
+    The model loads lazily on first use; a missing model raises
+    :class:`EmbedderError` then.
+    """
+    from soul_runtime.embedding.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
 
 
 def check_embedder_name(name: object) -> str:

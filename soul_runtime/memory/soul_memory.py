@@ -14,7 +14,8 @@ from typing import Any
 
 from soul_runtime.clock import to_timestamp
 from soul_runtime.config import MemoryConfig
-from soul_runtime.embedding.base import Embedder, default_embedder
+from soul_runtime.embedding.base import Embedder
+from soul_runtime.embedding.choice import default_embedder
 from soul_runtime.errors import InvalidInput
 from soul_runtime.memory.digest import Digest
 from soul_runtime.memory.episodic import EpisodicStore
