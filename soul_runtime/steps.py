@@ -13,7 +13,9 @@ once as a generator that yields what it waits for and does its own CPU work in b
 
 A driver performs each step and sends the answer back (or throws the step's error in). One pair of drivers runs
 every such generator: :func:`run_steps` (blocking, on the caller's thread) and :func:`run_steps_async` (from a
-coroutine); each user gives them its ``perform``, what a step means where it runs. The turn loop's own drivers:
+coroutine); each user gives them its ``perform``, what a step means where it runs (the turn loop, the router, the
+store shard's reads, a remote model's retries, the HTTP client's and the Ray Client's retries). The turn loop's
+``perform`` pair:
 
 - :func:`drive` performs every step where it stands (the caller's thread): the in-process ``Soul``'s blocking
   API. A coroutine method (an async model) runs on the process's step loop (:func:`run`, one event loop on a
@@ -173,12 +175,16 @@ def run_steps(steps: Steps[T], perform: Callable[[Any], Any], *,
 
 
 async def run_steps_async(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]], *,
-                          catch: type[BaseException] = Exception) -> T:
-    """The coroutine driver: :func:`run_steps` with each step awaited (the code between steps runs on the
-    loop)."""
+                          catch: type[BaseException] = Exception,
+                          advance: Callable[[Steps[Any], Any, BaseException | None], Awaitable[Any]] | None = None
+                          ) -> T:
+    """The coroutine driver: :func:`run_steps` with each step awaited. The code between steps runs on the loop,
+    or where ``advance(steps, value, error)`` runs it (:func:`resume` elsewhere, say on a thread pool: what it
+    gives is the next step to perform, or :class:`Done`)."""
     value: Any = None
     error: BaseException | None = None
-    while not isinstance(step := resume(steps, value, error), Done):
+    while not isinstance(step := resume(steps, value, error) if advance is None
+                         else await advance(steps, value, error), Done):
         try:
             value, error = await perform(step), None
         except catch as e:  # the step's error goes into the steps
@@ -212,47 +218,44 @@ def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: B
 
 async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executor,
                       spawned: Callable[[asyncio.Task[Any]], None] | None = None) -> T:
-    """Run ``steps`` to the end from a coroutine: code and plain steps on ``pool``, coroutine steps awaited.
-    ``spawned(task)`` is told of every task a :class:`Spawn` starts (its owner may wait for them at stop).
+    """Run ``steps`` to the end from a coroutine (:func:`run_steps_async`): code and plain steps on ``pool``,
+    coroutine steps awaited. ``spawned(task)`` is told of every task a :class:`Spawn` starts (its owner may wait
+    for them at stop).
 
     Cancelling the caller while a step is awaited cancels that step (its error goes into the steps, which then
     end as they would on that failure); while code runs on the pool the code finishes its part first."""
     loop = asyncio.get_running_loop()
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        got = await loop.run_in_executor(pool, _advance, steps, targets, value, error)
-        if isinstance(got, Done):
-            return got.value
-        try:
-            if isinstance(got, Call):
-                value = await getattr(targets[got.target], got.method)(*got.args, **got.kwargs)
-            elif isinstance(got, Spawn):
-                work = Work()
 
-                async def body(s: Steps[Any] = got.steps, w: Work = work) -> None:
-                    try:
-                        await drive_async(s, targets, pool, spawned)
-                    except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
-                        w.error = e
-                work.task = asyncio.ensure_future(body())
-                if spawned is not None:
-                    spawned(work.task)
-                value = work
-            elif isinstance(got, Pause):
-                await asyncio.sleep(got.seconds)
-                value = None
-            elif isinstance(got, Join):
-                if got.work.task is not None:
-                    await asyncio.wait([got.work.task])  # a waiter that gives up leaves the work running
-                elif got.work.thread is not None:
-                    await loop.run_in_executor(pool, got.work.thread.join)
-                value = None
-            else:
-                raise TypeError(f"not a step: {got!r}")
-            error = None
-        except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
-            value, error = None, e
+    def advance(gen: Steps[Any], value: Any, error: BaseException | None) -> Awaitable[Any]:
+        return loop.run_in_executor(pool, _advance, gen, targets, value, error)
+
+    async def perform(step: Any) -> Any:
+        if isinstance(step, Call):
+            return await getattr(targets[step.target], step.method)(*step.args, **step.kwargs)
+        if isinstance(step, Spawn):
+            work = Work()
+
+            async def body(s: Steps[Any] = step.steps, w: Work = work) -> None:
+                try:
+                    await drive_async(s, targets, pool, spawned)
+                except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
+                    w.error = e
+            work.task = asyncio.ensure_future(body())
+            if spawned is not None:
+                spawned(work.task)
+            return work
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            return None
+        if isinstance(step, Join):
+            if step.work.task is not None:
+                await asyncio.wait([step.work.task])  # a waiter that gives up leaves the work running
+            elif step.work.thread is not None:
+                await loop.run_in_executor(pool, step.work.thread.join)
+            return None
+        raise TypeError(f"not a step: {step!r}")
+
+    return await run_steps_async(steps, perform, catch=BaseException, advance=advance)
 
 
 _lock = threading.Lock()

@@ -21,7 +21,8 @@ from typing import Any
 
 import httpx
 
-from soul_runtime import errors
+from soul_runtime import errors, steps
+from soul_runtime.steps import Steps
 
 from . import wire
 
@@ -150,53 +151,60 @@ def answer(call: Call, response: httpx.Response) -> Any:
     raise err
 
 
+def send_steps(call: Call, retries: Retries) -> Steps[Any]:
+    """One call as steps, sent again as :class:`Retries` allows: ``Call("http", "send", (call,))`` answers the
+    response (or raises the transport error), ``Call("http", "close", (response,))`` lets go of one that is
+    not taken, :class:`Pause` waits. Every send carries the same ``Idempotency-Key`` (``call.key``)."""
+    attempt, waited, started = 0, 0.0, time.monotonic()
+    while True:
+        try:
+            response = yield steps.Call("http", "send", (call,))
+        except httpx.TransportError as e:
+            wait = retries.after_failure(call, attempt, e, max(waited, time.monotonic() - started))
+            if wait is None:
+                raise failed(e) from None
+        else:
+            wait = retries.after_answer(call, attempt, response, max(waited, time.monotonic() - started))
+            if wait is None:
+                return answer(call, response)
+            yield steps.Call("http", "close", (response,))
+        attempt += 1
+        waited += wait
+        yield steps.Pause(wait)
+
+
 class Sender:
-    """Sends calls with a blocking client."""
+    """Sends calls with a blocking client (:func:`send_steps` on :func:`~soul_runtime.steps.run_steps`)."""
 
     def __init__(self, client: httpx.Client, retries: Retries) -> None:
         self.client = client
         self.retries = retries
 
     def send(self, call: Call) -> Any:
-        attempt, waited, started = 0, 0.0, time.monotonic()
-        while True:
-            try:
-                response = self.client.send(call.request(self.client))
-            except httpx.TransportError as e:
-                wait = self.retries.after_failure(call, attempt, e, max(waited, time.monotonic() - started))
-                if wait is None:
-                    raise failed(e) from None
-            else:
-                wait = self.retries.after_answer(call, attempt, response, max(waited, time.monotonic() - started))
-                if wait is None:
-                    return answer(call, response)
-                response.close()
-            attempt += 1
-            waited += wait
-            time.sleep(wait)
+        return steps.run_steps(send_steps(call, self.retries), self._perform)
+
+    def _perform(self, step: steps.Call | steps.Pause) -> Any:
+        if isinstance(step, steps.Pause):
+            return time.sleep(step.seconds)
+        if step.method == "send":
+            return self.client.send(step.args[0].request(self.client))
+        return step.args[0].close()
 
 
 class AsyncSender:
-    """Sends calls with an async client (the same retries as :class:`Sender`)."""
+    """Sends calls with an async client (the same steps as :class:`Sender`, on
+    :func:`~soul_runtime.steps.run_steps_async`)."""
 
     def __init__(self, client: httpx.AsyncClient, retries: Retries) -> None:
         self.client = client
         self.retries = retries
 
     async def send(self, call: Call) -> Any:
-        attempt, waited, started = 0, 0.0, time.monotonic()
-        while True:
-            try:
-                response = await self.client.send(call.request(self.client))
-            except httpx.TransportError as e:
-                wait = self.retries.after_failure(call, attempt, e, max(waited, time.monotonic() - started))
-                if wait is None:
-                    raise failed(e) from None
-            else:
-                wait = self.retries.after_answer(call, attempt, response, max(waited, time.monotonic() - started))
-                if wait is None:
-                    return answer(call, response)
-                await response.aclose()
-            attempt += 1
-            waited += wait
-            await asyncio.sleep(wait)
+        return await steps.run_steps_async(send_steps(call, self.retries), self._perform)
+
+    async def _perform(self, step: steps.Call | steps.Pause) -> Any:
+        if isinstance(step, steps.Pause):
+            return await asyncio.sleep(step.seconds)
+        if step.method == "send":
+            return await self.client.send(step.args[0].request(self.client))
+        return await step.args[0].aclose()
