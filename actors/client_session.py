@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import ray
 
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable, SoulError
+from soul_runtime.steps import Call, Pause, Steps, run_steps
 
 from .ray_addresses import joins_loopback, loopback_node, port_open, wait_for_client_server
 
@@ -71,29 +72,25 @@ def open_session(address: str, attach: Callable[[bool], T], kwargs: dict[str, An
     # a head still starting is waited for (its port refuses the connection); a refused token fails at once
     wait_for_client_server(address, connect_wait_s(), lambda a, timeout: check_client_access(a, timeout),
                            setting=CONNECT_WAIT_ENV)
+
+    def perform(step: Call | Pause) -> Any:
+        if isinstance(step, Pause):
+            return time.sleep(step.seconds)
+        if step.method == "open":
+            return _open_once(address, attach, kwargs, *step.args)
+        return check_client_access(address)  # a head that went away: its cause now, not a 30 s connect timeout
+
+    return run_steps(session_steps(address, client_attempts), perform)
+
+
+def session_steps(address: str, client_attempts: int) -> Steps[Any]:
+    """The attempts of :func:`open_session` as steps: ``Call("session", "open", (attempt, t0))`` opens the
+    session and attaches (or raises :class:`_SessionStartFailed`); after a loss worth another attempt,
+    :class:`Pause` and ``Call("session", "probe")`` (the head still answers) come before the next one."""
     t0 = time.monotonic()
     for attempt in range(1, client_attempts + 1):
         try:
-            with _connecting(address, attempt) as watch:
-                try:
-                    with _fail_fast_client_close():
-                        ray_init(address, kwargs)
-                except _SessionLost as e:
-                    raise watch.lost(address, e.cause) from None
-                watch.opened()
-                log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
-                          attempt, extra={"session_s": time.monotonic() - t0})
-                try:
-                    return attach(False)
-                except Exception as e:
-                    # Once the watch ended the session, whatever attach raised is that loss (Ray Client's
-                    # "not connected", a cancelled call ...); AuthError never is.
-                    lost = None if isinstance(e, AuthError) else watch.cause or _session_lost(e)
-                    if lost is None:
-                        raise
-                    watch.note(lost)  # before closing: closing cancels the session's streams too
-                    _drop_session()
-                    raise watch.lost(address, lost) from None
+            return (yield Call("session", "open", (attempt, t0)))
         except _SessionStartFailed as e:
             elapsed = time.monotonic() - t0
             retry = (e.transient or isinstance(e, _SessionLost)) and attempt < client_attempts and (
@@ -109,9 +106,34 @@ def open_session(address: str, attach: Callable[[bool], T], kwargs: dict[str, An
                 raise RuntimeUnavailable(f"{e}{hint}") from None
             log.warning("Ray Client session at %s failed (attempt %d of %d, %.1f s): %s; retrying",
                         address, attempt, client_attempts, elapsed, e.cause, extra={"retry": attempt})
-            time.sleep(0.5 * attempt)
-            check_client_access(address)  # a head that went away: its cause now, not a 30 s connect timeout
+            yield Pause(0.5 * attempt)
+            yield Call("session", "probe")
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _open_once(address: str, attach: Callable[[bool], T], kwargs: dict[str, Any], attempt: int, t0: float) -> T:
+    """One attempt of :func:`open_session`: open the session, then attach; a session lost meanwhile is
+    :class:`_SessionLost`."""
+    with _connecting(address, attempt) as watch:
+        try:
+            with _fail_fast_client_close():
+                ray_init(address, kwargs)
+        except _SessionLost as e:
+            raise watch.lost(address, e.cause) from None
+        watch.opened()
+        log.debug("Ray Client session to %s opened in %.2f s (attempt %d)", address, time.monotonic() - t0,
+                  attempt, extra={"session_s": time.monotonic() - t0})
+        try:
+            return attach(False)
+        except Exception as e:
+            # Once the watch ended the session, whatever attach raised is that loss (Ray Client's
+            # "not connected", a cancelled call ...); AuthError never is.
+            lost = None if isinstance(e, AuthError) else watch.cause or _session_lost(e)
+            if lost is None:
+                raise
+            watch.note(lost)  # before closing: closing cancels the session's streams too
+            _drop_session()
+            raise watch.lost(address, lost) from None
 
 
 class _Watch:

@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from soul_runtime.errors import AuthError, RuntimeUnavailable
+from soul_runtime.steps import Call, Pause, Steps, run_steps
+
 from .auth_token import token_file
 
 log = logging.getLogger("soul_runtime.connect")
@@ -91,8 +94,6 @@ def ping_client_server(client_address: str, timeout: float = 5.0, *, bearer: str
     not ray."""
     import grpc
 
-    from soul_runtime.errors import AuthError, RuntimeUnavailable
-
     target = client_address.removeprefix("ray://")
     host, _, port = target.rpartition(":")
     if not port_open(host.strip("[]"), int(port), timeout=min(timeout, 2.0)):
@@ -145,16 +146,25 @@ def wait_for_client_server(client_address: str, wait_s: float, probe: Probe, *, 
     answer yet (a head still starting) is tried again after a pause (:data:`PROBE_PAUSE_S`), the first retry
     logged at warning (``warn``; else at debug); an AuthError (a missing or wrong token) is raised at the first
     answer; past ``wait_s``: RuntimeUnavailable naming the last cause, the wait and ``setting`` (what sets it)."""
-    from soul_runtime.errors import AuthError, RuntimeUnavailable
+    def perform(step: Call | Pause) -> None:
+        if isinstance(step, Pause):
+            return (sleep or time.sleep)(step.seconds)
+        return probe(client_address, probe_timeout)
 
-    sleep = sleep or time.sleep
-    clock = clock or time.monotonic
+    return run_steps(probe_steps(client_address, wait_s, setting=setting, warn=warn, clock=clock or time.monotonic),
+                     perform)
+
+
+def probe_steps(client_address: str, wait_s: float, *, setting: str, warn: bool,
+                clock: Callable[[], float]) -> Steps[int]:
+    """:func:`wait_for_client_server`'s tries as steps: ``Call("probe", "ping")`` pings the server (raising
+    ``RuntimeUnavailable`` while it is not there), :class:`Pause` waits between tries."""
     deadline = clock() + wait_s
     pause, tries = PROBE_PAUSE_S[0], 0
     while True:
         tries += 1
         try:
-            probe(client_address, probe_timeout)
+            yield Call("probe", "ping")
             if tries > 1:
                 log.debug("Ray Client server at %s answered after %d tries", client_address, tries,
                           extra={"probe_tries": tries})
@@ -172,7 +182,7 @@ def wait_for_client_server(client_address: str, wait_s: float, probe: Probe, *, 
                 log.log(logging.WARNING if warn else logging.DEBUG, "%s; trying again for up to %.0f s (a head "
                         "that is starting opens its Ray Client port a few seconds after `ray start` returns)", e,
                         left, extra={"probe_wait_s": left})
-            sleep(min(pause, left))
+            yield Pause(min(pause, left))
             pause = min(PROBE_PAUSE_S[1], pause * 2)
 
 
