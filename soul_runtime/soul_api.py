@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
 from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 
 T = TypeVar("T")
+R = TypeVar("R", bound="RuntimeApi")
 
 
 @dataclass(frozen=True)
@@ -202,3 +204,23 @@ class AsyncSoulApi:
     async def import_(self, blob: bytes) -> None:
         """See :meth:`SoulApi.import_`."""
         await self._run(self._p.import_(blob))
+
+
+class RuntimeApi(Protocol):
+    """A connected runtime as :func:`soul_runtime.connect` hands it back, whatever its transport: the Ray runtime
+    (``actors.runtime.Runtime``, which adds the cluster's own operations) or the HTTP client
+    (:class:`soul_runtime.http_client.HttpRuntime`)."""
+
+    def soul(self, soul_id: str) -> SoulApi: ...
+
+    def async_soul(self, soul_id: str) -> AsyncSoulApi: ...
+
+    def souls(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self: R) -> R: ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+

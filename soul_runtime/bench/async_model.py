@@ -139,7 +139,7 @@ def _host_threads(report: dict[str, Any]) -> list[int]:
 def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: int, embedder: str,
               baseline_turns: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """One model (``async`` or ``blocking``) on a fresh embedded runtime; returns its phases."""
-    import soul_runtime
+    from actors.runtime import connect
     from soul_runtime.bench.scale import Sampler, _drive, cpu_per_turn, percentile, process_table, utterance
 
     rng = random.Random(11)
@@ -150,8 +150,8 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
     at = 1_780_000_000.0
     phases: list[dict[str, Any]] = []
     out: dict[str, Any] = {"model": MODELS[kind], "phases": phases}
-    with soul_runtime.connect(data_dir=str(work / "data"), model=MODELS[kind], embedder=embedder,
-                              model_args={"delay_file": str(delay_file)}) as rt:
+    with connect(data_dir=str(work / "data"), model=MODELS[kind], embedder=embedder,
+                 model_args={"delay_file": str(delay_file)}) as rt:
         cfg = rt.cfg
         out.update(hosts=cfg.hosts, host_threads=cfg.host_threads)
         sampler = Sampler(1.0)

@@ -442,7 +442,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     ``stand-in`` (the Messages-API stand-in in a process of its own, at 0 s and at each of ``model_delays``
     seconds per call). ``wait_writes``: the values to run each level with (default: True for the offline model,
     False for the stand-in)."""
-    import soul_runtime
+    from actors.runtime import connect
 
     _check_run(souls, active, turns, reactivate, model, model_delays)
     standin_model = model == "stand-in"
@@ -477,7 +477,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
             progress("starting the runtime", 0, 1)
         if syncs:  # the local Ray this connect starts passes it to every actor process
             os.environ.update(syncs.env())
-        with soul_runtime.connect(data_dir=str(path), **opts) as rt:
+        with connect(data_dir=str(path), **opts) as rt:
             start_s = time.perf_counter() - started
             # phase 1: every soul's first turn (activation + first writes), on the instant stand-in
             lat: list[float] = []
