@@ -2,7 +2,7 @@
 
 This package holds the core (foundation, ``embedding``, ``models``, ``memory``, ``loop``: never imports Ray or
 ``actors``), this front door, and two applications that sit above ``actors``: the command line
-(:mod:`soul_runtime.cli`) and the benchmarks (:mod:`soul_runtime.bench`); the layering rule is stated in
+(:mod:`soul_apps.cli`) and the benchmarks (:mod:`soul_apps.bench`); the layering rule is stated in
 docs/architecture.md and checked by tests/test_layout.py. :func:`connect` loads the Ray layer (package
 ``actors``) on first use, or the HTTP client (:mod:`soul_runtime.http_client`, no Ray) for the address of a
 ``soul serve``.

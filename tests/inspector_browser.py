@@ -156,7 +156,7 @@ def sign_in(page: Any, url: str, key: str) -> None:
 
 def _demo(srv: Served) -> tuple[str, int]:
     """The demo's four days in soul ``atlas`` (and two small souls beside it); the correction's turn number."""
-    from soul_runtime.cli.scenario import SCENARIO
+    from soul_apps.cli.scenario import SCENARIO
     c = srv.client("acme")
     correction = 0
     for day in SCENARIO:

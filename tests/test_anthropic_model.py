@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from soul_runtime.bench.messages_api import (
+from soul_apps.bench.messages_api import (
     MessagesApiServer,
     Scripted,
     delayed,

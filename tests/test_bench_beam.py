@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.bench.beam import evidence_recall, key_phrase_recall
-from soul_runtime.bench.beam_data import load, load_chat
+from soul_apps.bench.beam import evidence_recall, key_phrase_recall
+from soul_apps.bench.beam_data import load, load_chat
 from soul_runtime.errors import InvalidInput
 
 
@@ -53,7 +53,7 @@ def test_a_chat_is_read_as_dated_sessions_with_questions_and_evidence(tmp_path: 
 
 
 def test_credit_is_for_the_sources_and_words_shown() -> None:
-    from soul_runtime.bench.beam_data import Question
+    from soul_apps.bench.beam_data import Question
     q = Question("In order?", "event_ordering", ("m0", "m2"), ("flask", "setup"))
     assert evidence_recall(q, [("[episodic ep-1] Flask setup done", ("m0",))]) == 0.5
     assert key_phrase_recall(q, [("[episodic ep-1] the Flask app", ("m9",))]) == 0.5

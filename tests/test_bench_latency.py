@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from soul_runtime.bench import latency as bench_latency
+from soul_apps.bench import latency as bench_latency
 from tests.fakes import HashEmbedder
 
 KEYS = {"search_p50_ms", "exact_p50_ms", "search_p99_ms", "exact_p99_ms", "index_recall_at_10",

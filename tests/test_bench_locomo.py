@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from soul_runtime.bench import locomo as bench_locomo
-from soul_runtime.bench import plotting
-from soul_runtime.bench.ablation import ABLATIONS
-from soul_runtime.cli.bench import locomo_markdown, update_readme
-from soul_runtime.cli.main import main
+from soul_apps.bench import locomo as bench_locomo
+from soul_apps.bench import plotting
+from soul_apps.bench.ablation import ABLATIONS
+from soul_apps.cli.bench import locomo_markdown, update_readme
+from soul_apps.cli.main import main
 from soul_runtime.errors import ConfigError
 from tests.fakes import HashEmbedder
 
@@ -70,7 +70,7 @@ def test_bench_runs_and_reports_every_system(tmp_path: Path) -> None:
 
 
 def test_bench_claude_counts_calls_against_the_local_server(tmp_path: Path) -> None:
-    from soul_runtime.bench import claude_path
+    from soul_apps.bench import claude_path
     (tmp_path / "conv.json").write_text(json.dumps(conversation("Biscuit")))
     obs = claude_path.bench_observe(tmp_path, embedder=HashEmbedder())
     batched, single = obs["window_40"], obs["window_1"]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.bench import longchat
-from soul_runtime.bench.longchat_data import DEV, HELD_OUT, generate, load, write
-from soul_runtime.bench.longchat_ray import plot_memory, timeline
+from soul_apps.bench import longchat
+from soul_apps.bench.longchat_data import DEV, HELD_OUT, generate, load, write
+from soul_apps.bench.longchat_ray import plot_memory, timeline
 from tests.fakes import HashEmbedder
 
 
@@ -70,7 +70,7 @@ def test_the_memory_timeline_keeps_at_most_its_points_and_the_last_sample() -> N
 
 RAY_CHILD = """
 import json, sys
-from soul_runtime.bench.longchat_ray import run_on_ray
+from soul_apps.bench.longchat_ray import run_on_ray
 res = run_on_ray(sys.argv[1], (500, 1000), callers=2, embedder="fast", sample_every_s=0.2)
 open(sys.argv[2], "w").write(json.dumps(res))
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.bench.model_standin import StandinProcess, connections_by_pid
+from soul_apps.bench.model_standin import StandinProcess, connections_by_pid
 
 
 def _gone(pid: int) -> bool:
@@ -56,7 +56,7 @@ def test_the_standin_process_answers_counts_changes_its_delay_and_stops() -> Non
 
 CHILD = """
 import json, sys
-from soul_runtime.bench import scale
+from soul_apps.bench import scale
 res = scale.run(souls=6, active=[1, 4], turns=1, embedder="fast", model="stand-in", model_delays=[0.2],
                 overhead_sample=10, sample_every_s=0.2)
 open(sys.argv[1], "w").write(json.dumps(res))

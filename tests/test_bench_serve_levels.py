@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from soul_runtime.bench import serve
-from soul_runtime.bench.serve import (
+from soul_apps.bench import serve
+from soul_apps.bench.serve import (
     _levels,
     cpu_delta_by_kind,
     machine_cpu_s,
@@ -103,7 +103,7 @@ def test_counts_per_client() -> None:
 
 def test_process_kinds() -> None:
     assert process_kind("anything", 7, 7) == "callers"
-    assert process_kind("/usr/bin/python3 -m soul_runtime.bench.model_standin --port 1", 8, 7) == "model stand-in"
+    assert process_kind("/usr/bin/python3 -m soul_apps.bench.model_standin --port 1", 8, 7) == "model stand-in"
     assert process_kind("ray::SoulHost", 8, 7) == "SoulHost"
     assert process_kind("ray::ServeReplica:soul-runtime:soul-service", 8, 7) == "ServeReplica"
     assert process_kind("ray::ServeController.listen_for_change", 8, 7) == "ServeController"

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from soul_runtime.bench import chat_api
-from soul_runtime.bench.claude_path import keep_everything
-from soul_runtime.bench.messages_api import (
+from soul_apps.bench import chat_api
+from soul_apps.bench.claude_path import keep_everything
+from soul_apps.bench.messages_api import (
     MessagesApiServer,
     Scripted,
     ScriptedApiServer,

@@ -171,7 +171,7 @@ def test_a_head_that_did_not_start_names_the_raylets_reason(tmp_path: Any) -> No
 
 
 def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -> None:
-    from soul_runtime.bench.client import summarize
+    from soul_apps.bench.client import summarize
     ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
     rows = [{"scenario": "head-failed", "variant": "runtime", "i": 0, "head_error": "raylet died"},
             {"scenario": "fresh", "variant": "runtime", "i": 0, **ok},
@@ -191,7 +191,7 @@ def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -
 
 
 def test_the_bench_reads_result_rows_under_their_older_variant_names() -> None:
-    from soul_runtime.bench.client import summarize
+    from soul_apps.bench.client import summarize
     ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
     new = [{"scenario": "fresh", "variant": "runtime", "i": 0, **ok},
            {"scenario": "fresh", "variant": "ray-default", "i": 0, **ok, "connect_s": 20.0}]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.bench import fsyncs
+from soul_apps.bench import fsyncs
 
 SYNCS = r"""
 import os, sys

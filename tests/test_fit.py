@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soul_runtime.bench.messages_api import MessagesApiServer, Scripted, text_message, tool_message
+from soul_apps.bench.messages_api import MessagesApiServer, Scripted, text_message, tool_message
 from soul_runtime.config import SoulConfig, TurnConfig
 from soul_runtime.errors import InvalidInput
 from soul_runtime.loop.fit import clip, fit_extraction, fit_request

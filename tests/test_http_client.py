@@ -20,7 +20,7 @@ import pytest
 
 import soul_runtime
 from actors.service.tenants import Scope
-from soul_runtime.cli.scenario import SCENARIO, USER
+from soul_apps.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain

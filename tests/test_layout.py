@@ -7,7 +7,7 @@
   layer; only the modules of ``RAY_USERS`` talk to Ray) and the HTTP client (``soul_runtime/http_client``, which
   never imports Ray or ``actors`` either);
 - the applications sit above ``actors``: the HTTP service (``actors/service``), the command line
-  (``soul_runtime/cli``) and the benchmarks (``soul_runtime/bench``); nothing below them imports them;
+  (``soul_apps/cli``) and the benchmarks (``soul_apps/bench``); nothing below them imports them;
 - the front door (``soul_runtime/__init__.py``) names the core's types and loads a transport lazily.
 """
 
@@ -26,7 +26,7 @@ HANDLES = "soul_runtime.soul_api"  # soul_api.py and soul_args.py: the handles' 
 HTTP_CLIENT = "soul_runtime.http_client"
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
 NO_RAY = CORE | {HANDLES, HTTP_CLIENT}  # never import ray or actors
-APPLICATIONS = {SERVICE, "soul_runtime.cli", "soul_runtime.bench"}
+APPLICATIONS = {SERVICE, "soul_apps.cli", "soul_apps.bench"}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
     "soul_runtime.embedding": {FOUNDATION},
@@ -37,8 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {*CORE, HANDLES},
     HTTP_CLIENT: {*CORE, HANDLES},
     SERVICE: {*CORE, HANDLES, "actors"},
-    "soul_runtime.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, API},
-    "soul_runtime.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, "soul_runtime.bench", API},
+    "soul_apps.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, API},
+    "soul_apps.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, "soul_apps.bench", API},
     API: {FOUNDATION, "soul_runtime.loop", HANDLES, "actors", HTTP_CLIENT},
 }
 
@@ -165,5 +165,5 @@ def test_nothing_below_the_applications_imports_them() -> None:
         if layer not in APPLICATIONS:
             assert not allowed & APPLICATIONS, layer
     assert _layer("actors.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
-    assert _layer("soul_runtime.cli.main") == "soul_runtime.cli" and _layer("soul_runtime.limits") == FOUNDATION
+    assert _layer("soul_apps.cli.main") == "soul_apps.cli" and _layer("soul_runtime.limits") == FOUNDATION
     assert _layer("soul_runtime.soul_args") == HANDLES and _layer("soul_runtime.http_client.wire") == HTTP_CLIENT

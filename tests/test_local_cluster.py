@@ -225,7 +225,7 @@ def _connect_clients(info: lc.HeadInfo, home: str, data_dir: str, souls: list[st
                      extra: dict[str, str] | None = None) -> list[dict]:
     """One process per soul, all at once: soul_runtime.connect(ray://...), one turn, close()."""
     env = _env(lc.client_env(info) | (extra or {}), home)
-    procs = [subprocess.Popen([sys.executable, "-m", "soul_runtime.bench.client", "one", info.client_address,
+    procs = [subprocess.Popen([sys.executable, "-m", "soul_apps.bench.client", "one", info.client_address,
                                data_dir, soul, str(attempts)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for soul in souls]
     outs = []
@@ -298,7 +298,7 @@ def test_fresh_head_clients_connect_and_a_dead_session_server_is_retried(
 
 def test_clients_connect_to_a_head_busy_with_many_turns(head: lc.HeadInfo, home: str, tmp_path: Path) -> None:
     data = str(tmp_path / "data")
-    busy = subprocess.Popen([sys.executable, "-m", "soul_runtime.bench.client", "busy", head.client_address, data,
+    busy = subprocess.Popen([sys.executable, "-m", "soul_apps.bench.client", "busy", head.client_address, data,
                              "16"], env=_env(lc.client_env(head), home), cwd=ROOT, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

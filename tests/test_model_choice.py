@@ -230,8 +230,8 @@ def test_the_local_runtime_fingerprint_covers_the_settings(monkeypatch: pytest.M
 
 
 def test_the_cli_options_set_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    from soul_runtime.cli.context import Ctx
-    from soul_runtime.cli.main import build_parser
+    from soul_apps.cli.context import Ctx
+    from soul_apps.cli.main import build_parser
     monkeypatch.setenv("SOUL_MODEL", "")  # restored after the test, whatever Ctx sets
     monkeypatch.setenv("SOUL_EMBEDDER", "")
     Ctx(build_parser().parse_args(["--model", f"{UM}:EchoModel", "facts", "x"]))

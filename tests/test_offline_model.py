@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from soul_runtime.bench import phrasing
-from soul_runtime.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
+from soul_apps.bench import phrasing
+from soul_apps.cli.scenario import EXPECTED_TASK_CLASS, INJECTIONS, PERSONA, SCENARIO, STEPS, USER
 from soul_runtime.models import offline_rules as rules
 from soul_runtime.models.base import ChatMessage, Exchange, MemoryDecision, ReplyRequest
 from soul_runtime.models.offline import OfflineModel
@@ -366,7 +366,7 @@ def phrasing_result() -> dict:
 def test_phrasing_corpus_does_not_regress(phrasing_result: dict) -> None:
     """Statements, confirmations, corrections in other words, repetitions, retractions, tasks told with their
     steps and "save as a procedure" requests: each case must end with exactly the expected current facts and
-    active procedures (judges: :func:`soul_runtime.bench.phrasing.judge`, :func:`~.judge_procedures`)."""
+    active procedures (judges: :func:`soul_apps.bench.phrasing.judge`, :func:`~.judge_procedures`)."""
     assert len(PHRASINGS) >= 200 and {c["kind"] for c in PHRASINGS} == KINDS
     res = phrasing_result
     assert res["accuracy"] >= PHRASING_FLOOR, (res["by_split"], res["failures"])
@@ -452,7 +452,7 @@ def test_change_binds_to_the_fact_it_names() -> None:
 
 def test_dialogue_act_bench_runs_and_labels_plain_turns() -> None:
     """`soul bench acts`: gold acts come from the case kinds; the rules and both classifiers are scored on them."""
-    from soul_runtime.bench import dialogue_act
+    from soul_apps.bench import dialogue_act
     cases = [c for k in ("confirm", "correct", "retract", "save", "none") for c in
              [c for c in PHRASINGS if c["kind"] == k][:6]]
     gold = dialogue_act.gold_acts(cases)

@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from soul_runtime.bench.chat_api import ChatCompletionsServer, chat_error, chat_text, chat_tool
-from soul_runtime.bench.messages_api import delayed
+from soul_apps.bench.chat_api import ChatCompletionsServer, chat_error, chat_text, chat_tool
+from soul_apps.bench.messages_api import delayed
 from soul_runtime.errors import ConfigError, InvalidInput, ModelError, ModelTimeout
 from soul_runtime.models.base import ChatMessage, Exchange, Usage
 from soul_runtime.models.choice import make_model

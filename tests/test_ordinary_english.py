@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soul_runtime.bench import ordinary_english as oe
+from soul_apps.bench import ordinary_english as oe
 
 CORPUS = oe.load(Path(__file__).parent / "fixtures" / "ordinary_english.jsonl")
 ATLAS = {"expect": [{"about": ["atlas", "atlas launch"], "attribute": ["date", "when"], "value": ["October 2"]}],

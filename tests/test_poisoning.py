@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from soul_runtime.cli.scenario import PERSONA, USER
+from soul_apps.cli.scenario import PERSONA, USER
 from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.loop.context import memory_line
 from soul_runtime.loop.guards import is_dangerous_step, is_injection, sanitize

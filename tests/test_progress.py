@@ -1,4 +1,4 @@
-"""soul_runtime.cli.progress: what long work shows when the output is not a terminal (no Ray)."""
+"""soul_apps.cli.progress: what long work shows when the output is not a terminal (no Ray)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from soul_runtime.cli import progress
+from soul_apps.cli import progress
 
 STAMP = re.compile(r"^\[\s*(\d+\.\d) s\] (.*)$")
 

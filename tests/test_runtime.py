@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from soul_runtime.cli.scenario import SCENARIO, USER
+from soul_apps.cli.scenario import SCENARIO, USER
 from soul_runtime.errors import InvalidInput, NotFound
 from tests.fakes import disk_hits
 
@@ -352,7 +352,7 @@ def test_the_runtimes_processes_run_with_two_malloc_arenas(runtime, soul_id) -> 
     an arena of freed memory."""
     import os
 
-    from soul_runtime.bench.scale import process_table
+    from soul_apps.bench.scale import process_table
 
     runtime.soul(soul_id).turn("The build server moved to the basement rack.")
     procs = [p for p in process_table() if p["name"] in ("ray::LayerShard", "ray::SoulHost")]

@@ -503,7 +503,7 @@ def test_a_turn_over_a_tenants_limit_is_refused_before_it_begins(server: dict[st
 def test_the_serve_benchmarks_callers_send_turns_and_fail_on_an_error(server: dict[str, Any], kind: str) -> None:
     from contextlib import AsyncExitStack
 
-    from soul_runtime.bench.serve import _caller, _levels
+    from soul_apps.bench.serve import _caller, _levels
 
     async def go() -> dict[str, Any]:
         async with AsyncExitStack() as stack:

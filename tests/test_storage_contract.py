@@ -248,7 +248,7 @@ def test_a_write_the_server_refuses_is_a_storage_error_naming_the_cause(tmp_path
 
 
 def test_a_sqlite_data_dir_moves_into_postgres_and_its_files_become_caches(tmp_path: Path, pg: str) -> None:
-    from soul_runtime.cli.main import main
+    from soul_apps.cli.main import main
     from soul_runtime.memory.pg_move import move
     use_storage("local")
     data = tmp_path / "data"

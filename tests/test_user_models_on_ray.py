@@ -59,8 +59,8 @@ def test_a_users_model_and_embedder_serve_souls_through_ray(runtime) -> None:  #
 
 def test_the_openai_adapter_serves_souls_through_ray_configured_by_model_args(runtime) -> None:  # noqa: ARG001
     import soul_runtime
-    from soul_runtime.bench.chat_api import ChatCompletionsServer, from_messages
-    from soul_runtime.bench.claude_path import keep_everything
+    from soul_apps.bench.chat_api import ChatCompletionsServer, from_messages
+    from soul_apps.bench.claude_path import keep_everything
 
     sizes = {"hosts": 1, "episodic_shards": 1, "semantic_shards": 1, "procedural_shards": 1}
     with ChatCompletionsServer(responder=from_messages(keep_everything)) as api:

@@ -18,8 +18,8 @@ CHILD = r"""
 import asyncio, json, sys, time
 from pathlib import Path
 import soul_runtime
-from soul_runtime.bench.model_standin import StandinProcess
-from soul_runtime.bench.scale import process_table
+from soul_apps.bench.model_standin import StandinProcess
+from soul_apps.bench.scale import process_table
 
 out, data = sys.argv[1], sys.argv[2]
 IN_FLIGHT = 160

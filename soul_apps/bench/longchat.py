@@ -1,6 +1,6 @@
 """`soul bench longchat`: what a model is shown from memory of long technical chats, under a token budget.
 
-Each chat (:mod:`soul_runtime.bench.longchat_data`) is observed session by session by one soul through the
+Each chat (:mod:`soul_apps.bench.longchat_data`) is observed session by session by one soul through the
 public write path (``Soul.observe``, offline model, the default embedder). Then, at the day after the last
 session, every question recalls ``TurnConfig.recall_k`` items and the context assembler packs them into the
 budget exactly as for a turn (:func:`soul_runtime.loop.context.pack_memory`). Two metrics, both on what is
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from soul_runtime.bench.locomo import BM25, take_within
-from soul_runtime.bench.longchat_data import DAY, Chat, Question, load
+from soul_apps.bench.locomo import BM25, take_within
+from soul_apps.bench.longchat_data import DAY, Chat, Question, load
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.embedding.choice import default_embedder

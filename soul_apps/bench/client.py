@@ -69,7 +69,7 @@ def _one_client(info: lc.HeadInfo, home: str, data_dir: str, soul: str, attempts
                 keep_logs: str | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
-        r = subprocess.run([sys.executable, "-m", "soul_runtime.bench.client", "one", info.client_address, data_dir,
+        r = subprocess.run([sys.executable, "-m", "soul_apps.bench.client", "one", info.client_address, data_dir,
                             soul, str(attempts)], env=_client_env(info, home), capture_output=True, text=True,
                            timeout=CLIENT_TIMEOUT_S, cwd=tempfile.gettempdir())
         out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -180,7 +180,7 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("runtim
             info, sdir = got
             data = tempfile.mkdtemp(dir=root)
             errlog = open(os.path.join(root, f"busy-{v}.err"), "w+")
-            load = subprocess.Popen([sys.executable, "-m", "soul_runtime.bench.client", "busy", info.client_address,
+            load = subprocess.Popen([sys.executable, "-m", "soul_apps.bench.client", "busy", info.client_address,
                                      data, str(inflight)], env=_client_env(info, home), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=errlog, text=True, cwd=tempfile.gettempdir())
             try:

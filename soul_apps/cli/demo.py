@@ -1,4 +1,4 @@
-"""``soul demo``: Maya and Atlas over four days (:mod:`soul_runtime.cli.scenario`), turn by turn.
+"""``soul demo``: Maya and Atlas over four days (:mod:`soul_apps.cli.scenario`), turn by turn.
 
 For every turn it shows the user text, the reply, what was recalled (layer, id,
 score, sources) and what was written (layer, op, key, reason); afterwards each
@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.rule import Rule
 
-from soul_runtime.cli import progress, render
-from soul_runtime.cli.scenario import ASSISTANT, EXPECTED_FACTS, EXPECTED_TASK_CLASS, SCENARIO, USER
+from soul_apps.cli import progress, render
+from soul_apps.cli.scenario import ASSISTANT, EXPECTED_FACTS, EXPECTED_TASK_CLASS, SCENARIO, USER
 from soul_runtime.clock import iso
 from soul_runtime.errors import InvalidInput
 
@@ -54,7 +54,7 @@ def scenario_days(days: int | None) -> tuple[Any, ...]:
 def play(rt: Any, console: Console, *, days: int | None = None, as_json: bool = False,
          soul_id: str = SOUL_ID, work: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Play the scenario against ``rt`` (a connected Runtime) and show it; returns everything shown as data.
-    ``work(what, done, total)`` is told each turn (see :mod:`soul_runtime.cli.progress`)."""
+    ``work(what, done, total)`` is told each turn (see :mod:`soul_apps.cli.progress`)."""
     soul = rt.soul(soul_id)
     say = work or (lambda what, done, total: None)
     n_turns = sum(len(day.turns) for day in scenario_days(days))

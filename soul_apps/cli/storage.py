@@ -12,7 +12,7 @@ from soul_runtime.errors import InvalidInput
 from soul_runtime.storage_modes import POSTGRES
 
 if TYPE_CHECKING:
-    from soul_runtime.cli.context import Ctx
+    from soul_apps.cli.context import Ctx
 
 MIGRATE_HELP = """Move the data dir's souls (SQLite files) into a PostgreSQL server: every soul database's rows
 go to the server in one transaction each, and the files stay as this node's caches of them. Stop the runtime

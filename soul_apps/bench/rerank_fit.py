@@ -1,6 +1,6 @@
 """Reproduce the re-ranker's weights (:class:`soul_runtime.loop.rerank.RerankWeights`) on BEAM development chats.
 
-``python -m soul_runtime.bench.rerank_fit /path/to/BEAM/chats/1M --chats 3,4`` observes each chat (as
+``python -m soul_apps.bench.rerank_fit /path/to/BEAM/chats/1M --chats 3,4`` observes each chat (as
 ``soul bench beam`` does), recalls every question once, then packs the same candidates under every weight set of
 the grid at 1,000 tokens and prints evidence and key-phrase recall beside chunked BM25's. The shipped weights
 were chosen from this grid on BEAM's 1M chats 3 and 4 (development data: BEAM, read and tuned against); of the
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from soul_runtime.bench.beam import ASK_AFTER, evidence_recall, ingest, key_phrase_recall
-from soul_runtime.bench.beam_data import Chat, load
-from soul_runtime.bench.locomo import BM25, take_within
-from soul_runtime.bench.longchat import chunks
+from soul_apps.bench.beam import ASK_AFTER, evidence_recall, ingest, key_phrase_recall
+from soul_apps.bench.beam_data import Chat, load
+from soul_apps.bench.locomo import BM25, take_within
+from soul_apps.bench.longchat import chunks
 from soul_runtime.config import TurnConfig
 from soul_runtime.loop.context import pack_memory
 from soul_runtime.loop.rerank import RerankWeights

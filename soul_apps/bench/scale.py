@@ -6,7 +6,7 @@ each level M asked for. The embedder is the default (MiniLM) or the fast hashing
 
 * ``offline`` (the default): the rule-based model in every host; a phase is ``turns`` turns per soul;
 * ``stand-in``: the real Anthropic adapter (the ``anthropic`` SDK over HTTP) against the Messages-API stand-in
-  (:mod:`soul_runtime.bench.model_standin`) in a process of its own, which answers every call after a delay.
+  (:mod:`soul_apps.bench.model_standin`) in a process of its own, which answers every call after a delay.
   Each level runs once on the instant stand-in (0 s, the baseline) and once per delay asked for, with the
   same warm souls (the delay is changed over the stand-in's control route, the runtime stays up); a phase is
   ``turns`` turns per turn in flight (at least 8 in flight's worth), so a slow model at 1 in flight stays short.
@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench import fsyncs
+from soul_apps.bench import fsyncs
 from soul_runtime.memory.postgres_db import is_postgres, redacted
 
 Progress = Callable[[str, int, int], None]
@@ -239,7 +239,7 @@ class Sampler:
             procs.append({**me, "name": "client (this process)"})
         conns: dict[int, int] = {}
         if self.standin is not None:
-            from soul_runtime.bench.model_standin import connections_by_pid
+            from soul_apps.bench.model_standin import connections_by_pid
             self.conns_max = max(self.conns_max, self.standin.connections())
             conns = connections_by_pid(self.standin.port, [p["pid"] for p in procs])
         for p in procs:
@@ -436,7 +436,7 @@ def run(*, souls: int, active: Sequence[int], turns: int = 2, embedder: str = "f
     """Run the benchmark on a fresh embedded runtime; returns the results (JSON-ready). ``data_dir``: where the
     souls live (default a fresh temp dir, removed after): a directory on the storage to measure, e.g. an NFS or
     EFS mount with ``storage="shared"``; each phase then reports the fsyncs per turn the runtime made on it
-    (``count_fsyncs``, :mod:`soul_runtime.bench.fsyncs`), and the result names the data dir's file system.
+    (``count_fsyncs``, :mod:`soul_apps.bench.fsyncs`), and the result names the data dir's file system.
     ``local_channels=False``:
     every call through Ray (the runtime before its local channels, for comparison). ``model``: ``offline`` or
     ``stand-in`` (the Messages-API stand-in in a process of its own, at 0 s and at each of ``model_delays``
@@ -605,8 +605,8 @@ def _start_standin(delays: Sequence[float | None], opts: dict[str, Any], progres
                    ) -> tuple[Any, dict[str, Any]]:
     """The Messages-API stand-in started in a process of its own, and ``opts`` set to use it through the Anthropic
     adapter; returns it and what the result says of it."""
-    from soul_runtime.bench.claude_path import MEMORY_MODEL, REPLY_MODEL
-    from soul_runtime.bench.model_standin import StandinProcess
+    from soul_apps.bench.claude_path import MEMORY_MODEL, REPLY_MODEL
+    from soul_apps.bench.model_standin import StandinProcess
     if progress:
         progress("starting the model stand-in", 0, 1)
     standin = StandinProcess(delay_s=0.0).start()
@@ -761,7 +761,7 @@ def _series(res: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
 
 
 def plot(res: dict[str, Any], path: str) -> None:
-    from soul_runtime.bench.plotting import pyplot
+    from soul_apps.bench.plotting import pyplot
     plt = pyplot()
 
     series = _series(res)

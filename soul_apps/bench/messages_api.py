@@ -121,7 +121,7 @@ class _Server(ThreadingHTTPServer):
 class ScriptedApiServer:
     """A threaded HTTP server on an ephemeral 127.0.0.1 port answering ``POST`` on one route from a script;
     use as a context manager. The Messages API and the chat-completions stand-ins
-    (:mod:`soul_runtime.bench.chat_api`) are this server with their route, usage and error bodies.
+    (:mod:`soul_apps.bench.chat_api`) are this server with their route, usage and error bodies.
 
     ``delay_s`` delays every answer (a model's latency); ``responder`` answers when the
     script queue is empty; ``count_tokens`` fills in ``usage`` (:meth:`fill_usage`). ``port``: the port to

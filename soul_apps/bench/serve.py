@@ -2,7 +2,7 @@
 
 One local runtime (a fresh data dir) and the service on Ray Serve on a free 127.0.0.1 port, as ``soul serve``
 runs it. The runtime's model is ``model``: ``stand-in`` (the default), the real Anthropic adapter talking to the
-Messages-API stand-in in a process of its own (:mod:`soul_runtime.bench.model_standin`, every message kept), or
+Messages-API stand-in in a process of its own (:mod:`soul_apps.bench.model_standin`, every message kept), or
 ``offline``, the built-in model (no delays). For each stand-in delay (the instant stand-in, 0 s, and a slow model)
 and each level M of concurrency: M clients, each with a soul of its own, send one warm-up turn (the soul's
 activation, not counted, all warm-ups done first) and then ``turns`` turns one after the other (with an
@@ -36,8 +36,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from soul_runtime.bench import HTTP_CLIENTS
-from soul_runtime.bench.scale import host_counters, percentile
+from soul_apps.bench import HTTP_CLIENTS
+from soul_apps.bench.scale import host_counters, percentile
 
 Progress = Callable[[str], None]
 TEXTS = ("I moved the billing service to the new vendor last week, ticket {n}.",
@@ -100,7 +100,7 @@ def process_kind(cmdline: str, pid: int, me: int) -> str:
     the method it runs or the deployment it serves), ``haproxy``, or ``other``."""
     if pid == me:
         return "callers"
-    if "soul_runtime.bench.model_standin" in cmdline:
+    if "soul_apps.bench.model_standin" in cmdline:
         return "model stand-in"
     if cmdline.startswith("ray::"):
         return re.split(r"[.:\s]", cmdline[5:], maxsplit=1)[0] or "other"
@@ -243,7 +243,7 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
                            "embedder": embedder, "replicas": replicas, "http_client": http_client,
                            "inspector": inspector, "rows": []}
     from actors import local_runtime as bg
-    from soul_runtime.bench.model_standin import StandinProcess
+    from soul_apps.bench.model_standin import StandinProcess
     api = StandinProcess(delay_s=0.0) if model == "stand-in" else None
     try:
         with contextlib.ExitStack() as stack:

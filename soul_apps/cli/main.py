@@ -22,9 +22,9 @@ from typing import Any
 from rich.console import Console
 
 from actors import local_runtime as background
+from soul_apps.cli import progress, render
+from soul_apps.cli.context import Ctx
 from soul_runtime import telemetry
-from soul_runtime.cli import progress, render
-from soul_runtime.cli.context import Ctx
 from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
 from soul_runtime.owner_only import write_file
@@ -50,7 +50,7 @@ STORES = ("episodic", "semantic", "procedural")
 # ---- commands ------------------------------------------------------------------------
 
 def cmd_demo(ctx: Ctx) -> int:
-    from soul_runtime.cli import demo
+    from soul_apps.cli import demo
     return demo.run_cli(ctx)
 
 
@@ -451,11 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "head to this machine)")
     sp.add_argument("--state-dir", help="where the head is recorded (default DATA_DIR/cluster, where the local "
                                         "runtime of the data dir is recorded too)")
-    from soul_runtime.cli.service import register as register_service
+    from soul_apps.cli.service import register as register_service
     register_service(add)
-    from soul_runtime.cli.storage import register as register_storage
+    from soul_apps.cli.storage import register as register_storage
     register_storage(add)
-    from soul_runtime.cli.bench import register
+    from soul_apps.cli.bench import register
     register(sub, fmt)
     return p
 

@@ -4,7 +4,7 @@ The model (:class:`WaitingModel`, or :class:`BlockingWaitingModel` for the plain
 model does after waiting ``delay`` seconds a call (its reply and its memory decision). The delay is read per call
 from a file the benchmark writes (``delay_file`` in ``model_args``), so every soul's first turn runs on an
 instant model and the turns measured after it at the delay. Both models are made by the runtime from their import
-path (``connect(model="soul_runtime.bench.async_model:WaitingModel")``), as a user's would be.
+path (``connect(model="soul_apps.bench.async_model:WaitingModel")``), as a user's would be.
 
 Each model gets a fresh embedded runtime: every soul's first turn at 0 s (activation, first writes), then a round
 of turns at 0 s (the CPU bound of this run), then rounds at the delay, ``in_flight`` turns in flight, each
@@ -140,7 +140,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
               baseline_turns: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """One model (``async`` or ``blocking``) on a fresh embedded runtime; returns its phases."""
     from actors.runtime import connect
-    from soul_runtime.bench.scale import Sampler, _drive, cpu_per_turn, percentile, process_table, utterance
+    from soul_apps.bench.scale import Sampler, _drive, cpu_per_turn, percentile, process_table, utterance
 
     rng = random.Random(11)
     work = Path(tempfile.mkdtemp(prefix="soul-bench-async-model-"))

@@ -41,7 +41,7 @@ class Conversation:
 
 def load_locomo(locomo_dir: str | Path, categories: Sequence[int] = (1, 2, 3, 4)) -> list[Conversation]:
     """The conversations of a LoCoMo file or directory: raw turn text (no photo captions) and QA evidence."""
-    from soul_runtime.bench.locomo import conversations
+    from soul_apps.bench.locomo import conversations
     return [Conversation(conv.sample_id, [(t.id, t.speaker, t.text) for t in turns],
                          [(q.question, frozenset(q.evidence)) for q in qas])
             for conv, turns, qas in conversations(locomo_dir, categories, captions=False)]

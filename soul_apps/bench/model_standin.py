@@ -1,8 +1,8 @@
 """The Messages-API stand-in in a process of its own, for benchmarks that run many souls against a slow model.
 
-    python -m soul_runtime.bench.model_standin --port P --delay S
+    python -m soul_apps.bench.model_standin --port P --delay S
 
-serves ``POST /v1/messages`` on ``127.0.0.1:P`` the way :func:`soul_runtime.bench.claude_path.keep_everything`
+serves ``POST /v1/messages`` on ``127.0.0.1:P`` the way :func:`soul_apps.bench.claude_path.keep_everything`
 answers (a reply, or a memory tool call that keeps the message), each answer after ``S`` seconds, a thread per
 connection (a thousand requests asleep at once are a thousand threads), nothing recorded but counts. Control:
 
@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench.messages_api import MessagesApiServer, Scripted
+from soul_apps.bench.messages_api import MessagesApiServer, Scripted
 
 
 class CountingStandin(MessagesApiServer):
@@ -41,7 +41,7 @@ class CountingStandin(MessagesApiServer):
     name = "model-standin"
 
     def __init__(self, *, port: int, delay_s: float) -> None:
-        from soul_runtime.bench.claude_path import keep_everything
+        from soul_apps.bench.claude_path import keep_everything
         self.kinds: Counter[str] = Counter()
         self._keep = keep_everything
         super().__init__(responder=self._respond, delay_s=delay_s, port=port, record=False)
@@ -75,7 +75,7 @@ class CountingStandin(MessagesApiServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m soul_runtime.bench.model_standin",
+    ap = argparse.ArgumentParser(prog="python -m soul_apps.bench.model_standin",
                                  description="The Messages-API stand-in: every answer after --delay seconds.")
     ap.add_argument("--port", type=int, required=True, help="port on 127.0.0.1 (0: any free one)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds per model call (default 0)")
@@ -121,7 +121,7 @@ class StandinProcess:
         return self.proc.pid
 
     def start(self, timeout_s: float = 60.0) -> StandinProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "soul_runtime.bench.model_standin", "--port",
+        self.proc = subprocess.Popen([sys.executable, "-m", "soul_apps.bench.model_standin", "--port",
                                       str(self.port), "--delay", repr(self.delay_s)],
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -1,6 +1,6 @@
 """`soul bench beam DIR`: what a model is shown from memory of real long chats (BEAM), under a token budget.
 
-Each chat (:mod:`soul_runtime.bench.beam_data`) is observed by one soul session by session through the public
+Each chat (:mod:`soul_apps.bench.beam_data`) is observed by one soul session by session through the public
 write path (``Soul.observe``: offline model, the default embedder), then every probing question recalls
 ``TurnConfig.recall_k`` items 30 days after the last session, packed into the budget exactly as for a turn
 (:func:`soul_runtime.loop.context.pack_memory`). Credited is exactly the text the model would be shown:
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
-from soul_runtime.bench.ablation import packed, variants
-from soul_runtime.bench.beam_data import DAY, Chat, Question, content_words, load
-from soul_runtime.bench.locomo import BM25, take_within
-from soul_runtime.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
+from soul_apps.bench.ablation import LABELS as ABLATION_LABELS
+from soul_apps.bench.ablation import packed, variants
+from soul_apps.bench.beam_data import DAY, Chat, Question, content_words, load
+from soul_apps.bench.locomo import BM25, take_within
+from soul_apps.bench.longchat import chunks, plot_systems, rss_mib, take_clipped
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.embedding.choice import default_embedder
@@ -125,7 +125,7 @@ def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]
     """Every question of ``chat`` at every budget, the soul beside the baselines; the recall latencies (ms). A
     packing that raises is counted in ``failures`` (and scored as showing nothing). ``before``: each question's
     recall before the digests were written, to score the ablations beside the soul
-    (:mod:`soul_runtime.bench.ablation`)."""
+    (:mod:`soul_apps.bench.ablation`)."""
     now = max(m["at"] for m in chat.messages) + ASK_AFTER
     recall_ms = []
     for qi, q in enumerate(chat.questions):
@@ -169,7 +169,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         ablation: bool = False) -> dict[str, Any]:
     """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
     chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
-    soul's parts are also scored apart (:mod:`soul_runtime.bench.ablation`), recall asked before and after
+    soul's parts are also scored apart (:mod:`soul_apps.bench.ablation`), recall asked before and after
     consolidation."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()

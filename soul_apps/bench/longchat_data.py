@@ -15,7 +15,7 @@ numbered lists, logs. Woven in are the facts the questions ask about, each state
 Around them, filler of the same kinds (other services, other figures, other versions) so that a figure's
 words recur across the chat. ``generate(seed, tokens)`` is deterministic in its arguments. The chats are a smoke
 test of the long-chat path, not a quality figure: the memory's long-chat features were tuned with these
-templates, so every seed is development data (real chats: :mod:`soul_runtime.bench.beam`).
+templates, so every seed is development data (real chats: :mod:`soul_apps.bench.beam`).
 """
 
 from __future__ import annotations

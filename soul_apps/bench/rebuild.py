@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from soul_runtime.bench.locomo import conversations
+from soul_apps.bench.locomo import conversations
 from soul_runtime.memory.export import pack_export
 from soul_runtime.records import Store
 

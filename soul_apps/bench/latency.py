@@ -28,7 +28,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from soul_runtime.bench import fsyncs
+from soul_apps.bench import fsyncs
 from soul_runtime.config import MemoryConfig, SoulConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.embedding.choice import default_embedder
@@ -82,7 +82,7 @@ def _template(rng: random.Random) -> str:
 
 
 def _locomo_sentences(locomo_dir: str | Path) -> tuple[list[str], list[str]]:
-    from soul_runtime.bench.embedders import load_locomo
+    from soul_apps.bench.embedders import load_locomo
 
     convs = load_locomo(locomo_dir, categories=())
     speakers = sorted({s for c in convs for _, s, _ in c.turns if s})
@@ -542,7 +542,7 @@ def table(result: dict[str, Any]) -> Table:
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
     """Search, exact-scan, write, whole-recall and turn-overhead p50 vs store size, log-log, as a PNG."""
-    from soul_runtime.bench.plotting import pyplot
+    from soul_apps.bench.plotting import pyplot
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -582,12 +582,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     fsyncs.add_storage_args(ap)
     a = ap.parse_args(argv)
     if a.fsyncs:  # the stores write in this process: run it again with the counter preloaded
-        fsyncs.run_counted("soul_runtime.bench.latency", list(sys.argv[1:] if argv is None else argv),
+        fsyncs.run_counted("soul_apps.bench.latency", list(sys.argv[1:] if argv is None else argv),
                            a.data_dir or tempfile.gettempdir())
     from soul_runtime.memory.sqlite_db import use_storage
     use_storage(a.storage)  # every store this process opens from now on
     if a.plot:
-        from soul_runtime.bench.plotting import require
+        from soul_apps.bench.plotting import require
         require()
 
     def prog(what: str, done: int, total: int) -> None:
@@ -601,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     res["fsyncs_measured"] = fsyncs.current() is not None
     fsyncs.done()
     if a.data_dir:
-        from soul_runtime.bench.fsyncs import file_system
+        from soul_apps.bench.fsyncs import file_system
         res["data_dir"], res["file_system"] = a.data_dir, file_system(a.data_dir)
     if a.json:
         write_file(a.json, json.dumps(res, indent=2), durable=False)

@@ -1,6 +1,6 @@
 """A local stand-in for OpenAI-compatible chat completions (stdlib only), for tests and benchmarks.
 
-``POST /v1/chat/completions`` is answered the way :class:`~soul_runtime.bench.messages_api.MessagesApiServer`
+``POST /v1/chat/completions`` is answered the way :class:`~soul_apps.bench.messages_api.MessagesApiServer`
 answers the Messages API (the same server: a queue of :class:`Scripted` responses, else a ``responder``,
 every request recorded), so tests run the real ``openai`` SDK over real HTTP against
 ``http://127.0.0.1:PORT/v1``.
@@ -11,7 +11,7 @@ at least ``cache_min_tokens`` long, is cached automatically (no marks, as OpenAI
 seen before, it is reported as ``prompt_tokens_details.cached_tokens``.
 
 :func:`from_messages` serves chat completions with a responder written for the Messages API (such as
-:func:`soul_runtime.bench.claude_path.keep_everything`): the request is shown to it in the Messages API's
+:func:`soul_apps.bench.claude_path.keep_everything`): the request is shown to it in the Messages API's
 shape and its answer is sent back as a chat completion.
 
     with ChatCompletionsServer() as api:
@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from soul_runtime.bench.messages_api import Scripted, ScriptedApiServer, char_tokens
+from soul_apps.bench.messages_api import Scripted, ScriptedApiServer, char_tokens
 
 _ids = itertools.count(1)
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls", "stop_sequence": "stop"}

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from actors.service import INGRESSES
-from soul_runtime.bench import HTTP_CLIENTS, fsyncs, plotting
-from soul_runtime.cli.progress import working
+from soul_apps.bench import HTTP_CLIENTS, fsyncs, plotting
+from soul_apps.cli.progress import working
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.owner_only import write_file
 from soul_runtime.storage_modes import check_storage
 
 if TYPE_CHECKING:
-    from soul_runtime.cli.context import Ctx
+    from soul_apps.cli.context import Ctx
 
 README_START = "<!-- bench:locomo:start -->"
 README_END = "<!-- bench:locomo:end -->"
@@ -40,7 +40,7 @@ def _f(v: float | None) -> str:
 
 
 def locomo_markdown(res: dict[str, Any]) -> str:
-    from soul_runtime.bench.locomo import LABELS, SYSTEMS
+    from soul_apps.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
     d, head, sysres = res["details"], str(res["headline_budget"]), res["systems"]
     rows = ["| system | " + " | ".join(f"answer recall @ {b}" for b in budgets) + " | "
@@ -90,7 +90,7 @@ STORAGE_HELP = ("the storage of the souls' records: local (SQLite, the default) 
 
 
 def cmd_rebuild(ctx: Ctx) -> int:
-    from soul_runtime.bench import rebuild
+    from soul_apps.bench import rebuild
     args = ctx.args
     res = rebuild.run(args.storage, args.data, args.episodes, args.repeats,
                       progress=lambda line: ctx.out.print(line, soft_wrap=True))
@@ -104,13 +104,13 @@ def cmd_locomo(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     if args.plot:
         plotting.require()
-    from soul_runtime.bench import locomo as bench_locomo
+    from soul_apps.bench import locomo as bench_locomo
     use_storage(args.storage)
     with working(out, "loading the embedder") as progress:
         res = bench_locomo.run(args.data, args.budget, progress=progress, limit=args.limit,
                                ablation=args.ablation)
-    from soul_runtime.bench.ablation import LABELS as ABLATION_LABELS
-    from soul_runtime.bench.locomo import LABELS, SYSTEMS
+    from soul_apps.bench.ablation import LABELS as ABLATION_LABELS
+    from soul_apps.bench.locomo import LABELS, SYSTEMS
     budgets = [str(b) for b in res["budgets"]]
     table = Table(title="LoCoMo: answer recall / evidence recall of the lines shown (same run, same budgets)")
     table.add_column("system")
@@ -146,14 +146,14 @@ def _seeds(text: str) -> list[int]:
 
 def cmd_longchat(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import longchat as bench_longchat
-    from soul_runtime.bench.longchat_data import write
+    from soul_apps.bench import longchat as bench_longchat
+    from soul_apps.bench.longchat_data import write
     if args.make is not None:
         made = write(args.data, args.make, args.tokens)
         out.print(f"wrote {len(made)} chats to {args.data}")
     with working(out, "starting the runtime" if args.ray else "loading the embedder") as progress:
         if args.ray:
-            from soul_runtime.bench.longchat_ray import run_on_ray
+            from soul_apps.bench.longchat_ray import run_on_ray
             res = run_on_ray(args.data, args.budget, callers=args.callers, limit=args.limit,
                              questions=not args.no_questions, progress=progress)
         else:
@@ -163,7 +163,7 @@ def cmd_longchat(ctx: Ctx) -> int:
         if args.json:
             write_file(args.json, json.dumps(res, indent=1), durable=False)
         if args.plot:
-            from soul_runtime.bench.longchat_ray import plot_memory
+            from soul_apps.bench.longchat_ray import plot_memory
             plot_memory(res, args.plot)
         return 0
     budgets = [str(b) for b in res["budgets"]]
@@ -196,7 +196,7 @@ def cmd_longchat(ctx: Ctx) -> int:
 
 def cmd_beam(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import beam as bench_beam
+    from soul_apps.bench import beam as bench_beam
     use_storage(args.storage)
     with working(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
@@ -234,7 +234,7 @@ def cmd_beam(ctx: Ctx) -> int:
 
 def cmd_latency(ctx: Ctx) -> int:
     args = ctx.args
-    from soul_runtime.bench import latency as bench_latency
+    from soul_apps.bench import latency as bench_latency
     argv = ["--sizes", args.sizes, "--queries", str(args.queries), "--turns", str(args.turns),
             "--embedder", args.embedder]
     for flag, value in (("--json", args.json), ("--plot", args.plot), ("--locomo", args.locomo),
@@ -252,7 +252,7 @@ def cmd_latency(ctx: Ctx) -> int:
 
 def cmd_embedders(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import embedders as bench_embedders
+    from soul_apps.bench import embedders as bench_embedders
     with working(out, "embedders on LoCoMo"):
         res = bench_embedders.compare_embedders(args.data)
     out.print(bench_embedders.format_table(res))
@@ -288,7 +288,7 @@ def cmd_scale(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
     if args.plot:
         plotting.require()
-    from soul_runtime.bench import scale as bench_scale
+    from soul_apps.bench import scale as bench_scale
     with working(out, "starting the runtime") as progress:
         res = bench_scale.run(souls=args.souls, active=args.active, turns=args.turns, embedder=args.embedder,
                               host_capacity=args.host_capacity, store_capacity=args.store_capacity,
@@ -370,7 +370,7 @@ def cmd_scale(ctx: Ctx) -> int:
 
 def cmd_async_model(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import async_model
+    from soul_apps.bench import async_model
     with working(out, "starting the runtime") as progress:
         res = async_model.run(souls=args.souls, in_flight=args.in_flight, delay_s=args.delay, rounds=args.rounds,
                               embedder=args.embedder, baseline=not args.no_baseline, progress=progress)
@@ -400,7 +400,7 @@ def cmd_async_model(ctx: Ctx) -> int:
 
 def cmd_claude(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import claude_path
+    from soul_apps.bench import claude_path
     res: dict[str, Any] = {"turns": claude_path.bench_turns(args.turns, args.delay)}
     if args.data:
         res["observe"] = claude_path.bench_observe(args.data, limit=args.limit, window=args.window)
@@ -429,7 +429,7 @@ def cmd_claude(ctx: Ctx) -> int:
 
 def cmd_client(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import client as bench_client
+    from soul_apps.bench import client as bench_client
     with working(out, "starting") as progress:
         res = bench_client.run(args.fresh, args.busy, variants=tuple(v for v in args.variants.split(",") if v),
                                inflight=args.inflight, progress=progress, checkpoint=args.json,
@@ -446,7 +446,7 @@ def cmd_client(ctx: Ctx) -> int:
 
 def cmd_cli(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import cli_latency
+    from soul_apps.bench import cli_latency
     with working(out, "starting") as progress:
         res = cli_latency.run(args.rounds, baseline=not args.no_baseline, progress=progress)
     table = Table(title="`soul` commands on the embedded default: wall seconds (client CPU seconds)")
@@ -481,7 +481,7 @@ def cmd_cli(ctx: Ctx) -> int:
 
 def cmd_phrasing(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import phrasing
+    from soul_apps.bench import phrasing
     from soul_runtime.embedding.choice import default_embedder
     cases = phrasing.load(args.corpus)
     with working(out, f"{len(cases)} conversations on the offline model"):
@@ -506,7 +506,7 @@ def cmd_phrasing(ctx: Ctx) -> int:
 
 def cmd_english(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import ordinary_english
+    from soul_apps.bench import ordinary_english
     from soul_runtime.embedding.choice import make_embedder
     cases = ordinary_english.load(args.corpus)
     with working(out, f"{len(cases)} conversations on the offline model"):
@@ -537,7 +537,7 @@ def cmd_english(ctx: Ctx) -> int:
 
 def cmd_acts(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import dialogue_act, phrasing
+    from soul_apps.bench import dialogue_act, phrasing
     from soul_runtime.embedding.choice import default_embedder
     cases = phrasing.load(args.corpus)
     with working(out, "dialogue acts: rules vs classifiers over the embedder"):
@@ -558,7 +558,7 @@ def cmd_acts(ctx: Ctx) -> int:
 
 def cmd_serve(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import serve as bench_serve
+    from soul_apps.bench import serve as bench_serve
     try:
         delays = [float(x) for x in args.delays.split(",") if x.strip()]
     except ValueError:
@@ -579,9 +579,9 @@ def cmd_serve(ctx: Ctx) -> int:
 
 def cmd_fairness(ctx: Ctx) -> int:
     args, out = ctx.args, ctx.out
-    from soul_runtime.bench import fairness
+    from soul_apps.bench import fairness
     if args.plot:
-        from soul_runtime.bench.plotting import require
+        from soul_apps.bench.plotting import require
         require()
     if args.seconds <= 0 or args.a_in_flight < 1 or args.b_in_flight < 1:
         raise argparse.ArgumentTypeError("--seconds must be > 0, --a-in-flight and --b-in-flight >= 1")

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from soul_runtime.cli import progress, render
+from soul_apps.cli import progress, render
 from soul_runtime.errors import NotFound, RuntimeUnavailable
 from soul_runtime.text import check_id
 

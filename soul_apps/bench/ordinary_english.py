@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench.phrasing import run_case
+from soul_apps.bench.phrasing import run_case
 from soul_runtime.config import MemoryConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.text import singular

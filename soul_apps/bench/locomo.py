@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from soul_runtime.bench.ablation import ABLATIONS, packed, variants
+from soul_apps.bench.ablation import ABLATIONS, packed, variants
 from soul_runtime.clock import DAY
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder
@@ -217,7 +217,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     """Every system at every budget; the soul recalls ``turn.recall_k`` items and packs them as the loop does.
     The headline budget is ``turn.memory_tokens`` (the loop's default). After a conversation is observed its
     memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the soul's parts are also
-    scored apart (:mod:`soul_runtime.bench.ablation`)."""
+    scored apart (:mod:`soul_apps.bench.ablation`)."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")
@@ -315,7 +315,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    from soul_runtime.bench.plotting import pyplot
+    from soul_apps.bench.plotting import pyplot
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     styles = {"soul": "o-", "bm25": "s--", "dense": "^--", "hybrid": "v--", "bm25_dated": "d:"}

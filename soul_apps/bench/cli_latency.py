@@ -1,6 +1,6 @@
 """`soul bench cli`: wall time of `soul` commands on the embedded default, as a user runs them.
 
-Every command is a fresh process (``python -m soul_runtime.cli.main``) on a fresh data dir.
+Every command is a fresh process (``python -m soul_apps.cli.main``) on a fresh data dir.
 In the same run: the baseline — each command starting a private Ray of its own
 (``SOUL_LOCAL_RUNTIME=per-call``, what every command cost before the local runtime) — then
 the first command on the local runtime (it starts it) and ``rounds`` rounds of
@@ -41,7 +41,7 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """(wall s, client CPU s, exit code, stderr tail) of one `soul` command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "soul_runtime.cli.main", *argv], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "soul_apps.cli.main", *argv], env=env, capture_output=True,
                        text=True, stdin=subprocess.DEVNULL, timeout=600)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,7 +1,7 @@
 """`soul bench claude`: model calls, tokens and reply latency of the Claude path, against a local server.
 
 The real :class:`~soul_runtime.models.claude.AnthropicModel` (the ``anthropic`` SDK over HTTP) talks
-to :class:`~soul_runtime.bench.messages_api.MessagesApiServer`, which answers every call after a fixed
+to :class:`~soul_apps.bench.messages_api.MessagesApiServer`, which answers every call after a fixed
 delay (a model's latency), counts tokens as characters / 4 and emulates the prompt cache. Its memory
 answers keep every message (the upper bound of calls and writes). Measured through the public
 in-process API (:class:`~soul_runtime.loop.soul.Soul` over :class:`~soul_runtime.memory.soul_memory.SoulMemory`):
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench.messages_api import MessagesApiServer, Scripted, message
+from soul_apps.bench.messages_api import MessagesApiServer, Scripted, message
 from soul_runtime.config import SoulConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder
 from soul_runtime.embedding.choice import default_embedder

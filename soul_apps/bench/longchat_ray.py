@@ -1,6 +1,6 @@
 """`soul bench longchat --ray`: long technical chats taken in by the runtime's store actors, as a platform would.
 
-The same chats, questions, metrics and baselines as :mod:`soul_runtime.bench.longchat`, but every chat is one
+The same chats, questions, metrics and baselines as :mod:`soul_apps.bench.longchat`, but every chat is one
 soul of an embedded local runtime (``soul_runtime.connect``): ``callers`` asyncio callers each take the next
 chat and observe it session by session through the public async API, so the souls' episodic, semantic and
 procedural shards take many chats at once. Every process of the local Ray is sampled while they do (resident
@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench.longchat import Tally, _sessions, score_questions, summary
-from soul_runtime.bench.longchat_data import load
-from soul_runtime.bench.scale import Sampler
+from soul_apps.bench.longchat import Tally, _sessions, score_questions, summary
+from soul_apps.bench.longchat_data import load
+from soul_apps.bench.scale import Sampler
 from soul_runtime.config import TurnConfig
 from soul_runtime.errors import SoulError
 from soul_runtime.records import RecalledItem

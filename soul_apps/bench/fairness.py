@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from soul_runtime.bench.scale import percentile
-from soul_runtime.bench.serve import MODEL_VARS, cleaned_up, use_model
+from soul_apps.bench.scale import percentile
+from soul_apps.bench.serve import MODEL_VARS, cleaned_up, use_model
 
 Progress = Callable[[str], None]
 PHASES = ("b_alone", "a_alone", "both", "both", "a_alone", "b_alone")
@@ -131,7 +131,7 @@ def run(*, models: Sequence[str] = ("offline", "stand-in"), seconds: float = 20.
 def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, cap: int, hosts: int, steps: int,
                embedder: str, say: Progress) -> dict[str, Any]:
     from actors import local_runtime as bg
-    from soul_runtime.bench.model_standin import StandinProcess
+    from soul_apps.bench.model_standin import StandinProcess
     data = tempfile.mkdtemp(prefix="sb-fair-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in MODEL_VARS}
     api = StandinProcess(delay_s=delay_s) if model == "stand-in" else None
@@ -151,7 +151,7 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
                 a = [[f"a:flood-{i}"] for i in range(a_n)]  # A: a soul per turn in flight
                 b = [[f"b:few-{i}-{k}" for k in range(B_ROUND)] for i in range(b_n)]
                 res = asyncio.run(_model_run(rt, a, b, seconds, say))
-                from soul_runtime.bench.scale import host_counters
+                from soul_apps.bench.scale import host_counters
                 res["host_counters"] = {k: v for k, v in host_counters(rt).items() if k.startswith("tenant_")}
                 res["host_threads"] = rt.cfg.host_threads
                 res["model_slots_per_host"] = rt.cfg.model_slots
@@ -184,7 +184,7 @@ def table(res: dict[str, Any]) -> Any:
 
 
 def plot(res: dict[str, Any], path: str | Path) -> None:
-    from soul_runtime.bench.plotting import pyplot
+    from soul_apps.bench.plotting import pyplot
     plt = pyplot()
     models = list(res["models"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from actors.service import INGRESSES
 from actors.service.tenants import TenantTable, check_tenant, souls_of
-from soul_runtime.cli import progress
+from soul_apps.cli import progress
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.memory.sqlite_db import use_storage
 
 if TYPE_CHECKING:
-    from soul_runtime.cli.context import Ctx
+    from soul_apps.cli.context import Ctx
 
 SERVE_HELP = """Serve the JSON API (/v1), /healthz, /openapi.json, MCP (/mcp/) and the memory inspector's pages
 (/ui/, unless --no-inspector) over HTTP on Ray Serve, for the tenants of `soul tenants` (Authorization: Bearer
@@ -46,7 +46,7 @@ def _table(ctx: Ctx) -> TenantTable:
 
 
 def cmd_tenants(ctx: Ctx) -> int:
-    from soul_runtime.cli import render
+    from soul_apps.cli import render
     a = ctx.args
     table = _table(ctx)
     if a.action == "usage":
@@ -111,7 +111,7 @@ def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     today, turns refused over a limit, seconds waited in the fair queues) and its limits in force."""
     from actors.service.quotas import usage_row
     from actors.tenant_usage import read_usage
-    from soul_runtime.cli import render
+    from soul_apps.cli import render
     counted = read_usage(ctx.data_dir)
     if name:
         table.get(name)
