@@ -1,11 +1,11 @@
 """soul-runtime: long-term memory for LLM agents ("souls"), hosted on Ray.
 
-This package holds the core (foundation, ``embedding``, ``models``, ``memory``, ``loop``: never imports Ray or
-``actors``), this front door, and two applications that sit above ``actors``: the command line
-(:mod:`soul_apps.cli`) and the benchmarks (:mod:`soul_apps.bench`); the layering rule is stated in
-docs/architecture.md and checked by tests/test_layout.py. :func:`connect` loads the Ray layer (package
-``actors``) on first use, or the HTTP client (:mod:`soul_runtime.http_client`, no Ray) for the address of a
-``soul serve``.
+This package is the core (foundation, ``embedding``, ``models``, ``memory``, ``loop``, the handles' API, the HTTP
+client) and this front door: it imports neither Ray nor the Ray layer (``actors``) nor the applications
+(``soul_apps``); the bands and the layering rule are stated in docs/architecture.md and checked by
+tests/test_layout.py. :func:`connect` opens the Ray runtime named by the entry point ``ray`` of the group
+``soul_runtime.runtimes`` on first use, or the HTTP client (:mod:`soul_runtime.http_client`) for the address of
+a ``soul serve``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""The layering rule of docs/architecture.md ("The layering rule"), checked on every import of every module:
+"""The packages as bands and the layering rule of docs/architecture.md ("Packages as bands", "The layering rule"),
+checked on every import of every module.
+
+The bands, bottom up, each importing only the bands below it: the core (package ``soul_runtime``: imports neither
+``ray`` nor another band), the Ray layer (``actors``: the actors and their plumbing), the applications
+(``soul_apps``, and the application modules ``actors`` still holds: ``APP_MODULES``).
+
+Inside them, the layers:
 
 - the core — foundation (errors, config, records, clock, text, ...), ``embedding``, ``models``, ``memory``,
   ``loop`` — never imports ``ray`` or ``actors``;
@@ -8,7 +15,8 @@
   never imports Ray or ``actors`` either);
 - the applications sit above ``actors``: the HTTP service (``actors/service``), the command line
   (``soul_apps/cli``) and the benchmarks (``soul_apps/bench``); nothing below them imports them;
-- the front door (``soul_runtime/__init__.py``) names the core's types and loads a transport lazily.
+- the front door (``soul_runtime/__init__.py``) names the core's types and loads a transport lazily: the HTTP
+  client, or the Ray runtime by its entry point (never by an import of ``actors``).
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # layer -> the layers it may import (besides itself)
 FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
-API = "soul_runtime.__init__"  # the front door: `connect` hands off to the Ray layer lazily; it names the result types
+API = "soul_runtime.__init__"  # the front door: `connect` finds the Ray runtime by entry point; it names the result types
 SERVICE = "actors.service"
 HANDLES = "soul_runtime.soul_api"  # soul_api.py and soul_args.py: the handles' methods and checks, once
 HTTP_CLIENT = "soul_runtime.http_client"
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
-NO_RAY = CORE | {HANDLES, HTTP_CLIENT}  # never import ray or actors
-APPLICATIONS = {SERVICE, "soul_apps.cli", "soul_apps.bench"}
+NO_RAY = CORE | {HANDLES, HTTP_CLIENT, API}  # never import ray or actors
+APPS = "soul_apps"  # the applications' package itself (its __init__)
+APPLICATIONS = {SERVICE, "soul_apps.cli", "soul_apps.bench", APPS}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
     "soul_runtime.embedding": {FOUNDATION},
@@ -39,8 +48,14 @@ ALLOWED: dict[str, set[str]] = {
     SERVICE: {*CORE, HANDLES, "actors"},
     "soul_apps.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, API},
     "soul_apps.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, "soul_apps.bench", API},
-    API: {FOUNDATION, "soul_runtime.loop", HANDLES, "actors", HTTP_CLIENT},
+    API: {FOUNDATION, "soul_runtime.loop", HANDLES, HTTP_CLIENT},
+    APPS: set(),
 }
+
+# the bands, bottom up
+BANDS = ("core", "ray layer", "applications")
+APP_MODULES = ("actors.service", "actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
+"""Applications (the HTTP service, local cluster management) whose modules the package ``actors`` still holds."""
 
 
 def _module_name(path: Path) -> str:
@@ -51,10 +66,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _band(module: str) -> str | None:
+    top = module.split(".")[0]
+    if top == "soul_apps" or any(module == m or module.startswith(m + ".") for m in APP_MODULES):
+        return "applications"
+    return {"soul_runtime": "core", "actors": "ray layer"}.get(top)
+
+
 def _layer(module: str) -> str | None:
     if module == "soul_runtime":
         return API
     parts = module.split(".")
+    if parts[0] == APPS:
+        candidate = ".".join(parts[:2])
+        return candidate if candidate in ALLOWED else APPS
     if parts[0] == "actors":
         return SERVICE if parts[:2] == ["actors", "service"] else "actors"
     if parts[0] != "soul_runtime":
@@ -88,7 +113,33 @@ def _imports(path: Path) -> list[str]:
 
 
 def _sources() -> list[Path]:
-    return sorted(p for d in ("soul_runtime", "actors") for p in (ROOT / d).rglob("*.py"))
+    return sorted(p for d in ("soul_runtime", "actors", "soul_apps") for p in (ROOT / d).rglob("*.py"))
+
+
+def _upward(path: Path) -> list[str]:
+    """The imports of ``path`` that reach a band above its own."""
+    mine = _band(_module_name(path))
+    assert mine is not None, path
+    return [target for target in _imports(path)
+            if (theirs := _band(target)) is not None and BANDS.index(theirs) > BANDS.index(mine)]
+
+
+def test_each_package_is_a_band_and_imports_only_the_bands_below() -> None:
+    bad = [f"{path.relative_to(ROOT)} imports {', '.join(up)}" for path in _sources() if (up := _upward(path))]
+    assert not bad, "\n".join(bad)
+    assert {_band(_module_name(p)) for p in _sources()} == set(BANDS)
+
+
+def test_the_band_check_sees_an_import_up(tmp_path: Path) -> None:
+    """Not vacuous: a core module importing an application, and a Ray-layer module importing one, are caught."""
+    probes = [ROOT / "soul_runtime" / "_band_probe.py", ROOT / "actors" / "_band_probe.py"]
+    try:
+        for probe in probes:
+            probe.write_text("def f():\n    from soul_apps.cli import main\n    from actors.service import app\n")
+            assert _upward(probe) == ["soul_apps.cli", "soul_apps.cli.main", "actors.service", "actors.service.app"]
+    finally:
+        for probe in probes:
+            probe.unlink(missing_ok=True)
 
 
 def test_imports_go_one_way() -> None:
@@ -108,7 +159,7 @@ def test_imports_go_one_way() -> None:
 def test_the_core_never_imports_ray_or_the_ray_layer() -> None:
     bad = []
     for path in _sources():
-        if _layer(_module_name(path)) not in NO_RAY:  # the front door (API) is not core: it hands off to actors
+        if _layer(_module_name(path)) not in NO_RAY:
             continue
         for target in _imports(path):
             if target.split(".")[0] in ("ray", "actors"):
