@@ -35,7 +35,9 @@ HTTP_CLIENT = "soul_runtime.http_client"
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
 NO_RAY = CORE | {HANDLES, HTTP_CLIENT, API}  # never import ray or actors
 APPS = "soul_apps"  # the applications' package itself (its __init__)
-APPLICATIONS = {SERVICE, "soul_apps.cli", "soul_apps.bench", APPS}
+CLUSTER = "local cluster management"
+CLUSTER_MODULES = ("actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
+APPLICATIONS = {SERVICE, CLUSTER, "soul_apps.cli", "soul_apps.bench", APPS}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
     "soul_runtime.embedding": {FOUNDATION},
@@ -46,15 +48,16 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {*CORE, HANDLES},
     HTTP_CLIENT: {*CORE, HANDLES},
     SERVICE: {*CORE, HANDLES, "actors"},
-    "soul_apps.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, API},
-    "soul_apps.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, "soul_apps.bench", API},
+    CLUSTER: {*CORE, HANDLES, "actors"},
+    "soul_apps.bench": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, CLUSTER, API},
+    "soul_apps.cli": {*CORE, HANDLES, "actors", HTTP_CLIENT, SERVICE, CLUSTER, "soul_apps.bench", API},
     API: {FOUNDATION, "soul_runtime.loop", HANDLES, HTTP_CLIENT},
     APPS: set(),
 }
 
 # the bands, bottom up
 BANDS = ("core", "ray layer", "applications")
-APP_MODULES = ("actors.service", "actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
+APP_MODULES = ("actors.service", *CLUSTER_MODULES)
 """Applications (the HTTP service, local cluster management) whose modules the package ``actors`` still holds."""
 
 
@@ -76,6 +79,8 @@ def _band(module: str) -> str | None:
 def _layer(module: str) -> str | None:
     if module == "soul_runtime":
         return API
+    if any(module == m or module.startswith(m + ".") for m in CLUSTER_MODULES):
+        return CLUSTER
     parts = module.split(".")
     if parts[0] == APPS:
         candidate = ".".join(parts[:2])
