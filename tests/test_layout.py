@@ -36,7 +36,7 @@ CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runti
 NO_RAY = CORE | {HANDLES, HTTP_CLIENT, API}  # never import ray or actors
 APPS = "soul_apps"  # the applications' package itself (its __init__)
 CLUSTER = "local cluster management"
-CLUSTER_MODULES = ("actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
+CLUSTER_MODULES = ("soul_apps.cluster", "actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
 APPLICATIONS = {SERVICE, CLUSTER, "soul_apps.cli", "soul_apps.bench", APPS}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
