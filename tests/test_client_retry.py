@@ -190,16 +190,6 @@ def test_the_bench_counts_heads_not_started_and_failures_after_connect_apart() -
     assert (busy["heads_not_started"], busy["connects"], busy["failed"], busy["failed_after_connect"]) == (1, 1, 0, 1)
 
 
-def test_the_bench_reads_result_rows_under_their_older_variant_names() -> None:
-    from soul_apps.bench.client import summarize
-    ok = {"stage": "done", "connect_s": 10.0, "turn_s": 1.0, "session_s": 4.0, "retries": 0, "load1": 50.0}
-    new = [{"scenario": "fresh", "variant": "runtime", "i": 0, **ok},
-           {"scenario": "fresh", "variant": "ray-default", "i": 0, **ok, "connect_s": 20.0}]
-    old = [{**r, "variant": {"runtime": "fixed", "ray-default": "baseline"}[r["variant"]]} for r in new]
-    assert summarize(old) == summarize(new)
-    assert set(summarize(new)) == {"fresh/runtime", "fresh/ray-default"}
-
-
 # ---- while connecting: a lost session ends at once; afterwards Ray's reconnect is the session's again -----------
 
 class _Channel:

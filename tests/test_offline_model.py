@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -380,20 +379,6 @@ def test_phrasing_corpus_has_negatives_and_procedures() -> None:
     procs = [c for c in PHRASINGS if c["kind"] in ("task", "save")]
     assert sum(bool(c.get("expect_procedures")) for c in procs) >= 25
     assert sum(not c.get("expect_procedures") for c in procs) >= 6
-
-
-def test_corpus_and_result_files_with_older_split_names_load_under_the_current_ones(tmp_path: Path) -> None:
-    assert set(phrasing.SPLITS.values()) == {c["split"] for c in PHRASINGS}
-    old = {v: k for k, v in phrasing.SPLITS.items()}
-    corpus = tmp_path / "old.jsonl"
-    corpus.write_text("".join(json.dumps({**c, "split": old[c["split"]]}) + "\n" for c in PHRASINGS[:40]))
-    assert phrasing.load(corpus) == PHRASINGS[:40]
-    result = tmp_path / "old-result.json"
-    result.write_text(json.dumps({"by_split": {"held3": {"passed": 1, "cases": 2}, "dev": {"passed": 2, "cases": 2}},
-                                  "failures": [{"id": "x", "split": "fresh5"}], "accuracy": 0.75}))
-    res = phrasing.load_result(result)
-    assert res["by_split"] == {"blind": {"passed": 1, "cases": 2}, "tuning-1": {"passed": 2, "cases": 2}}
-    assert res["failures"] == [{"id": "x", "split": "tuning-5"}] and res["accuracy"] == 0.75
 
 
 def test_procedure_judge_is_strict() -> None:

@@ -8,8 +8,7 @@ client keeps ``inflight`` turns in flight the whole time, with clients connectin
 Two variants run in the same session, interleaved on fresh heads so both see the same machine load:
 ``runtime`` (heads as ``start_head`` starts them: gRPC's fork handlers off, Ray's 30 s session-start wait;
 ``connect()`` with its 3 attempts) and ``ray-default`` (gRPC's fork handlers on, as Ray starts a head, a
-10 s session-start wait, ``connect_attempts=1``: no retry in the library). ``VARIANT_ALIASES`` maps the
-names older result files use (``fixed``, ``baseline``) to these.
+10 s session-start wait, ``connect_attempts=1``: no retry in the library).
 
 What is counted: a connect that raised is a failed connect (with how long it took to report); a client
 that connected and then failed its turn or its close is counted apart ("failed after connect"); a head
@@ -41,12 +40,6 @@ __all__ = ["run", "summarize", "table"]
 Progress = Callable[[str, int, int], None]
 VARIANTS = {"runtime": {"grpc_fork_handlers": False, "attempts": 3, "session_start_timeout": 30},
             "ray-default": {"grpc_fork_handlers": True, "attempts": 1, "session_start_timeout": 10}}
-VARIANT_ALIASES = {"fixed": "runtime", "baseline": "ray-default"}
-"""Variant names of older result files -> the names above (``summarize`` and ``run`` read both)."""
-
-
-def variant_name(name: str) -> str:
-    return VARIANT_ALIASES.get(name, name)
 CLIENT_TIMEOUT_S = 300.0
 HEAD_TRIES = 3
 """`ray start` attempts per head: a head that does not start is tried again (and counted apart, not as a connect)."""
@@ -143,7 +136,6 @@ def run(fresh: int = 20, busy: int = 20, *, variants: tuple[str, ...] = ("runtim
     ``keep_logs``: a directory that receives a copy of the head's logs after each failed connect."""
     if keep_logs:
         os.makedirs(keep_logs, exist_ok=True)
-    variants = tuple(variant_name(v) for v in variants)
     unknown = set(variants) - set(VARIANTS)
     if unknown or not variants:
         raise ValueError(f"variants must be among {sorted(VARIANTS)}, got {list(variants)}")
@@ -235,11 +227,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if r["scenario"] == "busy-load":
             continue
         if r["scenario"] == "head-failed":
-            h = entry(f"{'busy' if r.get('i', 0) < 0 else 'fresh'}/{variant_name(r['variant'])}")
+            h = entry(f"{'busy' if r.get('i', 0) < 0 else 'fresh'}/{r['variant']}")
             h["heads_not_started"] += 1
             h["head_errors"].append(str(r.get("head_error", ""))[:300])
             continue
-        s = entry(f"{r['scenario']}/{variant_name(r['variant'])}")
+        s = entry(f"{r['scenario']}/{r['variant']}")
         s["connects"] += 1
         s["load1"].append(r.get("load1", 0.0))
         if "error" in r and r.get("stage") in ("turn", "close"):  # connected; then the turn or the close failed

@@ -20,8 +20,7 @@ none): as many, and for each one a procedure whose task class contains ``task``,
 each of ``words`` found in one of them. Accuracy is reported per kind and per split: ``tuning-1`` …
 ``tuning-6`` hold the cases the offline rules were fitted to; ``holdout-1`` … ``holdout-3`` cases kept apart
 from that fitting; ``blind`` cases kept apart whose failures were never read either (the fairest estimate
-of the rules on new wording). ``SPLITS`` maps the split names of older corpora and result files to these;
-:func:`load` and :func:`load_result` apply it.
+of the rules on new wording).
 """
 
 from __future__ import annotations
@@ -44,34 +43,9 @@ T0 = 1_780_000_000.0
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-SPLITS = {"dev": "tuning-1", "held": "holdout-1", "fresh": "holdout-2", "fresh2": "tuning-2",
-          "held2": "holdout-3", "fresh3": "tuning-3", "fresh4": "tuning-4", "fresh5": "tuning-5",
-          "fresh6": "tuning-6", "held3": "blind"}
-"""Older split names -> current ones (a name not in it is kept as it is)."""
-
-
-def split_name(name: str) -> str:
-    return SPLITS.get(name, name)
-
-
 def load(path: str | Path) -> list[dict[str, Any]]:
-    """The corpus's cases, their splits under the current names."""
-    cases = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    for case in cases:
-        if "split" in case:
-            case["split"] = split_name(str(case["split"]))
-    return cases
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """A result file of :func:`run` (``soul bench phrasing --json``), its splits under the current names."""
-    res: dict[str, Any] = json.loads(Path(path).read_text())
-    if "by_split" in res:
-        res["by_split"] = {split_name(k): v for k, v in res["by_split"].items()}
-    for failure in res.get("failures", ()):
-        if "split" in failure:
-            failure["split"] = split_name(str(failure["split"]))
-    return res
+    """The corpus's cases (JSON lines)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def _norm(text: str) -> str:
