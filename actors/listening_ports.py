@@ -64,7 +64,8 @@ def _listening(pid: int) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _socket_inodes(pid: int) -> set[int]:
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process ``pid`` has open."""
     inodes: set[int] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
@@ -93,7 +94,7 @@ def listeners(pids: list[int] | set[int]) -> list[Listener]:
     found: list[Listener] = []
     tables: dict[str, dict[int, tuple[str, int]]] = {}
     for pid in sorted(pids):
-        inodes = _socket_inodes(pid)
+        inodes = socket_inodes(pid)
         if not inodes:
             continue
         try:

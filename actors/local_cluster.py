@@ -368,7 +368,8 @@ def head_info(state_dir: str | os.PathLike[str]) -> HeadInfo | None:
     return HeadInfo(**{k: state[k] for k in HeadInfo.__dataclass_fields__}) if state else None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is process ``pid`` running (not a zombie)?"""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -379,7 +380,7 @@ def _pid_alive(pid: int) -> bool:
 def head_alive(state_dir: str | os.PathLike[str]) -> bool:
     """Is the head recorded in state_dir up: its processes alive and its GCS and client ports answering?"""
     state = _read_state(state_dir)
-    if state is None or not any(_pid_alive(p) for p in state.get("pids", [])):
+    if state is None or not any(pid_alive(p) for p in state.get("pids", [])):
         return False  # (the recorded pids, not a scan of /proc: this runs before every command)
     host, _, port = str(state["gcs_address"]).rpartition(":")
     return port_open(host, int(port)) and port_open("127.0.0.1", int(state["client_port"]))

@@ -91,7 +91,8 @@ def run(rounds: int = 3, baseline: bool = True, progress: Callable[[str], None] 
         down = timed("soul down", ["down"], env)
         out["down"] = {"wall": round(down[0], 3)}
         time.sleep(0.5)
-        out["left_behind"] = [p for p in pids if _alive(p)]
+        from actors.local_cluster import pid_alive
+        out["left_behind"] = [p for p in pids if pid_alive(p)]
     finally:
         background.stop(data)  # whatever happened above, no runtime outlives the bench
         out["load_after"] = os.getloadavg()
@@ -104,11 +105,3 @@ def _head_pids(state_dir: Path) -> list[int]:
     from actors import local_cluster as lc
     status = lc.head_status(state_dir)
     return list(status["pids_alive"]) if status else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")

@@ -32,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from actors.listening_ports import socket_inodes
 from soul_apps.bench.messages_api import MessagesApiServer, Scripted
 
 
@@ -219,23 +220,6 @@ def tcp_sockets(pid: int | str = "self") -> list[tuple[int, int, str, int]]:
             f = line.split()
             if len(f) > 9:
                 out.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3], int(f[9])))
-    return out
-
-
-def socket_inodes(pid: int) -> set[int]:
-    """The inodes of the sockets process ``pid`` has open."""
-    out: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            out.add(int(link[8:-1]))
     return out
 
 
