@@ -180,3 +180,20 @@ def test_the_service_s_own_not_found_is_not_retried_and_reads_are_resent(monkeyp
     with pytest.raises(errors.SoulError):  # an import (no key) past the ingress may have been applied: not resent
         _rt(script, monkeypatch, []).soul("s").import_(b"\x80")
     assert len(script.seen) == 1
+
+
+def test_the_retries_are_steps_that_the_one_pair_of_drivers_runs() -> None:
+    """``send_steps`` yields what it waits for: a send, the close of an answer it does not take, the pause the
+    answer's Retry-After names, then the same call (its key with it); the blocking and the async sender only
+    perform those steps (:func:`soul_runtime.steps.run_steps` / ``run_steps_async``)."""
+    from soul_runtime import steps
+    call = tp.Call("POST", "/v1/souls/s/turns", json={"text": "hi"}, key="r-1")
+    gen = tp.send_steps(call, tp.Retries())
+    first = next(gen)
+    assert first == steps.Call("http", "send", (call,))
+    refused = busy("2")
+    assert gen.send(refused) == steps.Call("http", "close", (refused,))
+    assert gen.send(None) == steps.Pause(2.0)
+    assert gen.send(None) == first
+    done = steps.resume(gen, httpx.Response(200, json=TURN), None)
+    assert isinstance(done, steps.Done) and done.value == TURN
