@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from soul_runtime import soul_args, telemetry
 from soul_runtime.config import SoulConfig
@@ -20,6 +20,9 @@ from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
 from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
+
+if TYPE_CHECKING:
+    from soul_runtime.soul_api import RayRuntimeApi
 from soul_runtime.text import check_id
 
 from . import client_session, raycalls, shard_reads
@@ -422,3 +425,10 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     return raycalls.start(address, attach, namespace=config.namespace, env_vars=env or None,
                           resources={"soul_slot": config.max_dedicated} if address is None else None,
                           client_attempts=connect_attempts)
+
+
+if TYPE_CHECKING:
+    def _as_promised(rt: Runtime) -> RayRuntimeApi:
+        """Type-checked only: the Ray runtime is what ``soul_runtime.connect`` promises for a Ray address."""
+        return rt
+

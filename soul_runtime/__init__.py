@@ -10,7 +10,7 @@ a ``soul serve``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from soul_runtime.config import MemoryConfig, SoulConfig, TurnConfig
 from soul_runtime.errors import (
@@ -35,7 +35,7 @@ from soul_runtime.errors import (
 from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
 
 if TYPE_CHECKING:
-    from soul_runtime.soul_api import RuntimeApi
+    from soul_runtime.soul_api import RayRuntimeApi, RuntimeApi
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,14 @@ RUNTIMES_GROUP = "soul_runtime.runtimes"
 """The entry-point group that names the Ray runtime's ``connect`` (``ray``, this package's ``actors.runtime``)."""
 RAY_RUNTIME = "actors.runtime:connect"
 """The Ray runtime of a checkout that is not installed (on ``PYTHONPATH``), which has no entry points."""
+
+
+@overload
+def connect(address: None = None, **kwargs: Any) -> RayRuntimeApi: ...
+
+
+@overload
+def connect(address: str, **kwargs: Any) -> RuntimeApi: ...
 
 
 def connect(address: str | None = None, **kwargs: Any) -> RuntimeApi:
@@ -59,7 +67,7 @@ def connect(address: str | None = None, **kwargs: Any) -> RuntimeApi:
     if isinstance(address, str) and address.lower().startswith(HTTP_SCHEMES):
         from soul_runtime.http_client import connect_http
         return connect_http(address, **kwargs)
-    result: RuntimeApi = _ray_runtime()[0](address, **kwargs)
+    result: RayRuntimeApi = _ray_runtime()[0](address, **kwargs)
     return result
 
 
