@@ -86,7 +86,7 @@ def reload_in_ray() -> bool:
     first token it loads (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``) for
     the life of the process; neither follows a later change of the environment. A process that imported
     Ray, or read a token, before it set the variables of the head it connects to (the local runtime's
-    :func:`actors.local_cluster.client_env`) would otherwise offer no token, or a stray one, and be
+    :func:`soul_apps.cluster.local_cluster.client_env`) would otherwise offer no token, or a stray one, and be
     refused (``InvalidAuthToken``). Call it before a connect, never while connected. Imports nothing:
     False (nothing to do) when Ray is not loaded."""
     raylet = sys.modules.get("ray._raylet")

@@ -3,7 +3,7 @@ Ray Client and GCS pings (grpc only, no ray imported), waiting for a head that i
 process would offer.
 
 What starting and joining Ray (:mod:`actors.raycalls`, :mod:`actors.client_session`) and managing a local head
-(:mod:`actors.local_cluster`) share.
+(:mod:`soul_apps.cluster.local_cluster`) share.
 """
 
 from __future__ import annotations

@@ -90,13 +90,13 @@ EOF
 # this script returned must find it.
 wait_ready() {
     local rc=0
-    "${SOUL_PYTHON:-python3}" -m actors.local_cluster wait-ready "ray://$NODE_IP:$RAY_CLIENT_PORT" \
+    "${SOUL_PYTHON:-python3}" -m soul_apps.cluster.local_cluster wait-ready "ray://$NODE_IP:$RAY_CLIENT_PORT" \
         --timeout "${SOUL_HEAD_READY_TIMEOUT_S:-60}" || rc=$?
     case "$rc" in
         0) return 0 ;;
         2|3) echo "error: the head runs but its Ray Client server is not usable (see ray_client_server.err in" \
                   "$RAY_TEMP_DIR/session_latest/logs)" >&2 ;;
-        *) echo "error: could not check the Ray Client server: '${SOUL_PYTHON:-python3} -m actors.local_cluster'" \
+        *) echo "error: could not check the Ray Client server: '${SOUL_PYTHON:-python3} -m soul_apps.cluster.local_cluster'" \
                 "failed (exit $rc); install this project on the head (pip install .) or set SOUL_PYTHON" >&2 ;;
     esac
     return 1

@@ -21,7 +21,7 @@
         └── AuthError              ... because a credential was refused: the cluster's auth token
             └── Unauthorized       ... a missing, unknown or revoked API key (HTTP service, 401)
 
-Every class of the tree is defined here (``actors.routing`` and ``actors.service.souls_api`` import the ones
+Every class of the tree is defined here (``actors.routing`` and ``soul_apps.service.souls_api`` import the ones
 they raise). A test compares this drawing with the subclasses of ``SoulError`` found in ``soul_runtime`` and
 ``actors``, and with the TypeScript client's (``clients/typescript/src/errors.ts``); private helpers (a leading
 underscore) that never leave their module are not drawn.

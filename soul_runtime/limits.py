@@ -2,8 +2,8 @@
 bounds of every integer and the store names.
 
 Each limit is a constant (or a regular expression built from constants) here. The HTTP API's document states
-them as JSON Schema and its request models enforce exactly those schemas (:mod:`actors.service.contract`); the
-handles' own checks (:mod:`soul_runtime.soul_args`, :mod:`soul_runtime.clock`, :mod:`actors.service.tenants`) use
+them as JSON Schema and its request models enforce exactly those schemas (:mod:`soul_apps.service.contract`); the
+handles' own checks (:mod:`soul_runtime.soul_args`, :mod:`soul_runtime.clock`, :mod:`soul_apps.service.tenants`) use
 the same constants. The patterns are written in the subset of regular expressions that Python, ECMAScript and
 JSON Schema read alike (character classes, ``\\uXXXX`` escapes, counted repeats; no lookaround)."""
 

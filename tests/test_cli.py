@@ -341,7 +341,7 @@ def _alive(pid: int) -> bool:
 def test_local_runtime_stays_up_is_replaced_when_dead_and_goes_down() -> None:
     """No --address: the first command starts a head for the data dir, the next ones attach to that same head;
     a head whose GCS died is replaced (the memory is on disk); `soul down` leaves no process behind."""
-    from actors import local_cluster, local_runtime
+    from soul_apps.cluster import local_cluster, local_runtime
     data = Path(tempfile.mkdtemp(prefix="sl", dir="/tmp"))
     env = _env(SOUL_DATA_DIR=str(data))
     record = data / "cluster" / "head.json"

@@ -158,7 +158,7 @@ def test_what_a_session_open_that_breaks_is_called(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_head_that_did_not_start_names_the_raylets_reason(tmp_path: Any) -> None:
-    from actors.local_cluster import _raylet_cause
+    from soul_apps.cluster.local_cluster import _raylet_cause
     err = tmp_path / "raylet.err"
     assert _raylet_cause(str(err)) == ""  # no log at all
     err.write_text("[2026-11-30 21:41:26,385 C 16400 16400] (raylet) node_manager.cc:3576:  An unexpected system "

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 
-from actors.service.body_limit import BYTES_PER_CHAR, MIN_BODY, BodyLimit, max_body_bytes
+from soul_apps.service.body_limit import BYTES_PER_CHAR, MIN_BODY, BodyLimit, max_body_bytes
 from soul_runtime.config import TurnConfig
 
 CHARS = 1000

@@ -18,8 +18,9 @@ import grpc
 import pytest
 from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
 
-from actors import client_session, local_cluster, ray_addresses, raycalls
+from actors import client_session, ray_addresses, raycalls
 from actors.ray_addresses import ping_client_server, wait_for_client_server
+from soul_apps.cluster import local_cluster
 from soul_runtime.errors import AuthError, ConfigError, RuntimeUnavailable
 
 TOKEN = "a" * 64

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import local_cluster as lc
+from soul_apps.cluster import local_cluster as lc
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.service.idempotency import LEDGER_FILE, Ledger
+from soul_apps.service.idempotency import LEDGER_FILE, Ledger
 from soul_runtime.errors import ConfigError
 from soul_runtime.storage_modes import JOURNAL, journal_of, recorded_storage
 from tests.fakes import stop_serve, wait_healthy
@@ -67,7 +67,7 @@ def test_the_ledger_reads_the_data_dirs_storage_and_converts_an_old_wal_ledger(t
 def test_one_journal_mapping() -> None:
     """The souls' databases (memory.sqlite_db) and the ledger name the same journal for each storage: one function
     over one mapping (a PostgreSQL storage's node-local caches use WAL)."""
-    from actors.service import idempotency
+    from soul_apps.service import idempotency
     from soul_runtime.memory import sqlite_db
     from soul_runtime.storage_modes import journal_for
     assert sqlite_db.journal_for is journal_for is idempotency.journal_for  # one mapping
@@ -142,7 +142,7 @@ def test_a_body_over_the_limit_is_413_naming_it(shared_server: dict[str, Any]) -
     message could need is refused with 413 and the limit, never a 500; the service goes on serving."""
     import httpx
 
-    from actors.service.body_limit import max_body_bytes
+    from soul_apps.service.body_limit import max_body_bytes
     from soul_runtime.config import TurnConfig
     chars = TurnConfig().max_text_chars
     limit = max_body_bytes(chars)

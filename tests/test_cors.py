@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from actors.service.cors import ALLOW_HEADERS, add_cors, check_origins, parse_env
-from actors.service.http_api import Backend, build_app
-from actors.service.tenants import TenantTable
+from soul_apps.service.cors import ALLOW_HEADERS, add_cors, check_origins, parse_env
+from soul_apps.service.http_api import Backend, build_app
+from soul_apps.service.tenants import TenantTable
 from soul_runtime.errors import InvalidInput, RuntimeBusy
 
 PAGE = "https://app.example.com"
@@ -105,7 +105,7 @@ def test_origins_are_checked_and_written_as_a_browser_sends_them() -> None:
 
 
 def test_a_serve_config_file_names_its_origins_as_a_list() -> None:
-    from actors.service.serve_app import app_builder
+    from soul_apps.service.serve_app import app_builder
     with pytest.raises(InvalidInput, match="list of origins"):
         app_builder({"data_dir": "/tmp/x", "cors_origins": PAGE})
     with pytest.raises(InvalidInput, match="not an origin"):

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 import soul_runtime
-from actors.service.tenants import Scope
 from soul_apps.cli.scenario import SCENARIO, USER
+from soul_apps.service.tenants import Scope
 from soul_runtime.errors import AuthError, InvalidInput, NotFound
 from soul_runtime.http_client import HttpRuntime
 from soul_runtime.records import to_plain
@@ -64,7 +64,7 @@ def _plain(obj: Any) -> Any:
 def _seen(obj: Any) -> Any:
     """An answer over Ray as the tenant sees it: plain, the tenant's prefix off its ids (an export's too)."""
     if isinstance(obj, bytes):
-        from actors.service.souls_api import TenantSouls
+        from soul_apps.service.souls_api import TenantSouls
         return TenantSouls(None, TENANT.tenant, souls=list)._unscoped(obj)
     return TENANT.tree(_plain(obj))
 
@@ -250,7 +250,7 @@ def test_a_sigterm_stops_the_service_and_leaves_its_runtime_without_serve(serve:
     """Runs last of the tests that share the service: SIGTERM stops ``soul serve`` (Serve's Python proxy ingress, whose replicas Serve's throughput mode
     gives a direct ingress too): it exits 0 once stopped, its port refuses connections, and on the runtime, which
     stays up, no process of Serve is left (its controller, proxy and replica); the runtime's own actors are."""
-    from actors.local_cluster import _scan
+    from soul_apps.cluster.local_cluster import _scan
     proc = serve["proc"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 0, serve["log"].read_text()[-4000:]

@@ -49,7 +49,7 @@ def souls(srv: Served) -> dict[str, Any]:
 def test_the_shipped_page_is_the_built_one() -> None:
     """The committed ``ui_dist/index.html`` is what the UI build copies from ``ui/src/index.html``, and the
     bundles it loads are there (a change to the source page without a build is noticed here)."""
-    from actors.service.inspector import DIST
+    from soul_apps.service.inspector import DIST
     root = Path(__file__).resolve().parents[1]
     page = (DIST / "index.html").read_text()
     assert page == (root / "ui" / "src" / "index.html").read_text()
@@ -60,14 +60,14 @@ def test_the_shipped_page_is_the_built_one() -> None:
 def test_the_mount_is_off_the_v1_path(tmp_path: Path) -> None:
     """The pages are one mount after every /v1 route, and no middleware: a /v1 request is matched by its own route
     before the mount is tried, so it runs as it would without the inspector."""
-    from actors.service.app import build_service
+    from soul_apps.service.app import build_service
     app = build_service(str(tmp_path))
     paths = [getattr(r, "path", "") for r in app.router.routes]
     ui = paths.index("/ui")
     assert ui == len(paths) - 1 and sum(p.startswith("/v1") for p in paths) >= 15
     from fastapi import FastAPI
 
-    from actors.service.inspector import mount_inspector
+    from soul_apps.service.inspector import mount_inspector
     bare = FastAPI()
     assert mount_inspector(bare).user_middleware == []  # the inspector adds no middleware of its own
 
@@ -78,8 +78,8 @@ def test_without_the_inspector_ui_is_a_404_and_v1_is_the_same(tmp_path: Path) ->
     answer are the same either way."""
     from fastapi.testclient import TestClient
 
-    from actors.service.app import build_service
-    from actors.service.tenants import TenantTable
+    from soul_apps.service.app import build_service
+    from soul_apps.service.tenants import TenantTable
     key = TenantTable(str(tmp_path)).add("acme")
     apps = {on: build_service(str(tmp_path), inspector=on) for on in (True, False)}
     with_ui, without = (TestClient(apps[on]) for on in (True, False))
@@ -100,8 +100,8 @@ def test_without_the_inspector_ui_is_a_404_and_v1_is_the_same(tmp_path: Path) ->
 def test_the_switch_reaches_each_replica_and_bad_values_are_refused() -> None:
     """A Serve config's ``inspector`` and ``soul serve``'s env default are checked, and what a replica builds its
     app with is the bound deployment's keyword."""
-    from actors.service.inspector import parse_env
-    from actors.service.serve_app import app_builder
+    from soul_apps.service.inspector import parse_env
+    from soul_apps.service.serve_app import app_builder
     from soul_runtime.errors import InvalidInput
     assert [parse_env(v) for v in (None, "", "on", "1", "True", " yes ")] == [True] * 6
     assert [parse_env(v) for v in ("off", "0", "FALSE", "no")] == [False] * 4

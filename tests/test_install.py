@@ -78,8 +78,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
          _clean_env())  # build isolation, as `pip install .` builds: the build backend pyproject.toml names
     [wheel] = wheels.glob("soul_runtime-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for carried in ("actors/service/ui_dist/index.html", "actors/service/ui_dist/app.js",
-                    "actors/service/ui_dist/app.css", "soul_runtime/embedding/data/minilm-l6-v2-vocab.txt",
+    for carried in ("soul_apps/service/ui_dist/index.html", "soul_apps/service/ui_dist/app.js",
+                    "soul_apps/service/ui_dist/app.css", "soul_runtime/embedding/data/minilm-l6-v2-vocab.txt",
                     "soul_runtime/embedding/data/minilm-l6-v2-NOTICE.txt"):
         assert carried in names, f"the wheel lacks {carried}"
     _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], base, 300, _clean_env())
@@ -102,7 +102,7 @@ from importlib.resources import files
 from soul_runtime.embedding.choice import default_embedder
 v = default_embedder().embed(["The production database for Tendril is Postgres 16."])
 print(json.dumps({"soul_runtime": soul_runtime.__file__, "actors": actors.__file__, "dim": int(v.shape[1]),
-                  "ui": files("actors.service").joinpath("ui_dist/index.html").is_file()}))
+                  "ui": files("soul_apps.service").joinpath("ui_dist/index.html").is_file()}))
 """], tmp_path, 300, _clean_env()))
     for name in ("soul_runtime", "actors"):
         assert out[name].startswith(str(venv)), out

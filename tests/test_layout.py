@@ -13,7 +13,7 @@ Inside them, the layers:
   its argument checks) sits on the core, and the two transports that run it sit on both: ``actors`` (the Ray
   layer; only the modules of ``RAY_USERS`` talk to Ray) and the HTTP client (``soul_runtime/http_client``, which
   never imports Ray or ``actors`` either);
-- the applications sit above ``actors``: the HTTP service (``actors/service``), the command line
+- the applications sit above ``actors``: the HTTP service (``soul_apps/service``), the command line
   (``soul_apps/cli``) and the benchmarks (``soul_apps/bench``); nothing below them imports them;
 - the front door (``soul_runtime/__init__.py``) names the core's types and loads a transport lazily: the HTTP
   client, or the Ray runtime by its entry point (never by an import of ``actors``).
@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # layer -> the layers it may import (besides itself)
 FOUNDATION = "soul_runtime"  # errors, config, records, clock, text
 API = "soul_runtime.__init__"  # the front door: `connect` finds the Ray runtime by entry point; it names the result types
-SERVICE = "actors.service"
+SERVICE = "soul_apps.service"
 HANDLES = "soul_runtime.soul_api"  # soul_api.py and soul_args.py: the handles' methods and checks, once
 HTTP_CLIENT = "soul_runtime.http_client"
 CORE = {FOUNDATION, "soul_runtime.embedding", "soul_runtime.models", "soul_runtime.memory", "soul_runtime.loop"}
 NO_RAY = CORE | {HANDLES, HTTP_CLIENT, API}  # never import ray or actors
 APPS = "soul_apps"  # the applications' package itself (its __init__)
 CLUSTER = "local cluster management"
-CLUSTER_MODULES = ("soul_apps.cluster", "actors.local_cluster", "actors.local_runtime", "actors.listening_ports")
+CLUSTER_MODULES = ("soul_apps.cluster", "soul_apps.cluster.local_cluster", "soul_apps.cluster.local_runtime", "soul_apps.cluster.listening_ports")
 APPLICATIONS = {SERVICE, CLUSTER, "soul_apps.cli", "soul_apps.bench", APPS}
 ALLOWED: dict[str, set[str]] = {
     FOUNDATION: set(),
@@ -57,8 +57,8 @@ ALLOWED: dict[str, set[str]] = {
 
 # the bands, bottom up
 BANDS = ("core", "ray layer", "applications")
-APP_MODULES = ("actors.service", *CLUSTER_MODULES)
-"""Applications (the HTTP service, local cluster management) whose modules the package ``actors`` still holds."""
+APP_MODULES: tuple[str, ...] = ()
+"""Application modules the package ``actors`` holds (none)."""
 
 
 def _module_name(path: Path) -> str:
@@ -140,8 +140,8 @@ def test_the_band_check_sees_an_import_up(tmp_path: Path) -> None:
     probes = [ROOT / "soul_runtime" / "_band_probe.py", ROOT / "actors" / "_band_probe.py"]
     try:
         for probe in probes:
-            probe.write_text("def f():\n    from soul_apps.cli import main\n    from actors.service import app\n")
-            assert _upward(probe) == ["soul_apps.cli", "soul_apps.cli.main", "actors.service", "actors.service.app"]
+            probe.write_text("def f():\n    from soul_apps.cli import main\n    from soul_apps.service import app\n")
+            assert _upward(probe) == ["soul_apps.cli", "soul_apps.cli.main", "soul_apps.service", "soul_apps.service.app"]
     finally:
         for probe in probes:
             probe.unlink(missing_ok=True)
@@ -176,8 +176,8 @@ RAY_USERS = {
     "actors/raycalls.py",  # every call into Ray, and the local start
     "actors/client_session.py",  # Ray Client sessions (ray://)
     "actors/ray_addresses.py",  # Ray's loopback switch while it starts, the GCS addresses on this machine
-    "actors/service/serve_app.py",  # Ray Serve: the HTTP service's deployment
-    "actors/service/loopback.py",  # Ray Serve's HAProxy and replica ports kept on loopback with the service
+    "soul_apps/service/serve_app.py",  # Ray Serve: the HTTP service's deployment
+    "soul_apps/service/loopback.py",  # Ray Serve's HAProxy and replica ports kept on loopback with the service
 }
 
 
@@ -220,6 +220,6 @@ def test_nothing_below_the_applications_imports_them() -> None:
     for layer, allowed in ALLOWED.items():
         if layer not in APPLICATIONS:
             assert not allowed & APPLICATIONS, layer
-    assert _layer("actors.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
+    assert _layer("soul_apps.service.http_api") == SERVICE and _layer("actors.routing") == "actors"
     assert _layer("soul_apps.cli.main") == "soul_apps.cli" and _layer("soul_runtime.limits") == FOUNDATION
     assert _layer("soul_runtime.soul_args") == HANDLES and _layer("soul_runtime.http_client.wire") == HTTP_CLIENT

@@ -1,4 +1,4 @@
-"""A real local Ray head (actors.local_cluster) used through Ray Client from subprocesses."""
+"""A real local Ray head (soul_apps.cluster.local_cluster) used through Ray Client from subprocesses."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import local_cluster as lc
+from soul_apps.cluster import local_cluster as lc
 
 pytestmark = pytest.mark.ray
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from actors import auth_token, listening_ports
+from actors import auth_token
+from soul_apps.cluster import listening_ports
 from soul_runtime.owner_only import create_file, loose_entries, make_dir, warn_if_loose, write_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,8 +148,8 @@ def test_socket_reader_sees_what_this_process_listens_on() -> None:
 
 
 def test_loopback_hook_only_for_a_loopback_service_on_one_node() -> None:
-    from actors.service import loopback
-    assert loopback.controller_env("127.0.0.1", 1) == {loopback.HOOK_ENV: "actors.service.loopback.bind_loopback",
+    from soul_apps.service import loopback
+    assert loopback.controller_env("127.0.0.1", 1) == {loopback.HOOK_ENV: "soul_apps.service.loopback.bind_loopback",
                                                        loopback.HOST_ENV: "127.0.0.1"}
     assert loopback.controller_env("localhost", 1)[loopback.HOST_ENV] == "127.0.0.1"
     assert loopback.controller_env("127.0.0.1", 2) == {} and loopback.controller_env("0.0.0.0", 1) == {}
@@ -159,7 +160,7 @@ def test_loopback_hook_rewrites_servers_binds(monkeypatch: pytest.MonkeyPatch) -
     service's loopback address (the hook warns, and the Ray test below fails, if Serve's template changes)."""
     from ray.serve._private import haproxy, replica
 
-    from actors.service import loopback
+    from soul_apps.service import loopback
     monkeypatch.setattr(haproxy, "HAPROXY_CONFIG_TEMPLATE", haproxy.HAPROXY_CONFIG_TEMPLATE)
     monkeypatch.setattr(replica, "add_port_to_grpc_server", lambda server, address: address)
     monkeypatch.setenv(loopback.HOST_ENV, "127.0.0.1")
@@ -266,7 +267,7 @@ def test_service_on_loopback_listens_on_loopback_only(shared_service: dict[str, 
     """tests/test_service.py's ``soul serve`` (the default host, 127.0.0.1; the default ingress): every port the
     runtime's processes listen on — the service's own, Serve's controller and proxy, each replica's HTTP and gRPC
     ports, HAProxy's frontend, stats and metrics — is on loopback."""
-    from actors import local_cluster, local_runtime
+    from soul_apps.cluster import local_cluster, local_runtime
     info = local_cluster.head_info(local_runtime.state_dir(str(shared_service["data"])))
     assert info is not None
     pids: set[int] = set()

@@ -30,7 +30,8 @@ from ray._raylet import AuthenticationTokenLoader
 # what any earlier Ray call of the process does: read (and keep) the token the environment names then
 cached = AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
 
-from actors import local_runtime, raycalls
+from soul_apps.cluster import local_runtime
+from actors import raycalls
 from actors.runtime import connect
 from soul_runtime.errors import AuthError
 
@@ -56,7 +57,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_local_runtime_attaches_with_its_own_token_past_a_stray_one() -> None:
-    from actors import local_runtime
+    from soul_apps.cluster import local_runtime
     base = Path(tempfile.mkdtemp(prefix="lra", dir="/tmp"))
     home, data = base / "home", base / "data"
     stray = home / ".ray" / "auth_token"

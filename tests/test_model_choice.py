@@ -214,7 +214,7 @@ def test_settings_env_is_the_declared_set() -> None:
 
 
 def test_the_local_runtime_fingerprint_covers_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from actors import local_runtime
+    from soul_apps.cluster import local_runtime
     for k in list(settings_env()):
         monkeypatch.delenv(k)
     base = local_runtime.fingerprint()

@@ -28,8 +28,8 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.service.http_api import Backend, build_app
-from actors.service.tenants import TenantTable
+from soul_apps.service.http_api import Backend, build_app
+from soul_apps.service.tenants import TenantTable
 from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 from soul_runtime.text import check_id, check_text

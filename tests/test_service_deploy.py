@@ -44,7 +44,7 @@ def test_rayservice_builds_the_app_on_postgres_with_the_secrets_of_the_raycluste
 
 
 def test_serve_app_defaults() -> None:
-    from actors.service import serve_app
+    from soul_apps.service import serve_app
     dep = serve_app.application("/tmp/nowhere")._bound_deployment
     assert dep.ray_actor_options == {"num_cpus": 0}
     assert dep.num_replicas == serve_app.REPLICAS and dep.max_ongoing_requests == serve_app.MAX_ONGOING > 5
@@ -53,7 +53,7 @@ def test_serve_app_defaults() -> None:
 def test_replicas_join_the_runtime_with_its_embedder() -> None:
     """A replica connects with the embedder the runtime serves (a data dir keeps the one it was first served with:
     any other is refused), from `soul serve` and from a Serve config's args alike."""
-    from actors.service import serve_app
+    from soul_apps.service import serve_app
     def args(app: object) -> tuple[object, ...]:
         return tuple(app._bound_deployment.init_args)  # type: ignore[attr-defined]
     assert args(serve_app.application("/tmp/nowhere", embedder="fast"))[-1] == "fast"
@@ -72,7 +72,7 @@ def test_ingress_choice(monkeypatch) -> None:
 
     import pytest
 
-    from actors.service import serve_app
+    from soul_apps.service import serve_app
     from soul_runtime.errors import ConfigError, InvalidInput
     for k in [k for k in os.environ if k.startswith("RAY_SERVE_")]:
         monkeypatch.delenv(k)
@@ -112,7 +112,7 @@ def test_the_haproxy_binary_is_found_as_serve_finds_it(monkeypatch, tmp_path) ->
 
     import pytest
 
-    from actors.service import serve_app
+    from soul_apps.service import serve_app
     exe = tmp_path / "haproxy"
     exe.write_text("#!/bin/sh\n")
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(exe))
@@ -129,7 +129,7 @@ def test_the_haproxy_binary_is_found_as_serve_finds_it(monkeypatch, tmp_path) ->
 def test_rayservice_nodes_run_serve_as_soul_serve_does() -> None:
     """Every node of the manifest runs Serve's HAProxy ingress and throughput mode, the settings `soul serve`
     gives Serve's controller by default."""
-    from actors.service import serve_app
+    from soul_apps.service import serve_app
     (svc,) = _docs("rayservice.yaml")
     spec = svc["spec"]["rayClusterConfig"]
     pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]

@@ -300,7 +300,7 @@ def test_pg_dump_and_pg_restore_bring_every_soul_back(tmp_path: Path, pg: str) -
 
 
 def test_the_service_ledger_on_postgres_is_shared_by_replicas_and_keeps_digests(tmp_path: Path, pg: str) -> None:
-    from actors.service.idempotency import Ledger
+    from soul_apps.service.idempotency import Ledger
     led, other = Ledger(tmp_path / "node1", pg), Ledger(tmp_path / "node2", pg)  # two replicas, two nodes
     key = "idempotency-key-7731"
     assert led.body_for("acme:maya", key) is None
@@ -317,7 +317,7 @@ def test_the_service_ledger_on_postgres_is_shared_by_replicas_and_keeps_digests(
 
 
 def test_tenants_on_postgres_are_one_table_for_every_replica(tmp_path: Path, pg: str) -> None:
-    from actors.service.tenants import TenantTable
+    from soul_apps.service.tenants import TenantTable
     a, b = TenantTable(tmp_path / "node1", pg), TenantTable(tmp_path / "node2", pg)
     key = a.add("acme")
     assert b.authenticate(key) == "acme" and [t.name for t in b.tenants()] == ["acme"]

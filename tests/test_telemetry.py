@@ -191,7 +191,7 @@ def test_an_http_request_is_a_span_under_its_traceparent_current_while_the_route
     from fastapi.testclient import TestClient
     from opentelemetry.trace import SpanKind, StatusCode
 
-    from actors.service.request_spans import RequestSpans
+    from soul_apps.service.request_spans import RequestSpans
     app = FastAPI()
     seen: list[dict[str, str] | None] = []
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.service.idempotency import Ledger
-from actors.service.souls_api import IdempotencyConflict, Unauthorized, error_body, status_of
-from actors.service.tenants import MAX_SOUL_ID, Scope, TenantTable, Whole, check_tenant, key_hash
 from soul_apps.cli.main import main
+from soul_apps.service.idempotency import Ledger
+from soul_apps.service.souls_api import IdempotencyConflict, Unauthorized, error_body, status_of
+from soul_apps.service.tenants import MAX_SOUL_ID, Scope, TenantTable, Whole, check_tenant, key_hash
 from soul_runtime import errors
 
 

@@ -124,16 +124,16 @@ def services(pages: tuple[str, str]) -> Iterator[list[dict[str, Any]]]:
 
 def _listening_ports(data_dir: str) -> set[int]:
     """The ports every process of the data dir's local runtime (its head, workers, HAProxy) listens on."""
-    from actors.listening_ports import listeners
-    from actors.local_cluster import head_status
-    from actors.local_runtime import state_dir
+    from soul_apps.cluster.listening_ports import listeners
+    from soul_apps.cluster.local_cluster import head_status
+    from soul_apps.cluster.local_runtime import state_dir
     status = head_status(state_dir(data_dir))
     assert status is not None and status["running"], data_dir
     return {s.port for s in listeners(status["pids_alive"])}
 
 
 def test_ports_not_set_are_free_ones_with_haproxy_only() -> None:
-    from actors.service.serve_app import HAPROXY_ENV, HAPROXY_PORTS, ingress_env, node_ports
+    from soul_apps.service.serve_app import HAPROXY_ENV, HAPROXY_PORTS, ingress_env, node_ports
     free = node_ports()
     assert len(set(free)) == len(HAPROXY_PORTS) and all(p > 0 for p in free)
     env = ingress_env("haproxy", binary=True, free_ports=free)

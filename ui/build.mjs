@@ -1,8 +1,8 @@
-// Builds the inspector into ../actors/service/ui_dist (committed; the Python package ships it).
+// Builds the inspector into ../soul_apps/service/ui_dist (committed; the Python package ships it).
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync, rmSync } from "node:fs";
 
-const out = new URL("../actors/service/ui_dist/", import.meta.url).pathname;
+const out = new URL("../soul_apps/service/ui_dist/", import.meta.url).pathname;
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 await build({

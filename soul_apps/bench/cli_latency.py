@@ -56,7 +56,7 @@ def _summary(xs: list[float]) -> dict[str, float]:
 
 
 def run(rounds: int = 3, baseline: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from actors import local_runtime as background
+    from soul_apps.cluster import local_runtime as background
     say = progress or (lambda _: None)
     data = tempfile.mkdtemp(prefix="soul-bench-cli-")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SOUL_", "RAY_AUTH"))}
@@ -91,7 +91,7 @@ def run(rounds: int = 3, baseline: bool = True, progress: Callable[[str], None] 
         down = timed("soul down", ["down"], env)
         out["down"] = {"wall": round(down[0], 3)}
         time.sleep(0.5)
-        from actors.local_cluster import pid_alive
+        from soul_apps.cluster.local_cluster import pid_alive
         out["left_behind"] = [p for p in pids if pid_alive(p)]
     finally:
         background.stop(data)  # whatever happened above, no runtime outlives the bench
@@ -102,6 +102,6 @@ def run(rounds: int = 3, baseline: bool = True, progress: Callable[[str], None] 
 
 
 def _head_pids(state_dir: Path) -> list[int]:
-    from actors import local_cluster as lc
+    from soul_apps.cluster import local_cluster as lc
     status = lc.head_status(state_dir)
     return list(status["pids_alive"]) if status else []

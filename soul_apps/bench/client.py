@@ -1,7 +1,7 @@
 """Ray Client connects: time and failures of ``soul_runtime.connect("ray://…")`` on fresh and busy heads.
 
 Each client is its own process (one Ray Client per process, as an application has): ``connect()`` to
-the head, one turn, ``close()``. Fresh heads: a new ``ray start --head`` (actors.local_cluster) per
+the head, one turn, ``close()``. Fresh heads: a new ``ray start --head`` (soul_apps.cluster.local_cluster) per
 connect, so the first client also creates the runtime's actors. Busy head: one head on which another
 client keeps ``inflight`` turns in flight the whole time, with clients connecting one after another.
 
@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actors import local_cluster as lc
+from soul_apps.cluster import local_cluster as lc
 
 __all__ = ["run", "summarize", "table"]
 

@@ -130,8 +130,8 @@ def run(*, models: Sequence[str] = ("offline", "stand-in"), seconds: float = 20.
 
 def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, cap: int, hosts: int, steps: int,
                embedder: str, say: Progress) -> dict[str, Any]:
-    from actors import local_runtime as bg
     from soul_apps.bench.model_standin import StandinProcess
+    from soul_apps.cluster import local_runtime as bg
     data = tempfile.mkdtemp(prefix="sb-fair-", dir="/tmp")
     saved = {k: os.environ.get(k) for k in MODEL_VARS}
     api = StandinProcess(delay_s=delay_s) if model == "stand-in" else None
@@ -141,7 +141,7 @@ def _one_model(model: str, seconds: float, a_n: int, b_n: int, delay_s: float, c
             say("  starting a local runtime")
             address, _ = bg.attach(data)
             from actors.runtime import connect
-            from actors.service.tenants import TenantTable
+            from soul_apps.service.tenants import TenantTable
             table = TenantTable(data, "local")
             for t in ("a", "b"):
                 table.add(t)

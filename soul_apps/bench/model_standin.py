@@ -32,8 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from actors.listening_ports import socket_inodes
 from soul_apps.bench.messages_api import MessagesApiServer, Scripted
+from soul_apps.cluster.listening_ports import socket_inodes
 
 
 class CountingStandin(MessagesApiServer):

@@ -242,8 +242,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
                            "turns_per_client": turns, "min_turns_per_level": min_turns, "delays_s": delays,
                            "embedder": embedder, "replicas": replicas, "http_client": http_client,
                            "inspector": inspector, "rows": []}
-    from actors import local_runtime as bg
     from soul_apps.bench.model_standin import StandinProcess
+    from soul_apps.cluster import local_runtime as bg
     api = StandinProcess(delay_s=0.0) if model == "stand-in" else None
     try:
         with contextlib.ExitStack() as stack:
@@ -255,8 +255,8 @@ def run(*, levels: Sequence[int] = (1, 64, 300), turns: int = 3, delays: Sequenc
             import httpx
 
             from actors.runtime import connect
-            from actors.service import serve_app
-            from actors.service.tenants import TenantTable
+            from soul_apps.service import serve_app
+            from soul_apps.service.tenants import TenantTable
             rt = connect(address, data_dir=data, embedder=embedder)
             key = TenantTable(data).add("bench")
             port = _free_port()
@@ -312,7 +312,7 @@ def use_model(api: Any, stack: contextlib.ExitStack) -> None:
 def cleaned_up(saved: dict[str, str | None], data: str) -> None:
     """After a benchmark's local runtime: the environment variables it set back as ``saved``, the runtime of the
     data dir ``data`` stopped and the dir deleted."""
-    from actors import local_runtime as bg
+    from soul_apps.cluster import local_runtime as bg
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

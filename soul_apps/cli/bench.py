@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from actors.service import INGRESSES
 from soul_apps.bench import HTTP_CLIENTS, fsyncs, plotting
 from soul_apps.cli.progress import working
+from soul_apps.service import INGRESSES
 from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.owner_only import write_file
 from soul_runtime.storage_modes import check_storage

@@ -64,7 +64,7 @@ class Ctx:
         """A connected runtime. On the embedded default it is the data dir's local runtime (started in the
         background by the first command, attached to by the next ones) unless ``background`` is False or
         ``SOUL_LOCAL_RUNTIME=per-call``: then a private Ray lives for this call only."""
-        from actors import local_runtime as bg
+        from soul_apps.cluster import local_runtime as bg
         if not self.args.debug:
             os.environ.setdefault("RAY_LOGGER_LEVEL", "error")
         data_dir = data_dir or self.data_dir

@@ -1,7 +1,7 @@
 """The ``soul`` command line: a demo, a chat REPL, ingestion, memory inspection, audits, a local cluster.
 
 Every command takes ``--address`` (default: the data dir's local runtime, see
-:mod:`actors.local_runtime`;
+:mod:`soul_apps.cluster.local_runtime`;
 ``ray://host:port`` for a cluster; env ``SOUL_ADDRESS``), ``--data-dir`` (env
 ``SOUL_DATA_DIR``, default ``~/.soul-runtime``), ``--namespace``, ``--model`` / ``--embedder``
 (env ``SOUL_MODEL`` / ``SOUL_EMBEDDER``), ``--json`` and ``--debug``. Ray is only reached through :func:`actors.runtime.connect`.
@@ -21,9 +21,9 @@ from typing import Any
 
 from rich.console import Console
 
-from actors import local_runtime as background
 from soul_apps.cli import progress, render
 from soul_apps.cli.context import Ctx
+from soul_apps.cluster import local_runtime as background
 from soul_runtime import telemetry
 from soul_runtime.clock import time_arg
 from soul_runtime.errors import InvalidInput, NotFound, RuntimeUnavailable, SoulError
@@ -292,7 +292,7 @@ def cmd_down(ctx: Ctx) -> int:
 
 
 def _stop_head(ctx: Ctx, state_dir: str) -> int:
-    from actors import local_cluster as lc
+    from soul_apps.cluster import local_cluster as lc
     info = lc.head_info(state_dir)
     if info is not None and lc.head_alive(state_dir) and Path(state_dir) == background.state_dir(ctx.data_dir):
         with contextlib.suppress(SoulError), progress.working(ctx.err, "Flushing the soul actors"):
@@ -314,7 +314,7 @@ def _stop_head(ctx: Ctx, state_dir: str) -> int:
 
 
 def cmd_cluster(ctx: Ctx) -> int:
-    from actors import local_cluster as lc
+    from soul_apps.cluster import local_cluster as lc
     a = ctx.args
     state_dir = os.path.abspath(os.path.expanduser(a.state_dir or background.state_dir(ctx.data_dir)))
     if a.action == "up" and lc.head_alive(state_dir):

@@ -11,9 +11,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actors.service import INGRESSES
-from actors.service.tenants import TenantTable, check_tenant, souls_of
 from soul_apps.cli import progress
+from soul_apps.service import INGRESSES
+from soul_apps.service.tenants import TenantTable, check_tenant, souls_of
 from soul_runtime.errors import InvalidInput, RuntimeUnavailable
 from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.memory.sqlite_db import use_storage
@@ -109,9 +109,9 @@ def _set(ctx: Ctx, table: TenantTable, name: str | None) -> int:
 def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     """``soul tenants usage [NAME]``: each tenant's souls and bytes on disk, its counts (turns, tokens, tokens
     today, turns refused over a limit, seconds waited in the fair queues) and its limits in force."""
-    from actors.service.quotas import usage_row
     from actors.tenant_usage import read_usage
     from soul_apps.cli import render
+    from soul_apps.service.quotas import usage_row
     counted = read_usage(ctx.data_dir)
     if name:
         table.get(name)
@@ -133,12 +133,12 @@ def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
 
 
 def _erase(ctx: Any, tenant: str) -> list[str]:
-    from actors import local_runtime as bg
+    from soul_apps.cluster import local_runtime as bg
     if ctx.address is None and not bg.running(ctx.data_dir):
-        from actors.service.tenant_admin import erase_souls
+        from soul_apps.service.tenant_admin import erase_souls
         return erase_souls(None, ctx.data_dir, tenant)  # no runtime holds the data dir: the files go directly
     with ctx.runtime() as rt:  # (Ray is imported once the runtime's auth settings are in the environment)
-        from actors.service.tenant_admin import erase_souls
+        from soul_apps.service.tenant_admin import erase_souls
         return erase_souls(rt, ctx.data_dir, tenant)
 
 
@@ -168,7 +168,7 @@ def _wait_healthy(url: str, timeout: float, stop: threading.Event) -> None:
 
 
 def cmd_serve(ctx: Ctx) -> int:
-    from actors import local_runtime as bg
+    from soul_apps.cluster import local_runtime as bg
     a = ctx.args
     if not 1 <= a.replicas <= 64:
         raise InvalidInput("--replicas must be in 1..64")
@@ -176,9 +176,9 @@ def cmd_serve(ctx: Ctx) -> int:
         raise InvalidInput("--max-ongoing must be in 1..100000")
     if not 1 <= a.port <= 65535:
         raise InvalidInput("--port must be in 1..65535")
-    from actors.service.cors import ENV, check_origins, parse_env
+    from soul_apps.service.cors import ENV, check_origins, parse_env
     cors = check_origins(a.cors_origin) if a.cors_origin else parse_env(os.environ.get(ENV))
-    from actors.service import inspector as ui
+    from soul_apps.service import inspector as ui
     inspector = a.inspector if a.inspector is not None else ui.parse_env(os.environ.get(ui.ENV))
     if ctx.address is None and _listening(a.host, a.port):
         raise InvalidInput(f"port {a.port} on {a.host} is in use (another `soul serve`?); choose another --port")
@@ -189,7 +189,7 @@ def cmd_serve(ctx: Ctx) -> int:
         why.append(signal.Signals(signum).name)
         stop.set()
     with ctx.runtime() as rt:
-        from actors.service import serve_app
+        from soul_apps.service import serve_app
         host = "127.0.0.1" if a.host == "localhost" else a.host
         local = ctx.address is None
         for s in (signal.SIGINT, signal.SIGTERM):
@@ -237,8 +237,8 @@ def cmd_serve(ctx: Ctx) -> int:
 def cmd_mcp(ctx: Ctx) -> int:
     import anyio
 
-    from actors.service.mcp_tools import build_mcp, fixed_resolver
-    from actors.service.souls_api import TenantSouls
+    from soul_apps.service.mcp_tools import build_mcp, fixed_resolver
+    from soul_apps.service.souls_api import TenantSouls
     from soul_runtime.text import check_id
     a = ctx.args
     tenant = check_tenant(a.tenant) if a.tenant else None

@@ -23,9 +23,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as Asgi
 
-from actors.service.idempotency import Ledger, digest
-from actors.service.tenants import Limits, Scope, TenantTable
 from actors.tenant_usage import UsageBook, usage_dir
+from soul_apps.service.idempotency import Ledger, digest
+from soul_apps.service.tenants import Limits, Scope, TenantTable
 from soul_runtime import limits
 from soul_runtime.errors import InvalidInput, SoulError
 from soul_runtime.records import Store

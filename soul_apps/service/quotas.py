@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.metrics import Metrics
+from actors.tenant_usage import UsageBook, read_usage, seconds_to_next_day
 from soul_runtime.errors import QuotaExceeded
 from soul_runtime.memory.soul_records import known, soul_dir, soul_ids
 
-from ..metrics import Metrics
-from ..tenant_usage import UsageBook, read_usage, seconds_to_next_day
 from .tenants import Limits
 
 LOOK_S = 5.0

@@ -43,11 +43,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from soul_runtime.owner_only import make_dir, write_file
-
-from . import listening_ports
-from .auth_token import new_token_file
-from .ray_addresses import (
+from actors.auth_token import new_token_file
+from actors.ray_addresses import (
     LOOPBACK_HOSTS,
     RAY_CLUSTERS_ENV,
     bearer_of,
@@ -56,6 +53,9 @@ from .ray_addresses import (
     process_bearer,
     wait_for_client_server,
 )
+from soul_runtime.owner_only import make_dir, write_file
+
+from . import listening_ports
 
 STATE_FILE = "head.json"
 TOKEN_FILE = "auth_token"
@@ -428,14 +428,14 @@ def stop_head_locked(state_dir: str | os.PathLike[str], grace: float = 10.0) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m actors.local_cluster wait-ready ray://HOST:PORT [--timeout S]``: what ``cluster/start-head.sh``
+    """``python -m soul_apps.cluster.local_cluster wait-ready ray://HOST:PORT [--timeout S]``: what ``cluster/start-head.sh``
     runs after ``ray start`` (with the head's auth environment) so that it returns only once a client can
     connect. Exit 0: ready; 2: the token was refused; 3: nothing answered in time."""
     import argparse
 
     from soul_runtime.errors import AuthError, RuntimeUnavailable
 
-    parser = argparse.ArgumentParser(prog="python -m actors.local_cluster")
+    parser = argparse.ArgumentParser(prog="python -m soul_apps.cluster.local_cluster")
     sub = parser.add_subparsers(dest="action", required=True)
     ready = sub.add_parser("wait-ready", help="wait until a Ray Client server answers (with this environment's token)")
     ready.add_argument("address", help="ray://HOST:PORT")

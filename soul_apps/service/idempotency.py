@@ -11,7 +11,7 @@ The ledger follows the data dir's ``storage``, as the souls' databases do (:mod:
 WAL on ``local``, a rollback journal on ``shared`` (Serve replicas on several nodes open it through the network
 file system, where WAL's shared-memory index would not be shared). It is opened at its first use, by when the
 runtime has recorded the data dir's layout. With a PostgreSQL storage the ledger is a table on the server
-(:class:`~actors.service.pg_records.PgLedger`), shared by every replica on every node.
+(:class:`~soul_apps.service.pg_records.PgLedger`), shared by every replica on every node.
 """
 
 from __future__ import annotations

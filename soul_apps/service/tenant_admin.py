@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from actors.service.idempotency import Ledger
-from actors.service.tenants import Scope, souls_of
+from actors import raycalls
+from actors.routing import Routed
+from soul_apps.service.idempotency import Ledger
+from soul_apps.service.tenants import Scope, souls_of
 from soul_runtime.memory.soul_records import remove_soul
 from soul_runtime.memory.sqlite_db import postgres_url
 from soul_runtime.records import LAYERS
-
-from .. import raycalls
-from ..routing import Routed
 
 
 def erase_souls(rt: Any | None, data_dir: str, tenant: str) -> list[str]:

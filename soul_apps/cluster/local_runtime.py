@@ -14,7 +14,7 @@ stops it, leaving no process behind. ``SOUL_LOCAL_RUNTIME=per-call`` keeps the
 old behaviour: a private Ray started and stopped within the one command (unless a
 local runtime already holds the data dir: one owner per soul, so the command attaches).
 
-Nothing here imports Ray; :mod:`actors.local_cluster` starts and stops heads.
+Nothing here imports Ray; :mod:`soul_apps.cluster.local_cluster` starts and stops heads.
 """
 
 from __future__ import annotations

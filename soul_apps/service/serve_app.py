@@ -175,7 +175,7 @@ def application(data_dir: str, namespace: str = "souls", replicas: int = REPLICA
 
 
 def app_builder(args: dict[str, Any]) -> Any:
-    """For a Serve config file (KubeRay ``RayService``): ``import_path: actors.service.serve_app:app_builder``
+    """For a Serve config file (KubeRay ``RayService``): ``import_path: soul_apps.service.serve_app:app_builder``
     with ``args: {data_dir, namespace?, replicas?, max_ongoing?, storage?, embedder?, cors_origins?, inspector?}``
     (``storage``: as the runtime's ``storage`` setting, a ``postgresql://`` URL or ``shared`` for a data dir on a
     volume every node mounts; when absent, the replica's ``SOUL_STORAGE``, so a URL with a password can come

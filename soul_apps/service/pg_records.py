@@ -13,7 +13,7 @@ from soul_runtime.memory import postgres_db
 
 
 class PgLedger:
-    """:class:`~actors.service.idempotency.Ledger`'s table on the server (the caller passes digests)."""
+    """:class:`~soul_apps.service.idempotency.Ledger`'s table on the server (the caller passes digests)."""
 
     def __init__(self, url: str) -> None:
         self.url = url

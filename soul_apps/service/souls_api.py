@@ -1,5 +1,5 @@
 """One tenant's souls, as the HTTP routes and the MCP tools use them: the runtime's async handles behind the
-tenant's :class:`~actors.service.tenants.Scope`, answers as JSON-ready data with the tenant prefix taken off,
+tenant's :class:`~soul_apps.service.tenants.Scope`, answers as JSON-ready data with the tenant prefix taken off,
 and errors from the project's tree mapped to HTTP statuses with messages that name only the tenant's ids."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import msgpack
 
-from actors.service.idempotency import Ledger
-from actors.service.quotas import Quotas
-from actors.service.tenants import Scope, Whole
+from soul_apps.service.idempotency import Ledger
+from soul_apps.service.quotas import Quotas
+from soul_apps.service.tenants import Scope, Whole
 from soul_runtime.errors import IdempotencyConflict as IdempotencyConflict  # the service raises and reports it
 from soul_runtime.errors import InvalidInput, NotFound, SoulError
 from soul_runtime.errors import Unauthorized as Unauthorized  # the service raises and reports it

@@ -31,7 +31,7 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
     limits of tenants that set none (:mod:`.quotas`)."""
 
     def connect() -> Any:
-        from ..runtime import connect as connect_runtime
+        from actors.runtime import connect as connect_runtime
         chosen: dict[str, Any] = {} if embedder is None else {"embedder": embedder}  # None: SOUL_EMBEDDER or default
         return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, **chosen)
 
