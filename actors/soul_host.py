@@ -53,11 +53,11 @@ from .metrics import Metrics
 from .remote_memory import RemoteMemory
 from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
 from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
-from .service.tenants import TenantWeights
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
 from .soul_presence import require_known, soul_dir
 from .tenant_usage import FLUSH_S, UsageBook, usage_dir
+from .tenant_weights import TenantWeights
 from .turn_spans import Calls, TurnSpans
 
 

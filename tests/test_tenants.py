@@ -168,3 +168,20 @@ def test_cli_tenants_set_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture
     table = capsys.readouterr().out
     assert "acme" in table and "1000" in table and "turns_per_s=2.5" in table
     assert main(["tenants", "usage", "nobody", "--data-dir", d]) == 2
+
+
+def test_hosts_read_each_tenants_weight_as_the_table_sets_it(tmp_path: Path) -> None:
+    from actors.tenant_weights import TenantWeights
+    from soul_apps.service.tenants import TenantTable
+
+    table = TenantTable(tmp_path, storage="local")
+    table.add("acme")
+    table.add("zeta")
+    table.add("plain")
+    table.set_limits(None, weight=2.0)  # the defaults: every tenant without a weight of its own
+    table.set_limits("acme", weight=5.0)
+    table.set_limits("zeta", weight=0.5)
+    weights = TenantWeights(tmp_path, "local", every_s=0.0)
+    assert [weights(t) for t in ("acme", "zeta", "plain", "nobody", "")] == [5.0, 0.5, 2.0, 1.0, 1.0]
+    table.set_limits("acme", weight=None)  # unset: the defaults' again
+    assert weights("acme") == 2.0

@@ -11,7 +11,7 @@ The ledger follows the data dir's ``storage``, as the souls' databases do (:mod:
 WAL on ``local``, a rollback journal on ``shared`` (Serve replicas on several nodes open it through the network
 file system, where WAL's shared-memory index would not be shared). It is opened at its first use, by when the
 runtime has recorded the data dir's layout. With a PostgreSQL storage the ledger is a table on the server
-(:class:`~soul_apps.service.pg_records.PgLedger`), shared by every replica on every node.
+(:class:`~soul_runtime.memory.pg_records.PgLedger`), shared by every replica on every node.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ import threading
 from pathlib import Path
 
 from soul_runtime.errors import StorageError
+from soul_runtime.memory.pg_records import PgLedger
 from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.owner_only import create_file, private_umask, restrict
 from soul_runtime.storage_modes import check_storage, journal_for, recorded_storage
-
-from .pg_records import PgLedger
 
 LEDGER_FILE = Path("service") / "idempotency.sqlite"
 MAX_KEY = 200

@@ -29,16 +29,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from actors.tenant_weights import TENANTS_FILE
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.limits import SOUL_ID_MAX, TENANT_MAX
+from soul_runtime.memory.pg_records import PgDocument
 from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.memory.soul_records import soul_ids
 from soul_runtime.owner_only import make_dir, write_file
 from soul_runtime.text import check_id
 
-from .pg_records import PgDocument
-
-TENANTS_FILE = "tenants.json"
 KEY_PREFIX = "soul_"
 KEY_BYTES = 32
 NAME_RE = re.compile(f"^[a-z0-9][a-z0-9-]{{0,{TENANT_MAX - 1}}}$")
@@ -285,29 +284,6 @@ def _document(book: Book) -> dict[str, Any]:
     out: dict[str, Any] = {"tenants": {n: {k: v for k, v in t.to_dict().items() if k != "name"}
                                        for n, t in sorted(book.tenants.items())}}
     return {**out, "defaults": book.defaults.to_dict()} if book.defaults.to_dict() else out
-
-
-class TenantWeights:
-    """Each tenant's weight in the hosts' fair order (:class:`Limits`), read from the key table at most every
-    ``every_s``; 1 for souls of no tenant and when the table cannot be read."""
-
-    def __init__(self, data_dir: str | os.PathLike[str], storage: str | None, every_s: float = 1.0) -> None:
-        self.table = TenantTable(data_dir, storage)
-        self.every_s = every_s
-        self._read_at = -every_s
-        self._weights: dict[str, float] = {}
-
-    def __call__(self, tenant: str) -> float:
-        if not tenant:
-            return 1.0
-        now = time.monotonic()
-        if now - self._read_at >= self.every_s:
-            self._read_at = now
-            try:
-                self._weights = {t.name: self.table.limits(t.name).weight for t in self.table.tenants()}
-            except Exception:  # noqa: BLE001 — a table being written or a server away: the weights known
-                pass
-        return self._weights.get(tenant, 1.0)
 
 
 class Scope:
