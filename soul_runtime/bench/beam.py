@@ -16,10 +16,12 @@ messages refused, packings that failed, ingest rate, recall latency and the proc
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import SoulError
 from soul_runtime.loop.context import line_tokens
+from soul_runtime.loop.rerank import recall_count
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -165,17 +168,18 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
         config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
         chats: Sequence[str] | None = None, baselines: bool = True, consolidate: bool = True,
-        ablation: bool = False) -> dict[str, Any]:
+        ablation: bool = False, stores: str | Path | None = None) -> dict[str, Any]:
     """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
     chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
     soul's parts are also scored apart (:mod:`soul_runtime.bench.ablation`), recall asked before and after
-    consolidation."""
+    consolidation. ``stores``: keep each chat's soul under ``stores/<chat>``; a chat an earlier run observed there
+    to the end (:data:`OBSERVED`) is not observed again: its ingest figures are that run's, marked so."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")
     budgets = sorted(set(budgets))
     tally = Tally()
-    root = Path(workdir or tempfile.mkdtemp(prefix="beam-"))
+    root = Path(stores or workdir or tempfile.mkdtemp(prefix="beam-"))
     loaded = [c for c in load(data) if not chats or c.chat_id in chats][:limit]
     per_chat: list[dict[str, Any]] = []
     refused: list[str] = []
@@ -183,24 +187,34 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     ingest_s = 0.0
     n_msgs = n_chars = 0
     for chat in loaded:
+        built = _observed(root, chat) if stores else None
+        before_mem = None
+        if built is not None and ablation:  # digests are there already: recall "before" them with none offered
+            before_mem = SoulMemory(root / chat.chat_id, embedder=embedder,
+                                    config=replace(config or MemoryConfig(), digests_recalled=0))
         mem = SoulMemory(root / chat.chat_id, embedder=embedder, config=config)
         soul = Soul(f"beam-{chat.chat_id}", root / chat.chat_id, memory=mem, model=model)
-        took = ingest(chat, soul, refused, progress)
+        took = ingest(chat, soul, refused, progress) if built is None else float(built["ingest_s"])
+        if built is None and stores:
+            (root / f"{chat.chat_id}{OBSERVED}").write_text(json.dumps({"ingest_s": took,
+                                                                        "messages": len(chat.messages)}))
         ingest_s += took
         n_msgs += len(chat.messages)
         n_chars += chat.chars
         rss, peak = rss_mib()
 
         def recall(q: str, at: float, m: SoulMemory = mem) -> list[RecalledItem]:
-            return m.recall(q, turn.recall_k, at=at)
+            return m.recall(q, recall_count(q, turn.recall_k), at=at)
         asked = max(m["at"] for m in chat.messages) + ASK_AFTER
         before, before_ms = None, []
         if ablation:
             before = []
             for q in chat.questions:
                 t1 = time.perf_counter()
-                before.append(recall(q.question, asked))
+                before.append(recall(q.question, asked, before_mem or mem))
                 before_ms.append((time.perf_counter() - t1) * 1000)
+            if before_mem is not None:
+                before_mem.close()
         t1 = time.perf_counter()
         done = mem.consolidate(asked) if consolidate else {}
         consolidate_s = time.perf_counter() - t1
@@ -210,6 +224,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,
                          "questions": len(chat.questions), "ingest_s": round(took, 2),
                          "messages_per_s": round(len(chat.messages) / took, 2), "rss_mib": rss, "rss_peak_mib": peak,
+                         "observed_by_an_earlier_run": built is not None,
                          "episodes": st["episodes"], "facts": st["facts"],
                          "recall_p50_ms": round(statistics.median(recall_ms), 2) if recall_ms else None,
                          "recall_p50_ms_before_digests": round(statistics.median(before_ms), 2) if before_ms else None,
@@ -227,6 +242,19 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
                       "rss_peak_mib": max((c["rss_peak_mib"] for c in per_chat), default=None),
                       "embedder": embedder.embedder_id, "model": model.label, "per_chat": per_chat}
     return res
+
+
+OBSERVED = ".observed.json"
+"""``<stores>/<chat>.observed.json``: the chat was observed to the end there (its ingest seconds, its messages)."""
+
+
+def _observed(root: Path, chat: Chat) -> dict[str, Any] | None:
+    """What an earlier run wrote when it had observed ``chat`` to the end under ``root`` (None: not observed)."""
+    mark = root / f"{chat.chat_id}{OBSERVED}"
+    if not mark.exists() or not (root / chat.chat_id).is_dir():
+        return None
+    got: dict[str, Any] = json.loads(mark.read_text())
+    return got if got.get("messages") == len(chat.messages) else None
 
 
 def _stored_bytes(directory: Path) -> int:

@@ -43,6 +43,7 @@ from soul_runtime.loop.decide import (
     windows,
 )
 from soul_runtime.loop.fit import fit_request
+from soul_runtime.loop.rerank import recall_count
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import usage_report
 from soul_runtime.loop.units import message_requests
@@ -315,7 +316,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = yield MEMORY.recall(text, tc.recall_k, at=now)
+        recalled = yield MEMORY.recall(text, recall_count(text, tc.recall_k), at=now)
         timings["recall"] = (clock() - t0) * 1000
 
         t0 = clock()
