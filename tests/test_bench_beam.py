@@ -69,13 +69,14 @@ def test_a_folder_without_chats_is_refused(tmp_path: Path) -> None:
 def test_a_chat_observed_into_kept_stores_is_scored_again_without_observing_it(tmp_path: Path) -> None:
     from soul_runtime.bench.beam import run
     data, stores = _chat(tmp_path / "data" / "3").parent, tmp_path / "stores"
-    first = run(data, (1000,), stores=stores, baselines=False, ablation=True)
-    again = run(data, (1000,), stores=stores, baselines=False, ablation=True)
+    first = run(data, (1000,), stores=stores, ablation=True)
+    assert (stores / "3.chunks.npz").is_file()  # the dense baseline's vectors, kept for the next run
+    again = run(data, (1000,), stores=stores, ablation=True)
     was, now = first["details"]["per_chat"][0], again["details"]["per_chat"][0]
     assert not was["observed_by_an_earlier_run"] and now["observed_by_an_earlier_run"]
     assert now["episodes"] == was["episodes"] > 0  # not observed twice
     assert now["ingest_s"] == was["ingest_s"]  # the earlier run's figure, marked so
-    assert again["systems"] == first["systems"]  # the same souls, scored the same way (ablations included)
+    assert again["systems"] == first["systems"]  # the same souls and baselines, scored the same way (ablations too)
     (stores / "3.observed.json").write_text(json.dumps({"ingest_s": 1.0, "messages": 99}))  # not this chat's
     assert not run(data, (1000,), stores=stores, baselines=False)["details"]["per_chat"][0][
         "observed_by_an_earlier_run"]

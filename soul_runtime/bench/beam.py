@@ -16,6 +16,7 @@ messages refused, packings that failed, ingest rate, recall latency and the proc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import tempfile
@@ -98,15 +99,26 @@ class Tally:
 class Baselines:
     """The plain retrievers over one chat's raw messages: BM25 over messages and over chunks, dense over chunks."""
 
-    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128) -> None:
+    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128, cache: Path | None = None) -> None:
+        """``cache``: a file that keeps the chunks' vectors for the next run (read when it holds this chat's chunks
+        embedded by this embedder)."""
         msgs = chat.messages
         self.raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in msgs]
         self.pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in msgs for c in chunks(m["text"])]
         self.bm_msg, self.bm_chunk = BM25([t for t, _ in self.raw]), BM25([t for t, _ in self.pieces])
         self.embedder = embedder
         texts = [t for t, _ in self.pieces]
+        key = hashlib.blake2b("\0".join([embedder.embedder_id, *texts]).encode(), digest_size=16).hexdigest()
+        if cache is not None and cache.exists():
+            with np.load(cache) as kept:
+                if str(kept["key"]) == key:
+                    self.vectors = kept["vectors"]
+                    return
         self.vectors = np.vstack([embedder.embed(texts[i:i + batch]) for i in range(0, len(texts), batch)]) \
             if texts else np.zeros((0, embedder.dim), np.float32)
+        if cache is not None:
+            with cache.open("wb") as f:
+                np.savez(f, key=np.array(key), vectors=self.vectors)
 
     def ranked(self, question: str) -> dict[str, Lines]:
         qv = self.embedder.embed([question])[0]
@@ -218,7 +230,8 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         t1 = time.perf_counter()
         done = mem.consolidate(asked) if consolidate else {}
         consolidate_s = time.perf_counter() - t1
-        base = Baselines(chat, embedder) if baselines else None
+        base = Baselines(chat, embedder, cache=root / f"{chat.chat_id}.chunks.npz" if stores else None) \
+            if baselines else None
         recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress, before)
         st = mem.stats()
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,

@@ -61,6 +61,11 @@ class EpisodeDigests(EpisodeTable):
                                "FROM digests ORDER BY kind DESC, first_at").fetchall()
         return [_row(r) for r in rows]
 
+    def current_digests(self) -> list[Digest]:
+        """:meth:`digests` after bringing them up to date (:meth:`consolidate`): what a reader is shown."""
+        self.consolidate()
+        return self.digests()
+
     def _said_by_session(self) -> dict[str, list[Said]]:
         out: dict[str, list[Said]] = {}
         for rowid, at, text, sources, session in self.db.execute(
