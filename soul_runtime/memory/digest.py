@@ -76,11 +76,15 @@ class Digest:
     fingerprint: str
 
 
-def fingerprint(said: Sequence[Said]) -> str:
-    """What a digest was written from: its episodes' ids and texts (a changed or erased episode changes it)."""
+def fingerprint(said: Sequence[Said], common: Iterable[str] = ()) -> str:
+    """What a digest was written from: its episodes' ids and texts (a changed or erased episode changes it) and the
+    words said in most sessions, which its head leaves out (``common``: a new session that changes them changes
+    every session's digest, so a digest never depends on when it was written)."""
     h = hashlib.blake2b(digest_size=12)
     for s in said:
         h.update(s.episode.encode() + b"\0" + s.text.encode() + b"\1")
+    for w in sorted(common):
+        h.update(b"\2" + w.encode())
     return h.hexdigest()
 
 
