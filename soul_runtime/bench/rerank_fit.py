@@ -6,6 +6,11 @@ the grid at 1,000 tokens and prints evidence and key-phrase recall beside chunke
 were chosen from this grid on BEAM's 1M chats 3 and 4 (development data: BEAM, read and tuned against); of the
 settings that lift key phrases there, the one kept is the one that also keeps LoCoMo's answer and evidence
 recall over their floors (LoCoMo, CC BY-NC, was only checked against those floors, never fitted to).
+
+``--widths`` instead recalls each question that asks for a summary (:data:`soul_runtime.loop.rerank.SUMMARY`) at
+1, 2 and 3 times ``recall_k`` and packs it as a turn does (the shipped weights): the key-phrase recall of those
+questions and of all, beside chunked BM25's. ``SUMMARY_WIDER`` (2) was chosen from it on chats 3 and 4.
+``--stores DIR`` reads the souls ``soul bench beam --stores DIR`` kept instead of observing the chats again.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from soul_runtime.bench.beam import ASK_AFTER, evidence_recall, ingest, key_phra
 from soul_runtime.bench.beam_data import Chat, load
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks
-from soul_runtime.config import TurnConfig
+from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.loop.context import pack_memory
-from soul_runtime.loop.rerank import RerankWeights
+from soul_runtime.loop.rerank import SUMMARY, RerankWeights
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -47,18 +52,28 @@ def chunked_bm25(chat: Chat) -> list[tuple[float | None, float | None]]:
     return out
 
 
-def fit(chats: Sequence[Chat], workdir: Path) -> list[dict[str, float]]:
+def observed(chat: Chat, workdir: Path, kept: bool, digests: bool) -> SoulMemory:
+    """``chat``'s soul's memory: observed into ``workdir`` now, or (``kept``) as ``soul bench beam --stores`` kept it
+    there; with its digests offered in recall (consolidated as the bench does) or none (``digests`` False: the
+    weights' grid was set so)."""
+    mem = SoulMemory(workdir / chat.chat_id, config=None if digests else MemoryConfig(digests_recalled=0))
+    if not kept:
+        soul = Soul(f"fit-{chat.chat_id}", workdir / chat.chat_id, memory=mem, model=make_model("offline"))
+        ingest(chat, soul, [], None)
+        soul.close()
+    if digests:
+        mem.consolidate(max(m["at"] for m in chat.messages) + ASK_AFTER)
+    return mem
+
+
+def fit(chats: Sequence[Chat], workdir: Path, kept: bool = False) -> list[dict[str, float]]:
     """Every weight set of GRID scored on ``chats``: means and ratios to chunked BM25."""
-    model = make_model("offline")
     recalled: list[tuple[Chat, float, list[list[RecalledItem]], list[tuple[float | None, float | None]]]] = []
     for chat in chats:
-        mem = SoulMemory(workdir / chat.chat_id)
-        soul = Soul(f"fit-{chat.chat_id}", workdir / chat.chat_id, memory=mem, model=model)
-        ingest(chat, soul, [], None)
+        mem = observed(chat, workdir, kept, digests=False)
         now = max(m["at"] for m in chat.messages) + ASK_AFTER
         recalled.append((chat, now, [mem.recall(q.question, TurnConfig().recall_k, at=now) for q in chat.questions],
                          chunked_bm25(chat)))
-        soul.close()
         mem.close()
     rows = []
     for values in itertools.product(*GRID.values()):
@@ -79,13 +94,51 @@ def fit(chats: Sequence[Chat], workdir: Path) -> list[dict[str, float]]:
     return rows
 
 
+def widths(chats: Sequence[Chat], workdir: Path, kept: bool = False, wider: Sequence[int] = (1, 2, 3)
+           ) -> list[dict[str, float]]:
+    """Key-phrase recall when a summary question recalls ``w`` times ``recall_k`` candidates, for each ``w``: on
+    those questions and on all (the others recalled as always), with chunked BM25's beside."""
+    k = TurnConfig().recall_k
+    got: dict[int, list[tuple[bool, float, float]]] = {w: [] for w in wider}
+    for chat in chats:
+        mem = observed(chat, workdir, kept, digests=True)
+        now = max(m["at"] for m in chat.messages) + ASK_AFTER
+        for q, (_, bk) in zip(chat.questions, chunked_bm25(chat), strict=True):
+            if bk is None or not q.key_words:
+                continue
+            asks_summary = bool(SUMMARY.search(q.question))
+            for w in wider:
+                if w > 1 and not asks_summary and got[w]:  # the others are recalled as always
+                    got[w].append((False, got[1][len(got[w])][1], bk))
+                    continue
+                its = mem.recall(q.question, k * w if asks_summary else k, at=now)
+                lines = [(line, it.sources) for it, line in pack_memory(its, BUDGET, now, q.question)]
+                got[w].append((asks_summary, key_phrase_recall(q, lines) or 0.0, bk))
+        mem.close()
+    rows = []
+    for w, vals in got.items():
+        summ = [(v, b) for s, v, b in vals if s]
+        rows.append({"wider": float(w), "summary_questions": float(len(summ)),
+                     "summary_key_phrases_x": statistics.fmean(v for v, _ in summ) / statistics.fmean(b for _, b in summ)
+                     if summ else float("nan"),
+                     "key_phrases_x": statistics.fmean(v for _, v, _ in vals) / statistics.fmean(b for *_, b in vals)})
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", help="BEAM chats/1M (development chats only)")
     ap.add_argument("--chats", default="3,4")
+    ap.add_argument("--widths", action="store_true", help="the candidates a summary question recalls, not the weights")
+    ap.add_argument("--stores", metavar="DIR", help="the souls `soul bench beam --stores DIR` kept (not observed again)")
     args = ap.parse_args(argv)
     chats = [c for c in load(args.data) if c.chat_id in args.chats.split(",")]
-    rows = fit(chats, Path(tempfile.mkdtemp(prefix="rerank-fit-")))
+    workdir, kept = (Path(args.stores), True) if args.stores else (Path(tempfile.mkdtemp(prefix="rerank-fit-")), False)
+    if args.widths:
+        for r in widths(chats, workdir, kept):
+            print(" ".join(f"{k}={v:.3f}" for k, v in r.items()))
+        return
+    rows = fit(chats, workdir, kept)
     for r in sorted(rows, key=lambda r: -r["key_phrases"]):
         print(" ".join(f"{k}={v:.3f}" for k, v in r.items()))
 
