@@ -78,5 +78,6 @@ def test_a_chat_observed_into_kept_stores_is_scored_again_without_observing_it(t
     assert now["ingest_s"] == was["ingest_s"]  # the earlier run's figure, marked so
     assert again["systems"] == first["systems"]  # the same souls and baselines, scored the same way (ablations too)
     (stores / "3.observed.json").write_text(json.dumps({"ingest_s": 1.0, "messages": 99}))  # not this chat's
-    assert not run(data, (1000,), stores=stores, baselines=False)["details"]["per_chat"][0][
-        "observed_by_an_earlier_run"]
+    lexical = run(data, (1000,), stores=stores, dense=False)
+    assert not lexical["details"]["per_chat"][0]["observed_by_an_earlier_run"]
+    assert "dense_chunks" not in lexical["systems"] and lexical["systems"]["bm25_chunks"] == first["systems"]["bm25_chunks"]

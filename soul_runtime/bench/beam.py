@@ -99,15 +99,19 @@ class Tally:
 class Baselines:
     """The plain retrievers over one chat's raw messages: BM25 over messages and over chunks, dense over chunks."""
 
-    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128, cache: Path | None = None) -> None:
+    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128, cache: Path | None = None,
+                 dense: bool = True) -> None:
         """``cache``: a file that keeps the chunks' vectors for the next run (read when it holds this chat's chunks
-        embedded by this embedder)."""
+        embedded by this embedder); ``dense`` False: the lexical baselines only (no chunk is embedded)."""
         msgs = chat.messages
         self.raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in msgs]
         self.pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in msgs for c in chunks(m["text"])]
         self.bm_msg, self.bm_chunk = BM25([t for t, _ in self.raw]), BM25([t for t, _ in self.pieces])
         self.embedder = embedder
         texts = [t for t, _ in self.pieces]
+        self.vectors: np.ndarray | None = None
+        if not dense:
+            return
         key = hashlib.blake2b("\0".join([embedder.embedder_id, *texts]).encode(), digest_size=16).hexdigest()
         if cache is not None and cache.exists():
             with np.load(cache) as kept:
@@ -121,10 +125,12 @@ class Baselines:
                 np.savez(f, key=np.array(key), vectors=self.vectors)
 
     def ranked(self, question: str) -> dict[str, Lines]:
-        qv = self.embedder.embed([question])[0]
-        return {"bm25_messages": [self.raw[i] for i in np.argsort(-self.bm_msg.scores(question), kind="stable")],
-                "bm25_chunks": [self.pieces[i] for i in np.argsort(-self.bm_chunk.scores(question), kind="stable")],
-                "dense_chunks": [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]}
+        out: dict[str, Lines] = {"bm25_messages": [self.raw[i] for i in np.argsort(-self.bm_msg.scores(question), kind="stable")],
+               "bm25_chunks": [self.pieces[i] for i in np.argsort(-self.bm_chunk.scores(question), kind="stable")]}
+        if self.vectors is not None:
+            qv = self.embedder.embed([question])[0]
+            out["dense_chunks"] = [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]
+        return out
 
 
 def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True) -> Lines:
@@ -179,7 +185,7 @@ def ingest(chat: Chat, soul: Soul, refused: list[str], progress: Callable[[str, 
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
         config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
-        chats: Sequence[str] | None = None, baselines: bool = True, consolidate: bool = True,
+        chats: Sequence[str] | None = None, baselines: bool = True, dense: bool = True, consolidate: bool = True,
         ablation: bool = False, stores: str | Path | None = None) -> dict[str, Any]:
     """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
     chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
@@ -230,8 +236,8 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         t1 = time.perf_counter()
         done = mem.consolidate(asked) if consolidate else {}
         consolidate_s = time.perf_counter() - t1
-        base = Baselines(chat, embedder, cache=root / f"{chat.chat_id}.chunks.npz" if stores else None) \
-            if baselines else None
+        base = Baselines(chat, embedder, cache=root / f"{chat.chat_id}.chunks.npz" if stores else None,
+                         dense=dense) if baselines else None
         recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress, before)
         st = mem.stats()
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,

@@ -93,8 +93,8 @@ def topic(said: Sequence[Said], n: int = TOPIC_WORDS, common: frozenset[str] = f
     several), leaving out ``common`` (words said in most sessions name none of them); earliest first among
     equals."""
     counts: Counter[str] = Counter()
-    for s in said:
-        counts.update(text_terms(s.text) - common)
+    for s in said:  # each text's words in the order said: among equals the earliest comes first, in every process
+        counts.update(w for w in dict.fromkeys(terms(s.text)) if w not in common)
     floor = 2 if len(said) > 2 else 1
     return [w for w, c in counts.most_common() if c >= floor and len(w) > 2][:n]
 
@@ -115,7 +115,7 @@ def prose(sentence: str) -> bool:
 def _salience(words: frozenset[str], sentence: str, weight: dict[str, float]) -> float:
     if len(words) < 3 or not prose(sentence):
         return 0.0
-    score = sum(weight.get(w, 0.0) for w in words) / math.sqrt(len(words))
+    score = sum(weight.get(w, 0.0) for w in sorted(words)) / math.sqrt(len(words))  # sorted: the same sum anywhere
     return score * (1.5 if _DECISION.search(sentence) else 1.0) * (1.3 if FIGURE.search(sentence) else 1.0)
 
 
