@@ -19,8 +19,9 @@ scaled so that the best episode keeps recall's best episode score: a candidate i
 others recalled with it and the scores keep their scale (a stored fact at 0.9 still comes first). The weights (:class:`RerankWeights`) were set on BEAM's 1M development chats
 (``soul_runtime/bench/rerank_fit.py`` reproduces the grid and names the data); nothing was fitted to LoCoMo.
 
-An optional model stage (:func:`model_order`) hands the first candidates to a configured model in one call of
-bounded tokens and moves the ones it names first; it is off by default and never runs on the offline path.
+An optional model stage (:func:`model_order`; in a turn when ``TurnConfig.model_rerank`` is 1) hands the first
+candidates to a configured model in one call of bounded tokens and moves the ones it names first; it is off by
+default and never runs on the offline path.
 """
 
 from __future__ import annotations
@@ -196,9 +197,13 @@ def model_order(items: Sequence[RecalledItem], question: str, ask: Callable[[str
     """``items`` with the ones a model names (``ask(prompt) -> reply``, one call) moved first in its order, each
     given the score of the place it takes; the others keep their order. A reply naming nothing valid changes
     nothing."""
+    return model_reordered(items, ask(model_prompt(items, question)))
+
+
+def model_reordered(items: Sequence[RecalledItem], reply: str) -> list[RecalledItem]:
+    """``items`` reordered by a model's ``reply`` to :func:`model_prompt` (see :func:`model_order`)."""
     head = list(items[:MODEL_CANDIDATES])
-    named = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", ask(model_prompt(head, question)))
-                               if int(n) < len(head)))
+    named = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", reply) if int(n) < len(head)))
     if not named:
         return list(items)
     scores = sorted((it.score for it in head), reverse=True)
@@ -210,12 +215,20 @@ MODEL_REPLY_TOKENS = 60
 """The model stage's reply: a list of numbers."""
 
 
+def _asked(prompt: str) -> ReplyRequest:
+    return ReplyRequest(system="You rank passages for a question. Reply only with passage numbers.",
+                        memory_lines=(), history=(), user_text=prompt, user="rerank", max_tokens=MODEL_REPLY_TOKENS)
+
+
+def model_request(items: Sequence[RecalledItem], question: str) -> ReplyRequest:
+    """The model stage's one call as a request of a configured model's ``reply`` (no memory lines, no history,
+    MODEL_REPLY_TOKENS out): what a turn sends when ``TurnConfig.model_rerank`` is on."""
+    return _asked(model_prompt(items, question))
+
+
 def ask_with(model: LanguageModel) -> Callable[[str], str]:
-    """The model stage's one call through a configured model's ``reply`` (no memory lines, no history,
-    MODEL_REPLY_TOKENS out). The offline model answers nothing useful: the stage is for a real model only."""
+    """The model stage's one call through a configured model's ``reply``. The offline model answers nothing
+    useful: the stage is for a real model only."""
     def ask(prompt: str) -> str:
-        req = ReplyRequest(system="You rank passages for a question. Reply only with passage numbers.",
-                           memory_lines=(), history=(), user_text=prompt, user="rerank",
-                           max_tokens=MODEL_REPLY_TOKENS)
-        return model.reply(req).text
+        return model.reply(_asked(prompt)).text
     return ask
