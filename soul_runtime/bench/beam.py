@@ -37,7 +37,6 @@ from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.errors import SoulError
 from soul_runtime.loop.context import line_tokens
-from soul_runtime.loop.rerank import recall_count
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -222,7 +221,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         rss, peak = rss_mib()
 
         def recall(q: str, at: float, m: SoulMemory = mem) -> list[RecalledItem]:
-            return m.recall(q, recall_count(q, turn.recall_k), at=at)
+            return m.recall(q, turn.recall_k, at=at)
         asked = max(m["at"] for m in chat.messages) + ASK_AFTER
         before, before_ms = None, []
         if ablation:

@@ -37,7 +37,6 @@ from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.embedding.base import Embedder, default_embedder
 from soul_runtime.loop.context import line_tokens
 from soul_runtime.loop.ingest import Conversation, load_locomo
-from soul_runtime.loop.rerank import recall_count
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -246,7 +245,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         for key in stored:
             stored[key] += st[key]
         now = max(t.at for t in turns) + DAY
-        before = [mem.recall(q.question, recall_count(q.question, turn.recall_k), at=now) for q in qas] if ablation else None
+        before = [mem.recall(q.question, turn.recall_k, at=now) for q in qas] if ablation else None
         t0 = time.perf_counter()
         if consolidate:
             mem.consolidate(now)
@@ -258,7 +257,7 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
         qvecs = embedder.embed([q.question for q in qas])
         for qi, q in enumerate(qas):
             t0 = time.perf_counter()
-            items: list[RecalledItem] = mem.recall(q.question, recall_count(q.question, turn.recall_k), at=now)
+            items: list[RecalledItem] = mem.recall(q.question, turn.recall_k, at=now)
             recall_ms.append((time.perf_counter() - t0) * 1000)
             b_rank = np.argsort(-bm25.scores(q.question), kind="stable")
             d_rank = np.argsort(-(vecs @ qvecs[qi]), kind="stable")

@@ -22,7 +22,6 @@ from soul_runtime.bench.longchat_data import load
 from soul_runtime.bench.scale import Sampler
 from soul_runtime.config import TurnConfig
 from soul_runtime.errors import SoulError
-from soul_runtime.loop.rerank import recall_count
 from soul_runtime.records import RecalledItem
 
 Progress = Callable[[str, int, int], None]
@@ -86,7 +85,7 @@ def run_on_ray(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, 
                 handle = rt.soul(soul_id(chat.chat_id))
 
                 def recall(q: str, at: float, soul: Any = handle) -> list[RecalledItem]:
-                    return list(soul.recall(q, recall_count(q, turn.recall_k), at=at))
+                    return list(soul.recall(q, turn.recall_k, at=at))
                 recall_ms += score_questions(chat, recall, tally, budgets)
                 if progress:
                     progress("questions (chats)", i + 1, len(chats))

@@ -7,9 +7,10 @@ were chosen from this grid on BEAM's 1M chats 3 and 4 (development data: BEAM, r
 settings that lift key phrases there, the one kept is the one that also keeps LoCoMo's answer and evidence
 recall over their floors (LoCoMo, CC BY-NC, was only checked against those floors, never fitted to).
 
-``--widths`` instead recalls each question that asks for a summary (:data:`soul_runtime.loop.rerank.SUMMARY`) at
-1, 2 and 3 times ``recall_k`` and packs it as a turn does (the shipped weights): the key-phrase recall of those
-questions and of all, beside chunked BM25's. ``SUMMARY_WIDER`` (2) was chosen from it on chats 3 and 4.
+``--widths`` instead recalls each question that asks for a summary (:data:`SUMMARY`) at 1, 2 and 3 times
+``recall_k`` and packs it as a turn does (the shipped weights): the key-phrase recall of those questions and of
+all, beside chunked BM25's. Twice the candidates lifted summaries on chats 3 and 4 and lowered them on chats 10,
+31 and 32: a turn recalls ``recall_k`` for every question (docs/beam.md).
 ``--stores DIR`` reads the souls ``soul bench beam --stores DIR`` kept instead of observing the chats again.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -30,7 +32,7 @@ from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks
 from soul_runtime.config import MemoryConfig, TurnConfig
 from soul_runtime.loop.context import pack_memory
-from soul_runtime.loop.rerank import SUMMARY, RerankWeights
+from soul_runtime.loop.rerank import RerankWeights
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.soul_memory import SoulMemory
 from soul_runtime.models.choice import make_model
@@ -39,6 +41,8 @@ from soul_runtime.records import RecalledItem
 GRID = {"relation": (0.0, 0.6, 0.9), "answer_type": (0.0, 0.1, 0.3), "position": (0.0, 0.3),
         "breadth": (0.0, 0.3, 0.8, 1.2)}
 BUDGET = 1000
+SUMMARY = re.compile(r"\b(?:summar\w*|overview|recap)\b", re.I)
+"""A question that asks for a summary (what ``--widths`` recalls more candidates for)."""
 
 
 def chunked_bm25(chat: Chat) -> list[tuple[float | None, float | None]]:

@@ -74,21 +74,6 @@ _ASKS = (
 )
 
 
-SUMMARY = re.compile(r"\b(?:summar\w*|overview|recap)\b", re.I)
-"""A question that asks for a summary: its answer gathers many things said, from every part of the history."""
-SUMMARY_WIDER = 2
-"""Such a question is recalled this many times ``recall_k`` candidates (see :func:`recall_count`)."""
-
-
-def recall_count(question: str, k: int) -> int:
-    """How many candidates a turn recalls for ``question`` before reading them: ``k``, or SUMMARY_WIDER times it
-    for a question that asks for a summary (:data:`SUMMARY`), whose answer gathers what was said all over the
-    history: the re-ranker and the packing then choose among more of it within the same budget (on BEAM's 1M
-    development chats 3 and 4 a summary question's key phrases rose from 1.24x to 1.33x chunked BM25's; the
-    other questions, recalled as before, are unchanged). Never past recall's limit of 1,000 (nor below ``k``)."""
-    return max(k, min(1000, k * SUMMARY_WIDER)) if SUMMARY.search(question) else k
-
-
 def asks(question: str) -> frozenset[str]:
     """What kinds of answer ``question`` asks for: ``figure``, ``date``, ``name``, ``list`` (none, any, several)."""
     return frozenset(kind for kind, pattern in _ASKS if pattern.search(question))

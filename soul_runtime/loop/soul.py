@@ -43,7 +43,7 @@ from soul_runtime.loop.decide import (
     windows,
 )
 from soul_runtime.loop.fit import fit_request
-from soul_runtime.loop.rerank import model_reordered, model_request, recall_count
+from soul_runtime.loop.rerank import model_reordered, model_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import usage_report
 from soul_runtime.loop.units import message_requests
@@ -316,7 +316,7 @@ class Soul:
         timings["buffer_read"] = (clock() - t0) * 1000
 
         t0 = clock()
-        recalled = yield MEMORY.recall(text, recall_count(text, tc.recall_k), at=now)
+        recalled = yield MEMORY.recall(text, tc.recall_k, at=now)
         timings["recall"] = (clock() - t0) * 1000
         reread: list[tuple[str, str, Usage]] = []
         if tc.model_rerank and len(recalled) > 1:  # a configured model re-orders the candidates: one bounded call
