@@ -132,9 +132,14 @@ class Baselines:
         return out
 
 
+ASKER = "user"
+"""Who asks the probing questions: the chat's user (its messages' speaker), as in a turn."""
+
+
 def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True) -> Lines:
-    """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources."""
-    return packed(items, budget, now, question, rerank)
+    """What a turn would show of ``items`` at ``budget`` tokens when the chat's user asks: the lines and their
+    sources."""
+    return packed(items, budget, now, question, rerank, ASKER)
 
 
 def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
