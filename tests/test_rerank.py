@@ -149,3 +149,18 @@ def test_a_turn_with_the_model_stage_on_makes_one_bounded_call_through_the_sdk_b
         assert "Passages:" not in json.dumps(api.requests[0].body)
         soul.close()
         mem.close()
+
+
+def test_a_question_over_time_lifts_what_the_asker_said_and_a_precise_one_does_not() -> None:
+    said = [RecalledItem("episodic", f"ep-{i}", t, 0.66 if i == 0 else 0.6, (f"m{i}",), AT, actor)
+            for i, (t, actor) in enumerate([
+                ("Indexes on the captions database make its queries faster over time; here is how.", "assistant"),
+                ("I moved the captions table to DynamoDB and set up a nightly ETL job.", "ana"),
+                ("Materialized views help when the same aggregate is read often.", "assistant")])]
+    spanning = "How did my work on the captions database evolve over time?"
+    assert order(said, spanning)[0] != "ep-1"  # without the asker, read by its words only
+    assert [it.id for it in rerank(said, spanning, asker="ana")][0] == "ep-1"
+    assert [it.id for it in rerank(said, spanning, asker="lee")] == order(said, spanning)  # lee said none
+    precise = "Which table did I move to DynamoDB?"
+    assert [it.id for it in rerank(said, precise, asker="ana")] == order(said, precise)
+    assert [it.id for it in rerank(said, spanning, RerankWeights(asker=0.0), asker="ana")] == order(said, spanning)

@@ -2,10 +2,12 @@
 
 ``python -m soul_runtime.bench.rerank_fit /path/to/BEAM/chats/1M --chats 3,4`` observes each chat (as
 ``soul bench beam`` does), recalls every question once, then packs the same candidates under every weight set of
-the grid at 1,000 tokens and prints evidence and key-phrase recall beside chunked BM25's. The shipped weights
+the grid at 1,000 tokens (asked by the chat's user) and prints evidence and key-phrase recall beside chunked
+BM25's. The shipped weights
 were chosen from this grid on BEAM's 1M chats 3 and 4 (development data: BEAM, read and tuned against); of the
 settings that lift key phrases there, the one kept is the one that also keeps LoCoMo's answer and evidence
-recall over their floors (LoCoMo, CC BY-NC, was only checked against those floors, never fitted to).
+recall over their floors (LoCoMo, CC BY-NC, was only checked against those floors, never fitted to). The
+asker's weight (0.4) was set with the others fixed, on chats 3, 4 and then 10, 31, 32 (``--chats 10,31,32``).
 
 ``--widths`` instead recalls each question that asks for a summary (:data:`SUMMARY`) at 1, 2 and 3 times
 ``recall_k`` and packs it as a turn does (the shipped weights): the key-phrase recall of those questions and of
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from soul_runtime.bench.beam import ASK_AFTER, evidence_recall, ingest, key_phrase_recall
+from soul_runtime.bench.beam import ASK_AFTER, ASKER, evidence_recall, ingest, key_phrase_recall
 from soul_runtime.bench.beam_data import Chat, load
 from soul_runtime.bench.locomo import BM25, take_within
 from soul_runtime.bench.longchat import chunks
@@ -39,7 +41,7 @@ from soul_runtime.models.choice import make_model
 from soul_runtime.records import RecalledItem
 
 GRID = {"relation": (0.0, 0.6, 0.9), "answer_type": (0.0, 0.1, 0.3), "position": (0.0, 0.3),
-        "breadth": (0.0, 0.3, 0.8, 1.2)}
+        "breadth": (0.0, 0.3, 0.8, 1.2), "asker": (0.0, 0.2, 0.4, 0.8)}
 BUDGET = 1000
 SUMMARY = re.compile(r"\b(?:summar\w*|overview|recap)\b", re.I)
 """A question that asks for a summary (what ``--widths`` recalls more candidates for)."""
@@ -85,7 +87,7 @@ def fit(chats: Sequence[Chat], workdir: Path, kept: bool = False) -> list[dict[s
         ev, kp, bev, bkp = [], [], [], []
         for chat, now, items, base in recalled:
             for q, its, (be, bk) in zip(chat.questions, items, base, strict=True):
-                lines = [(line, it.sources) for it, line in pack_memory(its, BUDGET, now, q.question, w)]
+                lines = [(line, it.sources) for it, line in pack_memory(its, BUDGET, now, q.question, w, ASKER)]
                 if (e := evidence_recall(q, lines)) is not None and be is not None:
                     ev.append(e)
                     bev.append(be)
