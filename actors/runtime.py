@@ -16,10 +16,19 @@ from typing import Any, TypeVar
 from soul_runtime import soul_args, telemetry
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError
-from soul_runtime.memory.digest import Digest
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
-from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import (
+    LAYERS,
+    Digest,
+    Episode,
+    Fact,
+    FactVersion,
+    Procedure,
+    RecalledItem,
+    TurnResult,
+    TurnTrace,
+)
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 

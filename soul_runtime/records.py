@@ -313,3 +313,18 @@ def request_from_plain(d: dict[str, Any]) -> WriteRequest:
                         extraction=extraction_from_plain(d["extraction"]), session=d.get("session", ""),
                         session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""),
                         epoch=int(d.get("epoch", 0)), vector_text=d.get("vector_text", ""))
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A derived memory: its kind (``session`` or ``span``), the sessions it covers, its text, the episodes it
+    was written from, the sources of what it quotes, its time span and a fingerprint of its episodes' texts."""
+
+    kind: str
+    sessions: tuple[str, ...]
+    text: str
+    episodes: tuple[str, ...]
+    sources: tuple[str, ...]
+    first_at: float
+    last_at: float
+    fingerprint: str

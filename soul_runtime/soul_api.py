@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from soul_runtime.memory.digest import Digest
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import Digest, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 
 T = TypeVar("T")
 

@@ -15,8 +15,7 @@ import httpx
 from soul_runtime import soul_args
 from soul_runtime.clock import to_timestamp
 from soul_runtime.errors import ConfigError, NotFound
-from soul_runtime.memory.digest import Digest
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import Digest, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from soul_runtime import errors
-from soul_runtime.memory.digest import Digest
-from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import (
+    Digest,
+    Episode,
+    Fact,
+    FactVersion,
+    MemoryWrite,
+    Procedure,
+    RecalledItem,
+    TurnResult,
+    TurnTrace,
+)
 
 
 def turn_result(d: dict[str, Any]) -> TurnResult:

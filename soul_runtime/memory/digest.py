@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from soul_runtime.records import Digest
 from soul_runtime.text import segments, terms
 from soul_runtime.timeref import day_text
 
@@ -59,21 +60,6 @@ class Said:
     at: float
     text: str
     sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Digest:
-    """A derived memory: its kind (``session`` or ``span``), the sessions it covers, its text, the episodes it
-    was written from, the sources of what it quotes, its time span and a fingerprint of its episodes' texts."""
-
-    kind: str
-    sessions: tuple[str, ...]
-    text: str
-    episodes: tuple[str, ...]
-    sources: tuple[str, ...]
-    first_at: float
-    last_at: float
-    fingerprint: str
 
 
 def fingerprint(said: Sequence[Said], common: Iterable[str] = ()) -> str:
