@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from soul_runtime import errors
-from soul_runtime.records import (
-    Digest,
-    Episode,
-    Fact,
-    FactVersion,
-    MemoryWrite,
-    Procedure,
-    RecalledItem,
-    TurnResult,
-    TurnTrace,
-)
+from soul_runtime import errors, records
+from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
 
 
 def turn_result(d: dict[str, Any]) -> TurnResult:
@@ -45,8 +35,8 @@ def episode(d: dict[str, Any]) -> Episode:
     return Episode(**{**d, "sources": tuple(d["sources"]), "entities": tuple(d["entities"]), "tags": tuple(d["tags"])})
 
 
-def digest(d: dict[str, Any]) -> Digest:
-    return Digest(**{**d, "sessions": tuple(d["sessions"]), "episodes": tuple(d["episodes"]),
+def digest(d: dict[str, Any]) -> records.Digest:
+    return records.Digest(**{**d, "sessions": tuple(d["sessions"]), "episodes": tuple(d["episodes"]),
                      "sources": tuple(d["sources"])})
 
 
