@@ -337,7 +337,7 @@ class LayerShard(ActorBase):
     def read(self, soul_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Read-only calls: facts, history, procedures, episodes, stats, task_classes."""
         if method not in {"facts", "history", "procedures", "episodes", "stats", "task_classes", "export",
-                          "is_empty"}:
+                          "is_empty", "current_digests"}:
             raise AttributeError(method)
         if method not in ("is_empty", "task_classes") and self._absent(soul_id):
             require_known(self.data_dir, soul_id)  # a reader's read of a soul nobody wrote creates nothing

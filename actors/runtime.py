@@ -18,7 +18,17 @@ from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
-from soul_runtime.records import LAYERS, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import (
+    LAYERS,
+    Digest,
+    Episode,
+    Fact,
+    FactVersion,
+    Procedure,
+    RecalledItem,
+    TurnResult,
+    TurnTrace,
+)
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 
 if TYPE_CHECKING:
@@ -236,6 +246,9 @@ class _Plans:
     def episodes(self, since: Any, until: Any, session: str | None, sessions_ago: int | None) -> Plan[list[Episode]]:
         return Plan(self._read("episodic", "episodes", **soul_args.episodes(since, until, session, sessions_ago)),
                     list)
+
+    def digests(self) -> Plan[list[Digest]]:
+        return Plan(self._read("episodic", "current_digests"), list)
 
     def stats(self) -> Plan[dict[str, Any]]:
         refs = [self._read(s.value, "stats") for s in LAYERS] + [self._owner("usage")]

@@ -116,12 +116,16 @@ class TurnConfig:
     """The longest message (characters) a turn or `observe` accepts; a long one is stored as units."""
     trace_keep: int = 10_000
     """Traces kept per soul (oldest dropped first)."""
+    model_rerank: int = 0
+    """1: before packing, the configured model re-orders the first recalled candidates in one call of bounded
+    tokens (:func:`soul_runtime.loop.rerank.model_request`; for a real model, off by default); 0: off."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
             _check(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{f.name} must be an int >= 0, got {v!r}")
         _check(self.context_tokens > self.reply_tokens + 64, "context_tokens must exceed reply_tokens + 64")
+        _check(self.model_rerank in (0, 1), f"model_rerank must be 0 or 1, got {self.model_rerank!r}")
         _check(self.memory_tokens < self.context_tokens, "memory_tokens must be below context_tokens")
         _check(self.recall_k >= 1, "recall_k must be >= 1")
         _check(self.observe_window >= 1 and self.observe_window_tokens >= 1,

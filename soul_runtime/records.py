@@ -138,14 +138,17 @@ class RecalledItem:
     score: float
     sources: tuple[str, ...]
     at: float = 0.0
+    actor: str = ""
+    """Who said it, for an episode (its speaker); empty for a fact, a procedure or a digest."""
 
     def to_dict(self) -> dict[str, Any]:  # by hand: dataclasses.asdict recurses and copies (a turn has ~60)
         return {"store": self.store, "id": self.id, "text": self.text, "score": self.score,
-                "sources": list(self.sources), "at": self.at}
+                "sources": list(self.sources), "at": self.at, "actor": self.actor}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecalledItem:
-        return cls(d["store"], d["id"], d["text"], float(d["score"]), tuple(d["sources"]), float(d.get("at", 0.0)))
+        return cls(d["store"], d["id"], d["text"], float(d["score"]), tuple(d["sources"]), float(d.get("at", 0.0)),
+                   str(d.get("actor", "")))
 
 
 # ---- what the extractor hands to the write policies -------------------------
@@ -310,3 +313,18 @@ def request_from_plain(d: dict[str, Any]) -> WriteRequest:
                         extraction=extraction_from_plain(d["extraction"]), session=d.get("session", ""),
                         session_index=int(d.get("session_index", 0)), key_context=d.get("key_context", ""),
                         epoch=int(d.get("epoch", 0)), vector_text=d.get("vector_text", ""))
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A derived memory: its kind (``session`` or ``span``), the sessions it covers, its text, the episodes it
+    was written from, the sources of what it quotes, its time span and a fingerprint of its episodes' texts."""
+
+    kind: str
+    sessions: tuple[str, ...]
+    text: str
+    episodes: tuple[str, ...]
+    sources: tuple[str, ...]
+    first_at: float
+    last_at: float
+    fingerprint: str

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import Digest, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 
 T = TypeVar("T")
 R = TypeVar("R", bound="RuntimeApi")
@@ -48,6 +48,8 @@ class Plans(Protocol):
 
     def episodes(self, since: Any, until: Any, session: str | None, sessions_ago: int | None
                  ) -> Plan[list[Episode]]: ...
+
+    def digests(self) -> Plan[list[Digest]]: ...
 
     def trace(self, turn_id: str) -> Plan[TurnTrace]: ...
 
@@ -107,6 +109,11 @@ class SoulApi:
     def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
                  sessions_ago: int | None = None) -> list[Episode]:
         return self._run(self._p.episodes(since, until, session, sessions_ago))
+
+    def digests(self) -> list[Digest]:
+        """The consolidated memory, brought up to date with the episodes first: each digest of a session or a span
+        of sessions with its provenance (the episodes it was written from and the sources of what it quotes)."""
+        return self._run(self._p.digests())
 
     def trace(self, turn_id: str) -> TurnTrace:
         """One turn's trace by its id."""
@@ -176,6 +183,10 @@ class AsyncSoulApi:
     async def episodes(self, since: Any = None, until: Any = None, session: str | None = None,
                        sessions_ago: int | None = None) -> list[Episode]:
         return await self._run(self._p.episodes(since, until, session, sessions_ago))
+
+    async def digests(self) -> list[Digest]:
+        """See :meth:`SoulApi.digests`."""
+        return await self._run(self._p.digests())
 
     async def trace(self, turn_id: str) -> TurnTrace:
         """See :meth:`SoulApi.trace`."""

@@ -64,3 +64,20 @@ def test_credit_is_for_the_sources_and_words_shown() -> None:
 def test_a_folder_without_chats_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput):
         load(tmp_path)
+
+
+def test_a_chat_observed_into_kept_stores_is_scored_again_without_observing_it(tmp_path: Path) -> None:
+    from soul_apps.bench.beam import run
+    data, stores = _chat(tmp_path / "data" / "3").parent, tmp_path / "stores"
+    first = run(data, (1000,), stores=stores, ablation=True)
+    assert (stores / "3.chunks.npz").is_file()  # the dense baseline's vectors, kept for the next run
+    again = run(data, (1000,), stores=stores, ablation=True)
+    was, now = first["details"]["per_chat"][0], again["details"]["per_chat"][0]
+    assert not was["observed_by_an_earlier_run"] and now["observed_by_an_earlier_run"]
+    assert now["episodes"] == was["episodes"] > 0  # not observed twice
+    assert now["ingest_s"] == was["ingest_s"]  # the earlier run's figure, marked so
+    assert again["systems"] == first["systems"]  # the same souls and baselines, scored the same way (ablations too)
+    (stores / "3.observed.json").write_text(json.dumps({"ingest_s": 1.0, "messages": 99}))  # not this chat's
+    lexical = run(data, (1000,), stores=stores, dense=False)
+    assert not lexical["details"]["per_chat"][0]["observed_by_an_earlier_run"]
+    assert "dense_chunks" not in lexical["systems"] and lexical["systems"]["bm25_chunks"] == first["systems"]["bm25_chunks"]

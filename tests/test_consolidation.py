@@ -82,6 +82,28 @@ def test_digests_are_rewritten_only_when_their_episodes_change(tmp_path: Path) -
     mem.close()
 
 
+S3 = ["The ingestion service and the finance dashboard both read the order events from the warehouse.",
+      "I decided the finance team gets a daily export of the order events from the ingestion service."]
+
+
+def test_the_digests_are_the_same_whenever_consolidation_ran(tmp_path: Path) -> None:
+    """A third session makes words common to most sessions (left out of a digest's head): the digests consolidated
+    after every session are those consolidated once at the end."""
+    sessions = [("s1", S1, "2026-03-02T10:00"), ("s2", S2, "2026-03-09T10:00"), ("s3", S3, "2026-03-16T10:00")]
+    got = []
+    for every, d in ((True, tmp_path / "every"), (False, tmp_path / "once")):
+        soul, mem = make(d)
+        for name, lines, at in sessions:
+            soul.observe(said(name, lines, 0), at=at, session=name)
+            if every:
+                mem.consolidate(LATER)
+        mem.consolidate(LATER)
+        got.append(mem.digests())
+        soul.close()
+        mem.close()
+    assert len(got[0]) == 4 and got[0] == got[1]
+
+
 def test_a_forget_erases_the_digests_quoting_it_and_no_byte_is_left(tmp_path: Path) -> None:
     soul, mem = observed(tmp_path)
     mem.consolidate(LATER)

@@ -14,7 +14,7 @@ from soul_runtime.http_client.runtime import AsyncHttpSoulHandle, HttpSoulHandle
 from soul_runtime.http_client.runtime import _Plans as HttpPlans
 from soul_runtime.soul_api import AsyncSoulApi, Plans, SoulApi
 
-EXPECTED = {"turn", "observe", "recall", "facts", "fact_history", "procedures", "episodes", "trace", "traces",
+EXPECTED = {"turn", "observe", "recall", "facts", "fact_history", "procedures", "episodes", "digests", "trace", "traces",
             "forget", "forget_where", "stats", "export", "import_"}
 
 

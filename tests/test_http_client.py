@@ -126,6 +126,9 @@ def test_the_same_scenario_gives_the_same_answers_over_ray_and_over_http(http: H
     _both(ray, web, lambda h: h.episodes(since=day2, until=day2 + 86400))
     _both(ray, web, lambda h: h.episodes(session="standup"))
     _both(ray, web, lambda h: h.episodes(sessions_ago=1))
+    digests = _both(ray, web, lambda h: h.digests())  # brought up to date, with their provenance
+    [standup] = [d for d in digests if d.kind == "session" and d.sessions == ("standup",)]
+    assert "eu-west-1" in standup.text and set(standup.episodes) <= {e.id for e in episodes} and standup.sources
     later = SCENARIO[-1].date.timestamp() + 7200
     assert _both(ray, web, lambda h: h.recall("Which Postgres does Tendril run?", k=5, at=later))
     _both(ray, web, lambda h: h.recall("postmortem steps", 3, later, ["procedural", "semantic"]))

@@ -231,6 +231,14 @@ def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
         page.locator("table.packed").wait_for()
         assert page.locator("table.packed tr.shown").count() >= 1 and page.locator("table.packed tr.cut").count() >= 1
 
+        # the digests, brought up to date as the page reads them: the standup session's names the observed
+        # episode it was written from and the message it quotes
+        page.get_by_role("link", name="Digests").click()
+        standup = page.locator("li.digest[data-kind='session']", has_text="standup")
+        standup.wait_for()
+        assert "latency spike" in standup.inner_text() and "standup-7" in standup.inner_text()
+        assert standup.locator("ul.episodes-of code").all_inner_texts() == [ep]
+
         # forget the observed episode: Escape cancels; confirming deletes it through POST /forget
         page.get_by_role("link", name="Timeline").click()
         forget = page.get_by_role("button", name=f"Forget episode {ep}")
@@ -244,6 +252,10 @@ def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
         page.get_by_role("status").filter(has_text=f"Forgot {ep}").wait_for()
         item.wait_for(state="detached")
         assert ep not in {e["id"] for e in srv.client("acme").get(f"/v1/souls/{maya}/episodes").json()["episodes"]}
+        page.get_by_role("link", name="Digests").click()  # no digest names it or quotes it any more
+        page.locator("#h-digests").wait_for()
+        page.wait_for_load_state("networkidle")
+        assert "latency spike" not in page.locator("main").inner_text() and page.locator(f"code:text-is('{ep}')").count() == 0
 
         # erase a soul: only once its id is typed
         page.goto(f"{srv.url}/ui/#/souls/{scratch}/erase")
@@ -280,7 +292,8 @@ def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
         sign_in(page, srv.url, srv.keys["beta"])
         page.get_by_role("link", name=other).wait_for()
         assert page.get_by_role("link", name=maya).count() == 0 and maya not in page.content()
-        for tab, ready in (("timeline", "#h-timeline"), ("facts", "#h-facts"), (f"turns/{seq}", "#h-turn")):
+        for tab, ready in (("timeline", "#h-timeline"), ("digests", "#h-digests"), ("facts", "#h-facts"),
+                           (f"turns/{seq}", "#h-turn")):
             page.goto(f"{srv.url}/ui/#/souls/{maya}/{tab}")
             page.locator(ready).wait_for()
             page.wait_for_load_state("networkidle")

@@ -20,11 +20,12 @@ LABELS = {"soul_recall_order": "soul: recall's order, no digests", "soul_rerank_
           "soul_digests_only": "soul: digests, recall's order"}
 
 
-def packed(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True
-           ) -> list[tuple[str, tuple[str, ...]]]:
-    """What a turn would show of ``items`` at ``budget`` tokens, as (line, sources); ``rerank`` False: packed in
-    recall's order."""
-    return [(line, it.sources) for it, line in pack_memory(items, budget, now, question, DEFAULT if rerank else OFF)]
+def packed(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True,
+           asker: str = "") -> list[tuple[str, tuple[str, ...]]]:
+    """What a turn would show of ``items`` at ``budget`` tokens when ``asker`` asks ``question``, as (line,
+    sources); ``rerank`` False: packed in recall's order."""
+    return [(line, it.sources) for it, line in pack_memory(items, budget, now, question, DEFAULT if rerank else OFF,
+                                                           asker)]
 
 
 def variants(after: Sequence[RecalledItem], before: Sequence[RecalledItem] | None

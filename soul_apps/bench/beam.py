@@ -16,10 +16,13 @@ messages refused, packings that failed, ingest rate, recall latency and the proc
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,26 +99,48 @@ class Tally:
 class Baselines:
     """The plain retrievers over one chat's raw messages: BM25 over messages and over chunks, dense over chunks."""
 
-    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128) -> None:
+    def __init__(self, chat: Chat, embedder: Embedder, batch: int = 128, cache: Path | None = None,
+                 dense: bool = True) -> None:
+        """``cache``: a file that keeps the chunks' vectors for the next run (read when it holds this chat's chunks
+        embedded by this embedder); ``dense`` False: the lexical baselines only (no chunk is embedded)."""
         msgs = chat.messages
         self.raw = [(f"{m['speaker']}: {m['text']}", (m["id"],)) for m in msgs]
         self.pieces = [(f"{m['speaker']}: {c}", (m["id"],)) for m in msgs for c in chunks(m["text"])]
         self.bm_msg, self.bm_chunk = BM25([t for t, _ in self.raw]), BM25([t for t, _ in self.pieces])
         self.embedder = embedder
         texts = [t for t, _ in self.pieces]
+        self.vectors: np.ndarray | None = None
+        if not dense:
+            return
+        key = hashlib.blake2b("\0".join([embedder.embedder_id, *texts]).encode(), digest_size=16).hexdigest()
+        if cache is not None and cache.exists():
+            with np.load(cache) as kept:
+                if str(kept["key"]) == key:
+                    self.vectors = kept["vectors"]
+                    return
         self.vectors = np.vstack([embedder.embed(texts[i:i + batch]) for i in range(0, len(texts), batch)]) \
             if texts else np.zeros((0, embedder.dim), np.float32)
+        if cache is not None:
+            with cache.open("wb") as f:
+                np.savez(f, key=np.array(key), vectors=self.vectors)
 
     def ranked(self, question: str) -> dict[str, Lines]:
-        qv = self.embedder.embed([question])[0]
-        return {"bm25_messages": [self.raw[i] for i in np.argsort(-self.bm_msg.scores(question), kind="stable")],
-                "bm25_chunks": [self.pieces[i] for i in np.argsort(-self.bm_chunk.scores(question), kind="stable")],
-                "dense_chunks": [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]}
+        out: dict[str, Lines] = {"bm25_messages": [self.raw[i] for i in np.argsort(-self.bm_msg.scores(question), kind="stable")],
+               "bm25_chunks": [self.pieces[i] for i in np.argsort(-self.bm_chunk.scores(question), kind="stable")]}
+        if self.vectors is not None:
+            qv = self.embedder.embed([question])[0]
+            out["dense_chunks"] = [self.pieces[i] for i in np.argsort(-(self.vectors @ qv), kind="stable")]
+        return out
+
+
+ASKER = "user"
+"""Who asks the probing questions: the chat's user (its messages' speaker), as in a turn."""
 
 
 def shown(items: Sequence[RecalledItem], budget: int, now: float, question: str, rerank: bool = True) -> Lines:
-    """What a turn would show of ``items`` at ``budget`` tokens: the lines and their sources."""
-    return packed(items, budget, now, question, rerank)
+    """What a turn would show of ``items`` at ``budget`` tokens when the chat's user asks: the lines and their
+    sources."""
+    return packed(items, budget, now, question, rerank, ASKER)
 
 
 def score_chat(chat: Chat, recall: Callable[[str, float], Sequence[RecalledItem]], tally: Tally,
@@ -165,18 +190,19 @@ def ingest(chat: Chat, soul: Soul, refused: list[str], progress: Callable[[str, 
 def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedder: Embedder | None = None,
         progress: Callable[[str, int, int], None] | None = None, workdir: str | None = None,
         config: MemoryConfig | None = None, turn: TurnConfig | None = None, limit: int | None = None,
-        chats: Sequence[str] | None = None, baselines: bool = True, consolidate: bool = True,
-        ablation: bool = False) -> dict[str, Any]:
+        chats: Sequence[str] | None = None, baselines: bool = True, dense: bool = True, consolidate: bool = True,
+        ablation: bool = False, stores: str | Path | None = None) -> dict[str, Any]:
     """Every system at every budget on the BEAM chats under ``data`` (``chats``: only these chat ids). After a
     chat is observed its memory is consolidated (``consolidate``; timed apart from ingest); ``ablation``: the
     soul's parts are also scored apart (:mod:`soul_apps.bench.ablation`), recall asked before and after
-    consolidation."""
+    consolidation. ``stores``: keep each chat's soul under ``stores/<chat>``; a chat an earlier run observed there
+    to the end (:data:`OBSERVED`) is not observed again: its ingest figures are that run's, marked so."""
     embedder = embedder or default_embedder()
     turn = turn or TurnConfig()
     model = make_model("offline")
     budgets = sorted(set(budgets))
     tally = Tally()
-    root = Path(workdir or tempfile.mkdtemp(prefix="beam-"))
+    root = Path(stores or workdir or tempfile.mkdtemp(prefix="beam-"))
     loaded = [c for c in load(data) if not chats or c.chat_id in chats][:limit]
     per_chat: list[dict[str, Any]] = []
     refused: list[str] = []
@@ -184,9 +210,17 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
     ingest_s = 0.0
     n_msgs = n_chars = 0
     for chat in loaded:
+        built = _observed(root, chat) if stores else None
+        before_mem = None
+        if built is not None and ablation:  # digests are there already: recall "before" them with none offered
+            before_mem = SoulMemory(root / chat.chat_id, embedder=embedder,
+                                    config=replace(config or MemoryConfig(), digests_recalled=0))
         mem = SoulMemory(root / chat.chat_id, embedder=embedder, config=config)
         soul = Soul(f"beam-{chat.chat_id}", root / chat.chat_id, memory=mem, model=model)
-        took = ingest(chat, soul, refused, progress)
+        took = ingest(chat, soul, refused, progress) if built is None else float(built["ingest_s"])
+        if built is None and stores:
+            (root / f"{chat.chat_id}{OBSERVED}").write_text(json.dumps({"ingest_s": took,
+                                                                        "messages": len(chat.messages)}))
         ingest_s += took
         n_msgs += len(chat.messages)
         n_chars += chat.chars
@@ -200,17 +234,21 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
             before = []
             for q in chat.questions:
                 t1 = time.perf_counter()
-                before.append(recall(q.question, asked))
+                before.append(recall(q.question, asked, before_mem or mem))
                 before_ms.append((time.perf_counter() - t1) * 1000)
+            if before_mem is not None:
+                before_mem.close()
         t1 = time.perf_counter()
         done = mem.consolidate(asked) if consolidate else {}
         consolidate_s = time.perf_counter() - t1
-        base = Baselines(chat, embedder) if baselines else None
+        base = Baselines(chat, embedder, cache=root / f"{chat.chat_id}.chunks.npz" if stores else None,
+                         dense=dense) if baselines else None
         recall_ms = score_chat(chat, recall, tally, budgets, base, failures, progress, before)
         st = mem.stats()
         per_chat.append({"chat": chat.chat_id, "messages": len(chat.messages), "chars": chat.chars,
                          "questions": len(chat.questions), "ingest_s": round(took, 2),
                          "messages_per_s": round(len(chat.messages) / took, 2), "rss_mib": rss, "rss_peak_mib": peak,
+                         "observed_by_an_earlier_run": built is not None,
                          "episodes": st["episodes"], "facts": st["facts"],
                          "recall_p50_ms": round(statistics.median(recall_ms), 2) if recall_ms else None,
                          "recall_p50_ms_before_digests": round(statistics.median(before_ms), 2) if before_ms else None,
@@ -228,6 +266,19 @@ def run(data: str | Path, budgets: Sequence[int] = (500, 1000, 2000), *, embedde
                       "rss_peak_mib": max((c["rss_peak_mib"] for c in per_chat), default=None),
                       "embedder": embedder.embedder_id, "model": model.label, "per_chat": per_chat}
     return res
+
+
+OBSERVED = ".observed.json"
+"""``<stores>/<chat>.observed.json``: the chat was observed to the end there (its ingest seconds, its messages)."""
+
+
+def _observed(root: Path, chat: Chat) -> dict[str, Any] | None:
+    """What an earlier run wrote when it had observed ``chat`` to the end under ``root`` (None: not observed)."""
+    mark = root / f"{chat.chat_id}{OBSERVED}"
+    if not mark.exists() or not (root / chat.chat_id).is_dir():
+        return None
+    got: dict[str, Any] = json.loads(mark.read_text())
+    return got if got.get("messages") == len(chat.messages) else None
 
 
 def _stored_bytes(directory: Path) -> int:

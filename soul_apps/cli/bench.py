@@ -200,8 +200,8 @@ def cmd_beam(ctx: Ctx) -> int:
     use_storage(args.storage)
     with working(out, "loading the embedder") as progress:
         res = bench_beam.run(args.data, args.budget, progress=progress, limit=args.limit,
-                             chats=args.chats or None, baselines=not args.no_baselines,
-                             ablation=args.ablation)
+                             chats=args.chats or None, baselines=not args.no_baselines, dense=not args.no_dense,
+                             ablation=args.ablation, stores=args.stores)
     budgets = [str(b) for b in res["budgets"]]
     systems = [s for s in bench_beam.SYSTEMS if s in res["systems"]]
     table = Table(title="BEAM chats: evidence recall / key-phrase recall of the lines shown (same run)")
@@ -643,8 +643,12 @@ def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                     help="only these chat directories, comma-separated (like 3,4)")
     bm.add_argument("--limit", type=int, default=None, help="only the first N chats")
     bm.add_argument("--no-baselines", action="store_true", help="the soul only (the baselines embed every chunk)")
+    bm.add_argument("--no-dense", action="store_true", help="the lexical baselines only (no chunk embedded)")
     bm.add_argument("--ablation", action="store_true", help="also score the soul without its re-ranker, without "
                                                              "its digests and without both, on the same stores")
+    bm.add_argument("--stores", metavar="DIR", default=None,
+                    help="keep each chat's soul in DIR/<chat>; a chat an earlier run observed there to the end is "
+                         "not observed again (its ingest figures are that run's, marked so)")
     bm.add_argument("--json", metavar="FILE")
     bm.add_argument("--plot", metavar="PNG")
     bm.set_defaults(bench_fn=cmd_beam)

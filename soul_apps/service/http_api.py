@@ -336,6 +336,13 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
         s = await backend.souls(request)
         return {"episodes": await s.episodes(soul_id, seconds(since), seconds(until), session, sessions_ago)}
 
+    @app.get(v1 + "/{soul_id}/digests", tags=["souls"])
+    async def digests(soul_id: SoulId, request: Request) -> dict[str, list[Any]]:
+        """The consolidated memory (digests of sessions and spans of sessions), brought up to date first, each with
+        the episodes it was written from and the sources of what it quotes."""
+        s = await backend.souls(request)
+        return {"digests": await s.digests(soul_id)}
+
     @app.get(v1 + "/{soul_id}/procedures", tags=["souls"])
     async def procedures(soul_id: SoulId, request: Request, task: Annotated[Name | None, Query()] = None
                          ) -> dict[str, list[Any]]:

@@ -165,6 +165,9 @@ class TenantSouls:
         got = await self._h(soul_id).episodes(since=since, until=until, session=session, sessions_ago=sessions_ago)
         return list(self.out(list(got)))
 
+    async def digests(self, soul_id: str) -> list[Any]:
+        return list(self.out(list(await self._h(soul_id).digests())))
+
     async def procedures(self, soul_id: str, task_class: str | None = None) -> list[Any]:
         return list(self.out(list(await self._h(soul_id).procedures(task_class))))
 

@@ -15,7 +15,7 @@ import httpx
 from soul_runtime import soul_args
 from soul_runtime.clock import to_timestamp
 from soul_runtime.errors import ConfigError, NotFound
-from soul_runtime.records import Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
+from soul_runtime.records import Digest, Episode, Fact, FactVersion, Procedure, RecalledItem, TurnResult, TurnTrace
 from soul_runtime.soul_api import AsyncSoulApi, Plan, SoulApi
 from soul_runtime.text import check_id
 
@@ -83,6 +83,9 @@ class _Plans:
         params = [p for name, value in args.items() for p in _param(name, value)]
         return Plan(Call("GET", self.base + "/episodes", params=params),
                     lambda d: [wire.episode(e) for e in d["episodes"]])
+
+    def digests(self) -> Plan[list[Digest]]:
+        return Plan(Call("GET", self.base + "/digests"), lambda d: [wire.digest(g) for g in d["digests"]])
 
     def trace(self, turn_id: str) -> Plan[TurnTrace]:
         soul, _, seq = str(turn_id).rpartition("/")

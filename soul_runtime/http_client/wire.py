@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from soul_runtime import errors
+from soul_runtime import errors, records
 from soul_runtime.records import Episode, Fact, FactVersion, MemoryWrite, Procedure, RecalledItem, TurnResult, TurnTrace
 
 
@@ -33,6 +33,11 @@ def fact(d: dict[str, Any]) -> Fact:
 
 def episode(d: dict[str, Any]) -> Episode:
     return Episode(**{**d, "sources": tuple(d["sources"]), "entities": tuple(d["entities"]), "tags": tuple(d["tags"])})
+
+
+def digest(d: dict[str, Any]) -> records.Digest:
+    return records.Digest(**{**d, "sessions": tuple(d["sessions"]), "episodes": tuple(d["episodes"]),
+                     "sources": tuple(d["sources"])})
 
 
 def procedure(d: dict[str, Any]) -> Procedure:

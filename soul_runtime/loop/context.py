@@ -145,7 +145,7 @@ def _render(chosen: list[tuple[int, RecalledItem, str, str]]) -> list[tuple[Reca
 
 
 def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = "",
-                rerank_weights: RerankWeights = RERANK) -> list[tuple[RecalledItem, str]]:
+                rerank_weights: RerankWeights = RERANK, asker: str = "") -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the line, at least MIN_LINE_TOKENS), returned with their lines: facts
     and procedures first in recall order, then episodes by day (the day of the best first), a day's date written
@@ -155,9 +155,9 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
     are shown by the one that answers best); so is an episode's line that repeats one already chosen
     (:data:`REPEAT`). The candidates are first re-ranked by reading them against ``query``
-    (:mod:`soul_runtime.loop.rerank`; ``rerank_weights`` :data:`~soul_runtime.loop.rerank.OFF` keeps recall's
-    order)."""
-    read = rerank_scores(recalled, query, rerank_weights)
+    (:mod:`soul_runtime.loop.rerank`; ``asker``: who asks ``query``; ``rerank_weights``
+    :data:`~soul_runtime.loop.rerank.OFF` keeps recall's order)."""
+    read = rerank_scores(recalled, query, rerank_weights, asker)
     scores = [it.score for it in recalled] if read is None else read
     if read is not None:  # read against the question: the candidates in their new order, with their new scores
         order = sorted(range(len(recalled)), key=lambda i: (-read[i], i))
@@ -207,7 +207,7 @@ def assemble(*, persona: str, recalled: list[RecalledItem], buffer: ShortTermBuf
     user_t = estimate_tokens(user_text) + 4
     room = cfg.context_tokens - cfg.reply_tokens - system_t - user_t
     mem_budget = max(0, min(cfg.memory_tokens, room))
-    packed = pack_memory(recalled, mem_budget, now, user_text)
+    packed = pack_memory(recalled, mem_budget, now, user_text, asker=user)
     used = [it for it, _ in packed]
     mem_t = sum(line_tokens(line) for _, line in packed)
     window = buffer.window(max(0, room - mem_t))

@@ -12,15 +12,19 @@ module reads each candidate's text and multiplies its score by how well the text
 * **position** — where the first question word sits in the text: early (what the message is about) or deep in a
   long message (said in passing);
 * **breadth** — how many distinct content words the text holds per token it would cost (a line that names many
-  things said answers a question that gathers them better than one that repeats a few).
+  things said answers a question that gathers them better than one that repeats a few);
+* **asker** — for a question that gathers what was said over time (:data:`soul_runtime.memory.digest.SPANNING`),
+  whether the asker said it (the episode's ``actor``): "how did my work on X evolve" is answered in the asker's own
+  words, which name the topics session by session; the other side's long explanations name them less.
 
 Each reading is in [0, 1]; the score becomes ``score * exp(sum(weight * (reading - mean of the candidates)))``,
 scaled so that the best episode keeps recall's best episode score: a candidate is moved only relative to the
 others recalled with it and the scores keep their scale (a stored fact at 0.9 still comes first). The weights (:class:`RerankWeights`) were set on BEAM's 1M development chats
 (``soul_apps/bench/rerank_fit.py`` reproduces the grid and names the data); nothing was fitted to LoCoMo.
 
-An optional model stage (:func:`model_order`) hands the first candidates to a configured model in one call of
-bounded tokens and moves the ones it names first; it is off by default and never runs on the offline path.
+An optional model stage (:func:`model_order`; in a turn when ``TurnConfig.model_rerank`` is 1) hands the first
+candidates to a configured model in one call of bounded tokens and moves the ones it names first; it is off by
+default and never runs on the offline path.
 """
 
 from __future__ import annotations
@@ -51,10 +55,13 @@ class RerankWeights:
     answer_type: float = 0.0
     position: float = 0.0
     breadth: float = 0.3
+    asker: float = 0.4
+    """Set on BEAM's 1M development chats 3, 4 and 10, 31, 32 (``rerank_fit --asker``): key phrases 1.150x ->
+    1.160x and 1.108x -> 1.121x chunked BM25's, event ordering 1.02x -> 1.16x and 1.22x -> 1.41x."""
 
 
 DEFAULT = RerankWeights()
-OFF = RerankWeights(0.0, 0.0, 0.0, 0.0)
+OFF = RerankWeights(0.0, 0.0, 0.0, 0.0, 0.0)
 
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*"
 _DATE = re.compile(rf"\b(?:{_MONTH}\s+\d{{1,2}}|\d{{1,2}}\s+{_MONTH}|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}/\d{{1,2}}"
@@ -133,17 +140,19 @@ def readings(items: Sequence[RecalledItem], question: str) -> list[tuple[float, 
              breadth(it.text)) for it in items]
 
 
-def rerank_scores(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT
+def rerank_scores(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT, asker: str = ""
                   ) -> list[float] | None:
-    """Each of ``items``'s score after reading it against ``question`` (see the module doc); None when reading
-    changes nothing (no question, fewer than two episodes, every weight 0). Facts and procedures keep their
-    scores: they are current and shown first whatever the episodes say."""
-    w = (weights.relation, weights.answer_type, weights.position, weights.breadth)
+    """Each of ``items``'s score after reading it against ``question`` asked by ``asker`` (see the module doc);
+    None when reading changes nothing (no question, fewer than two episodes, every weight 0). Facts and procedures
+    keep their scores: they are current and shown first whatever the episodes say."""
+    said = weights.asker if asker and SPANNING.search(question) else 0.0
+    w = (weights.relation, weights.answer_type, weights.position, weights.breadth, said)
     idx = [i for i, it in enumerate(items) if it.store == "episodic"]
     if not question or len(idx) < 2 or not any(w):
         return None
-    r = readings([items[i] for i in idx], question)
-    means = [sum(x[j] for x in r) / len(r) for j in range(4)]
+    r = [(*x, float(items[i].actor == asker)) for i, x in
+         zip(idx, readings([items[i] for i in idx], question), strict=True)]
+    means = [sum(x[j] for x in r) / len(r) for j in range(5)]
     lifted = [items[i].score * math.exp(sum(wj * (xj - mj) for wj, xj, mj in zip(w, x, means, strict=True)))
               for i, x in zip(idx, r, strict=True)]
     scale = max(items[i].score for i in idx) / max(max(lifted), 1e-12)  # the best episode keeps recall's top score
@@ -153,9 +162,10 @@ def rerank_scores(items: Sequence[RecalledItem], question: str, weights: RerankW
     return out
 
 
-def rerank(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT) -> list[RecalledItem]:
+def rerank(items: Sequence[RecalledItem], question: str, weights: RerankWeights = DEFAULT, asker: str = ""
+           ) -> list[RecalledItem]:
     """``items`` re-scored by :func:`rerank_scores`, best first (as they were when reading changes nothing)."""
-    scores = rerank_scores(items, question, weights)
+    scores = rerank_scores(items, question, weights, asker)
     if scores is None:
         return list(items)
     return [replace(it, score=s) for s, _, it in sorted(zip(scores, range(len(items)), items, strict=True),
@@ -181,9 +191,13 @@ def model_order(items: Sequence[RecalledItem], question: str, ask: Callable[[str
     """``items`` with the ones a model names (``ask(prompt) -> reply``, one call) moved first in its order, each
     given the score of the place it takes; the others keep their order. A reply naming nothing valid changes
     nothing."""
+    return model_reordered(items, ask(model_prompt(items, question)))
+
+
+def model_reordered(items: Sequence[RecalledItem], reply: str) -> list[RecalledItem]:
+    """``items`` reordered by a model's ``reply`` to :func:`model_prompt` (see :func:`model_order`)."""
     head = list(items[:MODEL_CANDIDATES])
-    named = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", ask(model_prompt(head, question)))
-                               if int(n) < len(head)))
+    named = list(dict.fromkeys(int(n) for n in re.findall(r"\d+", reply) if int(n) < len(head)))
     if not named:
         return list(items)
     scores = sorted((it.score for it in head), reverse=True)
@@ -195,12 +209,20 @@ MODEL_REPLY_TOKENS = 60
 """The model stage's reply: a list of numbers."""
 
 
+def _asked(prompt: str) -> ReplyRequest:
+    return ReplyRequest(system="You rank passages for a question. Reply only with passage numbers.",
+                        memory_lines=(), history=(), user_text=prompt, user="rerank", max_tokens=MODEL_REPLY_TOKENS)
+
+
+def model_request(items: Sequence[RecalledItem], question: str) -> ReplyRequest:
+    """The model stage's one call as a request of a configured model's ``reply`` (no memory lines, no history,
+    MODEL_REPLY_TOKENS out): what a turn sends when ``TurnConfig.model_rerank`` is on."""
+    return _asked(model_prompt(items, question))
+
+
 def ask_with(model: LanguageModel) -> Callable[[str], str]:
-    """The model stage's one call through a configured model's ``reply`` (no memory lines, no history,
-    MODEL_REPLY_TOKENS out). The offline model answers nothing useful: the stage is for a real model only."""
+    """The model stage's one call through a configured model's ``reply``. The offline model answers nothing
+    useful: the stage is for a real model only."""
     def ask(prompt: str) -> str:
-        req = ReplyRequest(system="You rank passages for a question. Reply only with passage numbers.",
-                           memory_lines=(), history=(), user_text=prompt, user="rerank",
-                           max_tokens=MODEL_REPLY_TOKENS)
-        return model.reply(req).text
+        return model.reply(_asked(prompt)).text
     return ask

@@ -43,6 +43,7 @@ from soul_runtime.loop.decide import (
     windows,
 )
 from soul_runtime.loop.fit import fit_request
+from soul_runtime.loop.rerank import model_reordered, model_request
 from soul_runtime.loop.soul_state import SoulState
 from soul_runtime.loop.trace import usage_report
 from soul_runtime.loop.units import message_requests
@@ -317,6 +318,16 @@ class Soul:
         t0 = clock()
         recalled = yield MEMORY.recall(text, tc.recall_k, at=now)
         timings["recall"] = (clock() - t0) * 1000
+        reread: list[tuple[str, str, Usage]] = []
+        if tc.model_rerank and len(recalled) > 1:  # a configured model re-orders the candidates: one bounded call
+            t0 = clock()
+            try:
+                got = yield MODEL.reply(model_request(recalled, text))
+                recalled = model_reordered(recalled, got.text)
+                reread.append(("rerank", got.model or self.model.model_id, got.usage))
+            except ModelError:
+                pass  # the candidates keep recall's order: the turn goes on
+            timings["rerank"] = (clock() - t0) * 1000
 
         t0 = clock()
         ctx = assemble(persona=self.cfg.persona, recalled=recalled, buffer=buffer, user_text=text, user=user, cfg=tc,
@@ -334,7 +345,7 @@ class Soul:
                             persona=self.cfg.persona, recalled=tuple(it.text for it in ctx.used),
                             history=buffer.chat(buffer.turns[-tc.history_for_extraction:]),
                             known_facts=_known_facts(ctx.used))
-        usage = usage_report([("reply", answer.model or self.model.model_id, answer.usage)])
+        usage = usage_report([*reread, ("reply", answer.model or self.model.model_id, answer.usage)])
         trace = TurnTrace(turn_id=turn_id, seq=seq, soul_id=self.soul_id, kind="turn", at=now, query=text,
                           request_id=request_id, recalled=ctx.used, persist_reason="memory work in progress",
                           tokens=ctx.tokens, timings_ms=timings, model=self.model.label, usage=usage,

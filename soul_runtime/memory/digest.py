@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from soul_runtime.records import Digest
 from soul_runtime.text import segments, terms
 from soul_runtime.timeref import day_text
 
@@ -61,26 +62,15 @@ class Said:
     sources: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Digest:
-    """A derived memory: its kind (``session`` or ``span``), the sessions it covers, its text, the episodes it
-    was written from, the sources of what it quotes, its time span and a fingerprint of its episodes' texts."""
-
-    kind: str
-    sessions: tuple[str, ...]
-    text: str
-    episodes: tuple[str, ...]
-    sources: tuple[str, ...]
-    first_at: float
-    last_at: float
-    fingerprint: str
-
-
-def fingerprint(said: Sequence[Said]) -> str:
-    """What a digest was written from: its episodes' ids and texts (a changed or erased episode changes it)."""
+def fingerprint(said: Sequence[Said], common: Iterable[str] = ()) -> str:
+    """What a digest was written from: its episodes' ids and texts (a changed or erased episode changes it) and the
+    words said in most sessions, which its head leaves out (``common``: a new session that changes them changes
+    every session's digest, so a digest never depends on when it was written)."""
     h = hashlib.blake2b(digest_size=12)
     for s in said:
         h.update(s.episode.encode() + b"\0" + s.text.encode() + b"\1")
+    for w in sorted(common):
+        h.update(b"\2" + w.encode())
     return h.hexdigest()
 
 
@@ -89,8 +79,8 @@ def topic(said: Sequence[Said], n: int = TOPIC_WORDS, common: frozenset[str] = f
     several), leaving out ``common`` (words said in most sessions name none of them); earliest first among
     equals."""
     counts: Counter[str] = Counter()
-    for s in said:
-        counts.update(text_terms(s.text) - common)
+    for s in said:  # each text's words in the order said: among equals the earliest comes first, in every process
+        counts.update(w for w in dict.fromkeys(terms(s.text)) if w not in common)
     floor = 2 if len(said) > 2 else 1
     return [w for w, c in counts.most_common() if c >= floor and len(w) > 2][:n]
 
@@ -111,7 +101,7 @@ def prose(sentence: str) -> bool:
 def _salience(words: frozenset[str], sentence: str, weight: dict[str, float]) -> float:
     if len(words) < 3 or not prose(sentence):
         return 0.0
-    score = sum(weight.get(w, 0.0) for w in words) / math.sqrt(len(words))
+    score = sum(weight.get(w, 0.0) for w in sorted(words)) / math.sqrt(len(words))  # sorted: the same sum anywhere
     return score * (1.5 if _DECISION.search(sentence) else 1.0) * (1.3 if FIGURE.search(sentence) else 1.0)
 
 

@@ -2,8 +2,9 @@
 table (migration 0009), derived from the episodes they name.
 
 * :meth:`EpisodeDigests.consolidate` is work after the turn (run with retention, :meth:`sweep`, or on its own):
-  a session whose episodes changed since its digest was written (their fingerprint) gets its digest rewritten,
-  and so does every span holding it; a digest whose episodes are all gone is deleted.
+  a session whose episodes (or the words said in most sessions, which a digest's head leaves out) changed since
+  its digest was written (their fingerprint) gets its digest rewritten, and so does every span holding it; a
+  digest whose episodes are all gone is deleted. The digests are the same whenever consolidation ran.
 * A forget deletes every digest that names an erased episode in the same transaction as the episodes (then the
   file is compacted with them: no byte left); the next consolidation writes it again from what is left.
 * Recall offers the digests that share most of a question's words when the question gathers what was said
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from soul_runtime.memory.digest import (
@@ -61,6 +63,11 @@ class EpisodeDigests(EpisodeTable):
                                "FROM digests ORDER BY kind DESC, first_at").fetchall()
         return [_row(r) for r in rows]
 
+    def current_digests(self) -> list[Digest]:
+        """:meth:`digests` after bringing them up to date (:meth:`consolidate`): what a reader is shown."""
+        self.consolidate()
+        return self.digests()
+
     def _said_by_session(self) -> dict[str, list[Said]]:
         out: dict[str, list[Said]] = {}
         for rowid, at, text, sources, session in self.db.execute(
@@ -80,13 +87,15 @@ class EpisodeDigests(EpisodeTable):
         common = common_words(sessions.values())
         for name, said in sessions.items():
             key = f"session:{name}"
-            if held.get(key) == fingerprint(said):
+            mark = fingerprint(said, common)
+            if held.get(key) == mark:
                 row = self.db.execute("SELECT key, kind, sessions, text, episodes, sources, first_at, last_at, "
                                       "fingerprint FROM digests WHERE key = ?", (key,)).fetchone()
                 digests.append(_row(row))
                 continue
             d = writer(name, said, common)
             if d is not None:
+                d = replace(d, fingerprint=mark)
                 digests.append(d)
                 self._put(d, at)
                 written += 1

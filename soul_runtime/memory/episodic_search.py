@@ -65,11 +65,12 @@ class EpisodeSearch(EpisodeTable):
         if not kept:
             return []
         shown = {r[0]: r for r in self.db.execute(
-            f"SELECT rowid, summary, sources FROM episodes WHERE rowid IN ({','.join('?' * len(kept))})",
+            f"SELECT rowid, summary, sources, actor FROM episodes WHERE rowid IN ({','.join('?' * len(kept))})",
             [ids[i] for *_, i in kept])}
         texts = [shown[ids[i]][1] for *_, i in kept]
         final = later_figures_first(query, texts, [float(ats[i]) for *_, i in kept], [-neg for neg, *_ in kept])
-        items = [RecalledItem("episodic", eid, text, round(score, 6), tuple(unpack(shown[ids[i]][2])), float(ats[i]))
+        items = [RecalledItem("episodic", eid, text, round(score, 6), tuple(unpack(shown[ids[i]][2])), float(ats[i]),
+                              str(shown[ids[i]][3]))
                  for (_, eid, i), text, score in zip(kept, texts, final, strict=True)]
         return sorted(items, key=lambda it: (-it.score, it.id))
 

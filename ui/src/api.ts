@@ -117,6 +117,17 @@ export interface Episode {
   promoted: boolean;
 }
 
+export interface Digest {
+  kind: "session" | "span";
+  sessions: string[];
+  text: string;
+  episodes: string[];
+  sources: string[];
+  first_at: number;
+  last_at: number;
+  fingerprint: string;
+}
+
 export interface FactVersion {
   value: string;
   sources: string[];

@@ -8,7 +8,7 @@ import { ErrorBox, href, Show, useLoad, type Tab } from "./ui";
 import "./style.css";
 
 type Route = { page: "souls" } | { page: "soul"; soul: string; tab: Tab | "turn"; seq?: number };
-const TABS: Tab[] = ["timeline", "facts", "procedures", "turns", "recall", "erase"];
+const TABS: Tab[] = ["timeline", "digests", "facts", "procedures", "turns", "recall", "erase"];
 
 function route(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);

@@ -1,7 +1,7 @@
 // One soul: its layers (episodic timeline, facts with history, procedures), its turns, recall, and erasure.
 import type { ComponentChildren } from "preact";
 import { useMemo, useState } from "preact/hooks";
-import { api, ApiError, path, type Episode, type Fact, type FactVersion, type Forgotten, type Procedure, type Stats,
+import { api, ApiError, path, type Digest, type Episode, type Fact, type FactVersion, type Forgotten, type Procedure, type Stats,
   type Trace, type Write } from "./api";
 import { ago, day, plural, when } from "./format";
 import { RecallPlayground } from "./recall";
@@ -43,6 +43,7 @@ interface Ctx {
 
 const LABELS: Record<Tab, string> = {
   timeline: "Timeline",
+  digests: "Digests",
   facts: "Facts",
   procedures: "Procedures",
   turns: "Turns",
@@ -81,6 +82,7 @@ export function SoulPage({ soul, tab, seq }: { soul: string; tab: Tab | "turn"; 
       </nav>
       <Status text={status} />
       {tab === "timeline" && <Timeline ctx={ctx} />}
+      {tab === "digests" && <Digests ctx={ctx} />}
       {tab === "facts" && <Facts ctx={ctx} />}
       {tab === "procedures" && <Procedures ctx={ctx} />}
       {tab === "turns" && <Turns soul={soul} />}
@@ -185,6 +187,58 @@ function Timeline({ ctx }: { ctx: Ctx }) {
             </>
           );
         }}
+      </Show>
+    </section>
+  );
+}
+
+// ---- consolidated ----------------------------------------------------------------------------------
+
+function Digests({ ctx }: { ctx: Ctx }) {
+  const got = useLoad(() => api<{ digests: Digest[] }>("souls/" + path([ctx.soul, "digests"])), [ctx.soul]);
+  return (
+    <section aria-labelledby="h-digests">
+      <h2 id="h-digests">Digests</h2>
+      <Show what={got} label="digests">
+        {({ digests }) => (
+          <>
+            <p class="muted">
+              {plural(digests.length, "digest")}: what each session was about, and timelines over spans of sessions,
+              written from the episodes named under each (brought up to date as this page reads them; rewritten when
+              those episodes change, deleted when they are forgotten).
+            </p>
+            <ol class="timeline">
+              {digests.map((d) => (
+                <li key={d.kind + d.sessions.join(",")} class="episode digest" data-kind={d.kind}>
+                  <div class="meta">
+                    <Badge kind="tag">{d.kind}</Badge>
+                    <span>
+                      {d.kind === "session" ? "session " : "sessions "}
+                      <strong>{d.sessions.length > 1 ? `${d.sessions[0]} … ${d.sessions[d.sessions.length - 1]}` : d.sessions[0]}</strong>
+                    </span>
+                    <time dateTime={new Date(d.first_at * 1000).toISOString()}>{day(d.first_at)}</time>
+                    {d.last_at !== d.first_at && <span>to {day(d.last_at)}</span>}
+                  </div>
+                  <p class="summary">{d.text}</p>
+                  <div class="provenance">
+                    <span class="muted">Written from {plural(d.episodes.length, "episode")}: </span>
+                    <ul class="sources episodes-of">
+                      {d.episodes.map((e) => (
+                        <li key={e}>
+                          <code>{e}</code>
+                        </li>
+                      ))}
+                    </ul>
+                  </div>
+                  <div class="provenance">
+                    <span class="muted">Quoting </span>
+                    <Sources soul={ctx.soul} sources={d.sources} />
+                  </div>
+                </li>
+              ))}
+            </ol>
+          </>
+        )}
       </Show>
     </section>
   );

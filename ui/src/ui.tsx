@@ -4,7 +4,7 @@ import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError } from "./api";
 import { source } from "./format";
 
-export type Tab = "timeline" | "facts" | "procedures" | "turns" | "recall" | "erase";
+export type Tab = "timeline" | "digests" | "facts" | "procedures" | "turns" | "recall" | "erase";
 
 export function href(soul?: string, tab?: Tab, seq?: number): string {
   if (soul === undefined) return "#/";

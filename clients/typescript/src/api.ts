@@ -53,6 +53,8 @@ export type RecallItem = {
   score: number;
   sources: string[];
   at: number;
+  /** Who said it, for an episode; "" for a fact, a procedure or a digest. */
+  actor: string;
 };
 
 export type FactVersion = {
@@ -87,6 +89,20 @@ export type Episode = {
   session: string;
   session_index: number;
   promoted: boolean;
+};
+
+/** A consolidated memory: a session's digest or a span's timeline, with the episodes it was written from and the
+ * messages it quotes. */
+export type Digest = {
+  /** "session" or "span" */
+  kind: string;
+  sessions: string[];
+  text: string;
+  episodes: string[];
+  sources: string[];
+  first_at: number;
+  last_at: number;
+  fingerprint: string;
 };
 
 export type Procedure = {
@@ -127,6 +143,7 @@ export type RecallAnswer = Fits<{ items: RecallItem[] }, AnswerOf<`${V}/recall`,
 export type FactsAnswer = Fits<{ facts: Fact[] }, AnswerOf<`${V}/facts`, "get">>;
 export type HistoryAnswer = Fits<{ versions: FactVersion[] }, AnswerOf<`${V}/facts/{entity}/{attribute}/history`, "get">>;
 export type EpisodesAnswer = Fits<{ episodes: Episode[] }, AnswerOf<`${V}/episodes`, "get">>;
+export type DigestsAnswer = Fits<{ digests: Digest[] }, AnswerOf<`${V}/digests`, "get">>;
 export type ProceduresAnswer = Fits<{ procedures: Procedure[] }, AnswerOf<`${V}/procedures`, "get">>;
 export type TracesAnswer = Fits<{ traces: TurnTrace[] }, AnswerOf<`${V}/traces`, "get">>;
 export type TraceAnswer = Fits<TurnTrace, AnswerOf<`${V}/traces/{seq}`, "get">>;

@@ -4,7 +4,7 @@
  */
 
 import type {
-  ContextAnswer, EpisodesAnswer, ErasedAnswer, FactsAnswer, ForgetResult, HistoryAnswer, ImportAnswer, Message, ProceduresAnswer,
+  ContextAnswer, DigestsAnswer, EpisodesAnswer, ErasedAnswer, FactsAnswer, ForgetResult, HistoryAnswer, ImportAnswer, Message, ProceduresAnswer,
   RecallAnswer, SoulsAnswer, Stats, Store, Time, TraceAnswer, TracesAnswer, TurnResult, Usage,
 } from "./api.js";
 import { errorFromResponse, RuntimeBusy, RuntimeUnavailable, SoulError } from "./errors.js";
@@ -380,6 +380,14 @@ export class Soul {
       query: { since: time(since), until: time(until), session, sessions_ago: sessionsAgo },
     });
     return out.episodes;
+  }
+
+  /** The consolidated memory, brought up to date first: each session's and span's digest with its provenance. */
+  async digests(options: CallOptions = {}): Promise<DigestsAnswer["digests"]> {
+    const out = await this.client.request<DigestsAnswer>({
+      method: "GET", path: `${this.path}/digests`, retry: "always", ...options,
+    });
+    return out.digests;
   }
 
   /** The procedures memory holds (for a task class, or all). */

@@ -178,6 +178,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/souls/{soul_id}/digests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Digests
+         * @description The consolidated memory (digests of sessions and spans of sessions), brought up to date first, each with
+         *     the episodes it was written from and the sources of what it quotes.
+         */
+        get: operations["digests_v1_souls__soul_id__digests_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/souls/{soul_id}/procedures": {
         parameters: {
             query?: never;
@@ -1480,6 +1501,111 @@ export interface operations {
                 };
             };
             /** @description RuntimeBusy: the soul's host admits no more turns now, or QuotaExceeded: the tenant is over one of its limits; retry after `Retry-After` */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description an internal error (a fixed message; the cause is in the service's log) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description RuntimeUnavailable (the service is starting and not ready yet, or the runtime cannot be reached) or StaleOwner (the soul moved): retry after `Retry-After` with the same Idempotency-Key */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    digests_v1_souls__soul_id__digests_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the soul's id: letters, digits, '_.:@-', starting with a letter or digit */
+                soul_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown[];
+                    };
+                };
+            };
+            /** @description InvalidInput: a value outside the limits this document states, or one the runtime refuses (an export that is not one, an import into a soul that has memories, message ids that repeat); or a body that is not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized: no API key, an unknown or a revoked one */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description NotFound: an unknown turn or fact, or no such route */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description MethodNotAllowed: the path does not take this method (`Allow` lists those it takes) */
+            405: {
+                headers: {
+                    /** @description the methods the path takes */
+                    Allow: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a request of the wrong shape (a field of the wrong type, a missing or an unknown one), or IdempotencyConflict: the Idempotency-Key was used with another body */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description RuntimeBusy: the soul's host admits no more turns now; retry later */
             429: {
                 headers: {
                     /** @description seconds to wait */

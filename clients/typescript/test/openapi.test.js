@@ -169,6 +169,7 @@ test("every request and answer of the client fits the running server's OpenAPI d
   const f = facts[0] ?? { entity: "tendril", attribute: "database" };
   await soul.factHistory(f.entity, f.attribute).catch(() => {});
   await soul.episodes({ since: "2026-03-01T00:00:00Z", until: 1900000000, session: "s2", sessionsAgo: 0 });
+  await soul.digests();
   await soul.procedures();
   await soul.procedures("backup");
   await soul.traces(2);

@@ -56,6 +56,10 @@ test("a soul's whole life: turn, observe, recall, facts, history, episodes, trac
   const episodes = await soul.episodes();
   fits(episodes, "Episode[]");
   assert.ok(episodes.length >= 2, JSON.stringify(episodes));
+  const digests = await soul.digests();
+  fits(digests, "Digest[]");
+  assert.ok(digests.some((d) => d.episodes.length > 0 && d.episodes.every((id) => episodes.some((e) => e.id === id))),
+    JSON.stringify(digests));
   const cut = Date.parse("2026-03-02T09:03:00Z") / 1000;
   const later = await soul.episodes({ since: new Date(cut * 1000) });
   const earlier = await soul.episodes({ until: cut });
