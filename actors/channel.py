@@ -39,11 +39,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from soul_runtime.errors import SoulError, TurnFailed
 from soul_runtime.steps import step_loop
+
+from .fair_pool import TENANT
 
 _HEAD = struct.Struct("<I")
 MAX_FRAME = 256 * 1024 * 1024
@@ -156,12 +158,17 @@ class ChannelServer:
     thread (an async actor's ``__init__``), it starts serving once that thread is free."""
 
     def __init__(self, target: Any, methods: Sequence[str], *, max_conns: int = MAX_CONNS,
-                 concurrency: int = 16, loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 concurrency: int = 16, loop: asyncio.AbstractEventLoop | None = None,
+                 pool: Executor | None = None, tenant: Callable[[str, tuple[Any, ...]], str] | None = None) -> None:
+        """``pool``: where plain methods run (default a pool of ``concurrency`` threads); ``tenant``: the tenant of
+        a call (method, args), set as :data:`~actors.fair_pool.TENANT` while it is handed to the pool (a
+        :class:`~actors.fair_pool.FairPool` then serves tenants in fair order)."""
         self.target = target
         self.methods = frozenset(methods)
         self.max_conns = max_conns
         self.concurrency = max(1, concurrency)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Executor | None = pool
+        self._tenant = tenant
         self.dir = socket_dir()  # 0700: this user's processes only
         sweep_dead(self.dir)
         self.path = os.path.join(self.dir, f"{os.getpid()}-{secrets.token_hex(4)}")
@@ -199,6 +206,8 @@ class ChannelServer:
                 try:
                     if method not in self.methods:
                         raise TurnFailed(f"{method!r} is not served on this channel")
+                    if self._tenant is not None:
+                        TENANT.set(self._tenant(method, args))  # this connection's task: its next hand-off
                     answer: tuple[bool, Any] = (True, await self._call(getattr(self.target, method), args))
                 except Exception as e:  # the call's own error goes back to its caller
                     answer = (False, _as_sent(e))

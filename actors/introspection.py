@@ -43,10 +43,10 @@ class ActorBase:
     channel: ChannelServer | None = None
     """The actor's local channel (:mod:`actors.channel`), if it serves one."""
 
-    def start(self, channel_methods: tuple[str, ...] = (), channel_concurrency: int = 0) -> None:
+    def start(self, channel_methods: tuple[str, ...] = (), channel_concurrency: int = 0, **channel: Any) -> None:
         """The end of a subclass's ``__init__``: serve ``channel_methods`` on a local channel (see
-        :meth:`serve_channel`), then :meth:`on_start`."""
-        self.serve_channel(channel_methods, channel_concurrency)
+        :meth:`serve_channel`; ``channel``: its ``pool`` and ``tenant``), then :meth:`on_start`."""
+        self.serve_channel(channel_methods, channel_concurrency, **channel)
         self.on_start()
 
     def on_start(self) -> None:
@@ -64,7 +64,7 @@ class ActorBase:
         """Stop what :meth:`on_start` started and close every open soul or store; returns how many."""
         return 0
 
-    def serve_channel(self, methods: tuple[str, ...], concurrency: int) -> None:
+    def serve_channel(self, methods: tuple[str, ...], concurrency: int, **channel: Any) -> None:
         """Serve ``methods`` on a local channel too (0: no channel), when running as an actor (not as the plain
         class): an async actor's on its own event loop (its coroutine methods awaited there), a threaded actor's
         with at most ``concurrency`` calls at once."""
@@ -74,7 +74,7 @@ class ActorBase:
             except RuntimeError:
                 loop = None
             try:
-                self.channel = ChannelServer(self, methods, concurrency=concurrency, loop=loop)
+                self.channel = ChannelServer(self, methods, concurrency=concurrency, loop=loop, **channel)
             except (OSError, AttributeError) as e:  # no Unix sockets here: Ray only
                 logging.getLogger(__name__).warning("no local channel (%s): calls go through Ray", e)
 

@@ -35,6 +35,7 @@ from soul_runtime.records import Store, WriteRequest, request_from_plain
 from soul_runtime.text import check_write_request
 
 from . import raycalls
+from .fair_pool import FairPool, tenant_of
 from .introspection import ActorBase
 from .keyed_locks import Entry, KeyedLocks
 from .metrics import Metrics
@@ -43,6 +44,7 @@ from .schedule import Closer, SizeTable, Ticker, over_capacity, sweep_due
 from .settings import process_capacity
 from .shard_client import SHARD_CHANNEL_METHODS
 from .soul_presence import require_known
+from .tenant_weights import TenantWeights
 
 LayerStore = EpisodicStore | SemanticStore | ProceduralStore
 log = logging.getLogger(__name__)
@@ -51,6 +53,14 @@ log = logging.getLogger(__name__)
 def embed_threads(cpus: int, episodic_shards: int) -> int:
     """An episodic shard's embedder threads: its share of the cluster's CPUs, at least 1 and at most 2."""
     return max(1, min(2, int(cpus) // max(1, int(episodic_shards))))
+
+
+def call_tenant(method: str, args: tuple[Any, ...]) -> str:
+    """The tenant of a batch call (``recall_batch`` / ``apply_batch``): its first item's soul's (a host sends each
+    tenant's items in calls of their own)."""
+    items = args[0] if args else None
+    return tenant_of(items[0][0]) if items and isinstance(items[0], tuple | list) and items[0] and \
+        isinstance(items[0][0], str) else ""
 
 
 class LayerShard(ActorBase):
@@ -90,8 +100,11 @@ class LayerShard(ActorBase):
         self.swept: dict[str, float] = {}
         self._sweeping = threading.Lock()
         self.ticker: Ticker | None = None
-        # for the hosts on this machine, ``channel`` calls at once (the shard's threads; 0: no channel)
-        self.start(SHARD_CHANNEL_METHODS, channel)
+        # for the hosts on this machine, ``channel`` calls at once (the shard's threads; 0: no channel), handed
+        # out in weighted fair order per tenant (a host sends each tenant's items in calls of their own)
+        self.start(SHARD_CHANNEL_METHODS, channel, pool=FairPool(channel, TenantWeights(data_dir, storage),
+                                                                   thread_name_prefix="channel-call") if channel else None,
+                   tenant=call_tenant)
 
     def on_start(self) -> None:
         """The retention ticker, when running as an actor with a retention to sweep."""

@@ -327,3 +327,39 @@ def test_an_async_batch_goes_through_ray_when_its_host_has_no_channel(monkeypatc
         b = locks.batcher("soul-host-0")
         return list(await asyncio.gather(b.submit(("h", ("a",))), b.submit(("h", ("b",)))))
     assert asyncio.run(main()) == [("ray", "a"), ("ray", "b")]
+
+
+def test_a_shards_channel_serves_tenants_in_fair_order() -> None:
+    """A shard's channel hands its calls to a fair pool by the tenant of their items: with one thread busy and a
+    tenant's flood queued, another tenant's call goes next, not after the flood."""
+    from actors.fair_pool import FairPool
+    from actors.layer_shard import call_tenant
+
+    assert [call_tenant("apply_batch", (items,)) for items in ([("acme:s1", [], {})], [("s2", "q", 5)], [], ())] \
+        == ["acme", "", "", ""]
+    gate, order = threading.Event(), []
+
+    class Shard:
+        def recall_batch(self, items: list[tuple[str, int]]) -> int:
+            if items[0][1] == 0:
+                gate.wait(10)
+            order.append(items[0][0])
+            return items[0][1]
+
+    server = ChannelServer(Shard(), ("recall_batch",), pool=FairPool(1), tenant=call_tenant)
+    try:
+        client = ChannelClient(server.path, max_open=16)
+        first = client.start("recall_batch", [("a:s", 0)])  # holds the one thread
+        while server.calls < 1:
+            time.sleep(0.01)
+        flood = [client.start("recall_batch", [("a:s", i)]) for i in range(1, 9)]
+        while server.calls < 9:
+            time.sleep(0.01)
+        mine = client.start("recall_batch", [("b:s", 99)])
+        while server.calls < 10:
+            time.sleep(0.01)
+        gate.set()
+        assert mine.result() == 99 and first.result() == 0 and [f.result() for f in flood] == list(range(1, 9))
+        assert order.index("b:s") <= 2  # after the running call and at most one of the flood's
+    finally:
+        server.close()
