@@ -229,7 +229,7 @@ def test_every_route(server: dict[str, Any]) -> None:
 
 READ_ROUTES = ("/recall?q=project", "/context?q=project", "/facts", "/facts?entity=user", "/facts/user/name/history",
                "/episodes", "/episodes?sessions_ago=0", "/procedures", "/procedures?task=deploy", "/traces",
-               "/traces?last=5", "/traces/1", "/stats", "/export")
+               "/traces?last=5", "/traces/1", "/stats", "/export", "/digests")
 """Every GET route under ``/v1/souls/{soul_id}``, some with their parameters."""
 
 
