@@ -20,7 +20,7 @@ class PgLedger:
 
     def body_for(self, soul: str, key: str) -> str | None:
         def read() -> str | None:
-            with postgres_db.connection(self.url) as con:
+            with postgres_db.statement(self.url) as con:
                 row = con.execute("SELECT body FROM service_keys WHERE soul = %s AND key = %s", (soul, key)).fetchone()
             return None if row is None else str(row[0])
         return postgres_db.retrying(read, self.url)
@@ -49,14 +49,14 @@ class PgDocument:
 
     def version(self) -> int | None:
         def read() -> int | None:
-            with postgres_db.connection(self.url) as con:
+            with postgres_db.statement(self.url) as con:
                 row = con.execute("SELECT version FROM service_docs WHERE name = %s", (self.name,)).fetchone()
             return None if row is None else int(row[0])
         return postgres_db.retrying(read, self.url)
 
     def read(self) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            with postgres_db.connection(self.url) as con:
+            with postgres_db.statement(self.url) as con:
                 row = con.execute("SELECT body FROM service_docs WHERE name = %s", (self.name,)).fetchone()
             return {} if row is None else dict(json.loads(row[0]))
         return postgres_db.retrying(run, self.url)
