@@ -39,7 +39,7 @@ class FairGate:
 
     @property
     def waiting(self) -> int:
-        return len(self.q.waiting)
+        return self.q.waiting
 
     @asynccontextmanager
     async def place(self, tenant: str) -> AsyncIterator[None]:

@@ -2,11 +2,13 @@
 
 A host runs the code of its souls' turns on a thread pool (between the waits for the model and the stores). A
 plain pool serves its queue first come, first served, so a tenant with 200 turns in flight keeps the queue full
-and another tenant's step waits behind all of them. :class:`FairPool` is an ``Executor`` of ``threads`` threads
-that keeps the waiting work itself, per tenant, and hands a free thread to the next item in weighted fair order
-(:mod:`actors.fair_queue`): a tenant's flood waits on its own share. The tenant of a submission is
-:data:`TENANT` of the submitting context (``loop.run_in_executor`` submits in the caller's context; the host sets
-it for each call it runs).
+and another tenant's step waits behind all of them. :class:`FairPool` is an ``Executor`` whose threads take the
+waiting work in weighted fair order (:mod:`actors.fair_queue`): a tenant's flood waits on its own share. The
+tenant of a submission is :data:`TENANT` of the submitting context (``loop.run_in_executor`` submits in the
+caller's context; the host sets it for each call it runs).
+
+A thread that finishes an item takes the next one itself, under one lock; a submission wakes a thread only when
+its item may start at once.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import contextvars
 import itertools
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from .fair_queue import FairQueue, Waiting, arrive, release
@@ -38,15 +40,22 @@ Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 class FairPool(Executor):
     def __init__(self, threads: int, weights: Callable[[str], float] = lambda tenant: 1.0,
                  thread_name_prefix: str = "", clock: Callable[[], float] = time.monotonic, slots: int = 0) -> None:
-        """``slots``: items run at once (0: ``threads``; fewer leaves each running item more of the process's
-        interpreter lock, so a tenant's step that goes first also runs at the speed it would alone)."""
-        self.inner = ThreadPoolExecutor(threads, thread_name_prefix=thread_name_prefix)
+        """``threads``: the pool's threads, started as work comes; ``slots``: items run at once (0: ``threads``;
+        fewer leaves each running item more of the process's interpreter lock, so a tenant's step that goes first
+        also runs at the speed it would alone). No more threads than slots are started."""
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
         self.weights = weights
         self.clock = clock
+        self.name = thread_name_prefix or "fair-pool"
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._q = FairQueue(min(threads, slots) if slots > 0 else threads)
         self._items: dict[int, Item] = {}
+        self._ready: deque[tuple[str, Item]] = deque()  # items given a slot, for the next free thread
+        self._threads: list[threading.Thread] = []
         self._tickets = itertools.count()
+        self._shut = False
         self.waited_s: defaultdict[str, float] = defaultdict(float)
         """Seconds each tenant's work waited for a thread, in all."""
 
@@ -55,54 +64,52 @@ class FairPool(Executor):
         fut: Future[Any] = Future()
         weight = self.weights(tenant)
         with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new futures after shutdown")
             ticket = next(self._tickets)
             self._items[ticket] = (fut, fn, args, kwargs)
             self._q, started = arrive(self._q, ticket, tenant, weight, self.clock())
-            items = self._started(started)
-        self._run(items)
+            if started:
+                self._hand_out(started, 0)
         return fut
 
-    def _started(self, started: tuple[Waiting, ...]) -> list[tuple[str, Item]]:
-        """(Under the lock.) The items that take a thread now, their waits counted; those cancelled meanwhile
-        give their place back at once."""
+    def _hand_out(self, started: tuple[Waiting, ...], own: int) -> None:
+        """(Under the lock.) The items that took a slot go to the threads, their waits counted; ``own`` of them
+        are taken by the thread handing them out, the rest wake a thread (started if there are fewer than
+        slots in use)."""
         now = self.clock()
-        out = []
         for w in started:
             self.waited_s[w.tenant] += now - w.since
-            item = self._items.pop(w.ticket, None)
-            if item is not None:
-                out.append((w.tenant, item))
-            else:
-                self._q, more = release(self._q, w.tenant, now)
-                out += self._started(more)
-        return out
+            self._ready.append((w.tenant, self._items.pop(w.ticket)))
+        if len(started) > own:
+            self._wake.notify(len(started) - own)
+        while len(self._threads) < self._q.used:
+            t = threading.Thread(target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True)
+            self._threads.append(t)
+            t.start()
 
-    def _run(self, items: list[tuple[str, Item]]) -> None:
-        for tenant, (fut, fn, args, kwargs) in items:
-            def work(fut: Future[Any] = fut, fn: Callable[..., Any] = fn, args: tuple[Any, ...] = args,
-                     kwargs: dict[str, Any] = kwargs, tenant: str = tenant) -> None:
-                try:
-                    if fut.set_running_or_notify_cancel():
-                        try:
-                            result = fn(*args, **kwargs)
-                        except BaseException as e:  # noqa: BLE001 — the submitter's to see
-                            fut.set_exception(e)
-                        else:
-                            fut.set_result(result)
-                finally:
-                    self._done(tenant)
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                while not self._ready:
+                    if self._shut:
+                        return
+                    self._wake.wait()
+                tenant, (fut, fn, args, kwargs) = self._ready.popleft()
             try:
-                self.inner.submit(work)
-            except RuntimeError:  # the pool was shut down meanwhile
-                fut.cancel()
-                self._done(tenant)
-
-    def _done(self, tenant: str) -> None:
-        """A thread is free: the next waiting items in fair order run."""
-        with self._lock:
-            self._q, started = release(self._q, tenant, self.clock())
-            items = self._started(started)
-        self._run(items)
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as e:  # noqa: BLE001 — the submitter's to see
+                        fut.set_exception(e)
+                    else:
+                        fut.set_result(result)
+            finally:
+                del fut, fn, args, kwargs
+                with self._lock:
+                    self._q, started = release(self._q, tenant, self.clock())
+                    if started:
+                        self._hand_out(started, 1)
 
     def take_waits(self) -> defaultdict[str, float]:
         """The seconds each tenant's work waited since the last take (and the count starts again)."""
@@ -112,12 +119,20 @@ class FairPool(Executor):
 
     @property
     def waiting(self) -> int:
-        return len(self._q.waiting)
+        return self._q.waiting
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if cancel_futures:
-            with self._lock:
-                items, self._items = list(self._items.values()), {}
-            for fut, *_ in items:
-                fut.cancel()
-        self.inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+        """No more submissions; the work submitted still runs (``cancel_futures``: the work that has not started
+        is cancelled instead). ``wait``: until the threads are done."""
+        with self._lock:
+            self._shut = True
+            if cancel_futures:
+                for fut, *_ in self._items.values():
+                    fut.cancel()
+                for _, (fut, *_) in self._ready:
+                    fut.cancel()
+            self._wake.notify_all()
+            threads = list(self._threads)
+        if wait:
+            for t in threads:
+                t.join()

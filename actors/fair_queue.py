@@ -12,17 +12,20 @@ model answering each call in the same time) come free in waves, and a tenant arr
 wait for the next one behind a flood that took the whole last wave. So for ``window`` seconds after a tenant last
 took a slot, as many slots as it held at once lately — at most its weighted share of the slots among the tenants
 seen within the window and the one asking — are kept free for it while it holds fewer; other tenants take the
-rest. A tenant that
-stays away for ``window`` seconds leaves them to the others again.
+rest. A tenant that stays away for ``window`` seconds leaves them to the others again.
 
-The policy is pure: :class:`FairQueue` is a frozen value and every operation returns a new one, with the items
-that start now; ``now`` is the caller's clock. :mod:`actors.fair_gate` and :mod:`actors.fair_pool` move the
-waiters by it.
+The policy does no I/O and reads no clock: ``now`` is the caller's. Its operations cost O(log tenants) (a
+tenant's items wait in a FIFO, the tenants' first items in a heap by start tag), since a pool hands out a slot
+for every step of every turn. :class:`FairQueue` holds the state; :func:`arrive`, :func:`release` and
+:func:`leave` change it and return it with the items that start now. :mod:`actors.fair_gate` and
+:mod:`actors.fair_pool` move the waiters by it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import heapq
+from collections import deque
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -36,111 +39,158 @@ class Waiting:
     since: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class Held:
     """A tenant's slots: how many it holds, the most it held at once lately, its weight, and until when slots
     are kept for it."""
 
-    tenant: str
     n: int
     peak: int
     weight: float
     until: float
 
 
-@dataclass(frozen=True)
 class FairQueue:
-    """Slots in use, the items waiting (in arrival order), the virtual time, each tenant's last finish tag and
+    """Slots in use, the items waiting (a FIFO per tenant), the virtual time, each tenant's last finish tag and
     its slots held."""
 
-    slots: int
-    window: float = 0.0
-    used: int = 0
-    waiting: tuple[Waiting, ...] = ()
-    vtime: float = 0.0
-    last_finish: tuple[tuple[str, float], ...] = ()
-    held: tuple[Held, ...] = ()
+    def __init__(self, slots: int, window: float = 0.0) -> None:
+        self.slots = slots
+        self.window = window
+        self.used = 0
+        self.vtime = 0.0
+        self._queues: dict[str, deque[Waiting]] = {}
+        self._heads: list[tuple[float, int, str]] = []  # (start, ticket, tenant) of each tenant's first item
+        self._last_finish: dict[str, float] = {}
+        self._held: dict[str, Held] = {}
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Items waiting for a slot."""
+        return self._waiting
 
     def finish_of(self, tenant: str) -> float:
-        return next((f for t, f in self.last_finish if t == tenant), 0.0)
+        return self._last_finish.get(tenant, 0.0)
 
     def holds(self, tenant: str) -> int:
-        return next((h.n for h in self.held if h.tenant == tenant), 0)
+        h = self._held.get(tenant)
+        return h.n if h is not None else 0
 
     def queued(self, tenant: str) -> int:
-        return sum(1 for w in self.waiting if w.tenant == tenant)
+        return len(self._queues.get(tenant, ()))
 
+    def kept_for_others(self, tenant: str, weight: float, now: float) -> int:
+        """Slots kept free for the other tenants' recent use (see the module's doc): each keeps at most its
+        weighted share among the tenants seen within the window and ``tenant`` (of ``weight``), so a flood's own
+        recent use never keeps a newcomer out of its share."""
+        live = [h for t, h in self._held.items() if h.until >= now and t != tenant]
+        total = sum(h.weight for h in live) + weight
+        out = 0
+        for h in live:
+            share = max(1, int(self.slots * h.weight / total))
+            out += max(0, min(h.peak, share) - h.n)
+        return out
 
-def _with_finish(q: FairQueue, tenant: str, finish: float) -> tuple[tuple[str, float], ...]:
-    """The tenants' last finish tags with ``tenant``'s set; tags at or below the virtual time are dropped (such a
-    tenant starts at the virtual time anyway), so the table holds only tenants that are ahead of it."""
-    kept = tuple((t, f) for t, f in q.last_finish if t != tenant and f > q.vtime)
-    return kept + ((tenant, finish),)
+    def may_take(self, tenant: str, weight: float, now: float) -> bool:
+        """Whether ``tenant`` may take a slot now: one is free beyond those kept for others (or none is in use)."""
+        if self.used >= self.slots:
+            return False
+        return (self.used == 0 or self.window <= 0
+                or self.used + 1 + self.kept_for_others(tenant, weight, now) <= self.slots)
 
+    def _take(self, tenant: str, weight: float, now: float) -> None:
+        old = self._held.get(tenant)
+        n = (old.n if old is not None else 0) + 1
+        peak = max(n, old.peak if old is not None and old.until >= now else 0)
+        self._held[tenant] = Held(n, peak, weight, now + self.window)
+        self.used += 1
+        if len(self._held) > 64:  # tenants gone quiet: their records go
+            self._held = {t: h for t, h in self._held.items() if h.n > 0 or h.until >= now}
 
-def kept_for_others(q: FairQueue, tenant: str, weight: float, now: float) -> int:
-    """Slots kept free for the other tenants' recent use (see the module's doc): each keeps at most its weighted
-    share among the tenants seen within the window and ``tenant`` (of ``weight``), so a flood's own recent use
-    never keeps a newcomer out of its share."""
-    live = [h for h in q.held if h.until >= now and h.tenant != tenant]
-    total = sum(h.weight for h in live) + weight
-    out = 0
-    for h in live:
-        share = max(1, int(q.slots * h.weight / total))
-        out += max(0, min(h.peak, share) - h.n)
-    return out
+    def _push_head(self, tenant: str) -> None:
+        dq = self._queues.get(tenant)
+        if dq:
+            heapq.heappush(self._heads, (dq[0].start, dq[0].ticket, tenant))
+        else:
+            self._queues.pop(tenant, None)
 
+    def _dispatch(self, now: float) -> tuple[Waiting, ...]:
+        """Free slots to the waiting items in fair order, skipping tenants that may not take one now (taking a
+        slot never lets a skipped tenant take one, so each is looked at once)."""
+        started: list[Waiting] = []
+        skipped: list[tuple[float, int, str]] = []
+        while self._heads and self.used < self.slots:
+            head = heapq.heappop(self._heads)
+            dq = self._queues.get(head[2])
+            if not dq or dq[0].ticket != head[1]:
+                continue  # that item left meanwhile
+            w = dq[0]
+            weight = 1.0 / (w.finish - w.start)
+            if self.window > 0 and not self.may_take(w.tenant, weight, now):
+                skipped.append(head)
+                continue
+            dq.popleft()
+            self._waiting -= 1
+            self._push_head(w.tenant)
+            self.vtime = max(self.vtime, w.start)
+            self._take(w.tenant, weight, now)
+            started.append(w)
+        for head in skipped:
+            heapq.heappush(self._heads, head)
+        return tuple(started)
 
-def may_take(q: FairQueue, tenant: str, weight: float, now: float) -> bool:
-    """Whether ``tenant`` may take a slot now: one is free beyond those kept for others (or none is in use)."""
-    if q.used >= q.slots:
-        return False
-    return q.used == 0 or q.window <= 0 or q.used + 1 + kept_for_others(q, tenant, weight, now) <= q.slots
+    def _arrive(self, ticket: int, tenant: str, weight: float, now: float) -> tuple[Waiting, ...]:
+        if weight <= 0:
+            raise ValueError(f"a tenant's weight must be > 0, got {weight!r}")
+        start = max(self.vtime, self._last_finish.get(tenant, 0.0))
+        item = Waiting(ticket, tenant, start, start + 1.0 / weight, now)
+        if len(self._last_finish) > 64:  # tags at or below the virtual time say nothing: such a tenant starts at it
+            self._last_finish = {t: f for t, f in self._last_finish.items() if f > self.vtime}
+        self._last_finish[tenant] = item.finish
+        dq = self._queues.get(tenant)
+        if dq is None:
+            dq = self._queues[tenant] = deque()
+        dq.append(item)
+        self._waiting += 1
+        if len(dq) == 1:
+            heapq.heappush(self._heads, (item.start, item.ticket, tenant))
+        return self._dispatch(now)
 
+    def _release(self, tenant: str, now: float) -> tuple[Waiting, ...]:
+        h = self._held.get(tenant)
+        if h is not None:
+            h.n = max(0, h.n - 1)
+            if h.n == 0 and h.until < now:
+                del self._held[tenant]
+        self.used = max(0, self.used - 1)
+        return self._dispatch(now)
 
-def _take(q: FairQueue, tenant: str, weight: float, now: float) -> FairQueue:
-    old = next((h for h in q.held if h.tenant == tenant), None)
-    n = (old.n if old else 0) + 1
-    peak = max(n, old.peak if old is not None and old.until >= now else 0)
-    rest = tuple(h for h in q.held if h.tenant != tenant and (h.n > 0 or h.until >= now))
-    return replace(q, used=q.used + 1, held=rest + (Held(tenant, n, peak, weight, now + q.window),))
-
-
-def _dispatch(q: FairQueue, now: float) -> tuple[FairQueue, tuple[Waiting, ...]]:
-    """Free slots to the waiting items in fair order, skipping tenants that may not take one now."""
-    started: list[Waiting] = []
-    while q.waiting and q.used < q.slots:
-        weights = {w.tenant: 1.0 / (w.finish - w.start) for w in q.waiting}
-        allowed = {t for t, weight in weights.items() if may_take(q, t, weight, now)}
-        if not allowed:
-            break
-        nxt = min((w for w in q.waiting if w.tenant in allowed), key=lambda w: (w.start, w.ticket))
-        weight = 1.0 / (nxt.finish - nxt.start)
-        q = _take(replace(q, waiting=tuple(w for w in q.waiting if w is not nxt), vtime=max(q.vtime, nxt.start)),
-                  nxt.tenant, weight, now)
-        started.append(nxt)
-    return q, tuple(started)
+    def _leave(self, ticket: int) -> None:
+        for tenant, dq in self._queues.items():
+            for i, w in enumerate(dq):
+                if w.ticket == ticket:
+                    del dq[i]
+                    self._waiting -= 1
+                    if i == 0:
+                        self._push_head(tenant)
+                    return
 
 
 def arrive(q: FairQueue, ticket: int, tenant: str, weight: float, now: float
            ) -> tuple[FairQueue, tuple[Waiting, ...]]:
     """An item of ``tenant`` (``weight`` > 0) asks for a slot: the queue, and the items that start now (this one
     among them when it takes a slot at once)."""
-    if weight <= 0:
-        raise ValueError(f"a tenant's weight must be > 0, got {weight!r}")
-    start = max(q.vtime, q.finish_of(tenant))
-    item = Waiting(ticket, tenant, start, start + 1.0 / weight, now)
-    return _dispatch(replace(q, waiting=q.waiting + (item,), last_finish=_with_finish(q, tenant, item.finish)), now)
+    return q, q._arrive(ticket, tenant, weight, now)
 
 
 def release(q: FairQueue, tenant: str, now: float) -> tuple[FairQueue, tuple[Waiting, ...]]:
     """``tenant`` gives a slot back: the queue, and the items that take the free slots now (each waited
     ``now - since``)."""
-    held = tuple(replace(h, n=max(0, h.n - 1)) if h.tenant == tenant else h for h in q.held)
-    held = tuple(h for h in held if h.n > 0 or h.until >= now)
-    return _dispatch(replace(q, used=max(0, q.used - 1), held=held), now)
+    return q, q._release(tenant, now)
 
 
 def leave(q: FairQueue, ticket: int) -> FairQueue:
     """A waiting item gives up (its caller was cancelled) before it got a slot."""
-    return replace(q, waiting=tuple(w for w in q.waiting if w.ticket != ticket))
+    q._leave(ticket)
+    return q

@@ -346,3 +346,42 @@ def test_a_flood_s_own_recent_use_keeps_no_newcomer_out() -> None:
         q, started = release(q, "a", 1.2)
         assert [w.tenant for w in started] == ["a"]
     assert q.holds("b") == 1 and q.holds("a") == 15
+
+
+def test_the_pool_runs_at_most_its_slots_and_cancels_what_waits_at_shutdown() -> None:
+    release_all = threading.Event()
+    lock = threading.Lock()
+    running, most = [0], [0]
+
+    def step() -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release_all.wait(30)
+        with lock:
+            running[0] -= 1
+    pool = FairPool(8, slots=2)
+    futs = [pool.submit(step) for _ in range(6)]
+    assert pool.waiting == 4
+    pool.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(RuntimeError):
+        pool.submit(step)
+    release_all.set()
+    pool.shutdown(wait=True)
+    assert most[0] == 2 and sum(f.cancelled() for f in futs) == 4 and all(f.done() for f in futs)
+    assert len([t for t in threading.enumerate() if t.name.startswith("fair-pool")]) == 0
+
+
+def test_an_item_that_leaves_from_the_head_of_its_tenant_gives_the_next_its_place() -> None:
+    q = FairQueue(slots=1)
+    q, _ = _arrive(q, 0, "x")
+    for i in (1, 2):
+        q, _ = _arrive(q, i, "a")
+    q, _ = _arrive(q, 3, "b")
+    q = leave(q, 1)  # a's first leaves: a's second is now a's head, with its own start tag (behind b's)
+    assert q.waiting == 2 and q.queued("a") == 1
+    q, started = release(q, "x", 0.0)
+    assert [w.ticket for w in started] == [3]
+    q = leave(q, 2)
+    q, started = release(q, "b", 0.0)
+    assert started == () and q.waiting == 0 and q.used == 0 and q.queued("a") == 0
