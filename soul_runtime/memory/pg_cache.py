@@ -26,6 +26,8 @@ indices and never queries the server, and the layers' code does not know which s
 
 from __future__ import annotations
 
+import itertools
+import os
 import sqlite3
 import threading
 import uuid
@@ -41,6 +43,11 @@ from soul_runtime.memory import pg_commits, postgres_db
 
 LOCAL_ONLY = frozenset({"schema_migrations", "index_log", "pg_mark", "sqlite_sequence", "sqlite_stat1"})
 """Tables of a soul database that are not rows of the soul (see the module's docstring)."""
+
+
+_PROCESS = uuid.uuid4().hex[:16]
+_pushes = itertools.count()
+"""A push's transaction id: a random prefix, the process and a count (unique without a random draw each)."""
 
 
 class CachedDb(sqlite3.Connection):
@@ -146,23 +153,27 @@ class Mirror:
         """Inside the caller's SQLite transaction, before it commits: send the rows it changed (or, with
         ``everything``, all rows, replacing the server's) to PostgreSQL in one transaction that takes the
         database's next version if the server's is the one this cache holds; then mark the cache with it."""
-        if everything:
-            changed = [(t, int(r[0])) for t in self.tables for r in con.execute(f"SELECT rowid FROM main.{t}")]
-        else:
-            changed = [(str(t), int(r)) for t, r in con.execute("SELECT DISTINCT tbl, rid FROM temp.pg_changes")]
-        con.execute("DELETE FROM temp.pg_changes")
-        if not changed and not everything:
-            return
         puts: list[tuple[str, int, bytes]] = []
         dels: list[tuple[str, int]] = []
-        for tbl, rid in changed:
+        if everything:
+            tables = self.tables
+        else:
+            tables = [str(r[0]) for r in con.execute("SELECT DISTINCT tbl FROM temp.pg_changes")]
+            if not tables:
+                return
+        for tbl in tables:  # each table's changed rows in one query: those still there are written, the rest deleted
             cols, _ = self.columns.get(tbl) or _columns(con, tbl)
-            row = con.execute(f"SELECT {','.join(cols)} FROM main.{tbl} WHERE rowid = ?", (rid,)).fetchone()
-            if row is None:
-                dels.append((tbl, rid))
-            else:
-                puts.append((tbl, rid, msgpack.packb(dict(zip(cols, row, strict=True)), use_bin_type=True)))
-        txn = uuid.uuid4().hex
+            which = "" if everything else " WHERE rowid IN (SELECT rid FROM temp.pg_changes WHERE tbl = ?)"
+            found = con.execute(f"SELECT rowid, {','.join(cols)} FROM main.{tbl}{which}",
+                                () if everything else (tbl,)).fetchall()
+            for row in found:
+                puts.append((tbl, int(row[0]), msgpack.packb(dict(zip(cols, row[1:], strict=True)), use_bin_type=True)))
+            if not everything:
+                there = {int(row[0]) for row in found}
+                dels += [(tbl, int(r[0])) for r in con.execute(
+                    "SELECT DISTINCT rid FROM temp.pg_changes WHERE tbl = ?", (tbl,)) if int(r[0]) not in there]
+        con.execute("DELETE FROM temp.pg_changes")
+        txn = f"{_PROCESS}{os.getpid():x}-{next(_pushes):x}"
         expected = self.version
 
         def send() -> None:
