@@ -16,7 +16,7 @@ all, beside chunked BM25's. Twice the candidates lifted summaries on chats 3 and
 ``--full-lines`` instead recalls every question once (digests offered, as a turn recalls) and packs it as a turn
 does with each of :data:`FULL_OVER_TIME` memories shown whole for a question over time
 (:data:`soul_runtime.loop.context.FULL_LINES_OVER_TIME`): evidence and key-phrase recall beside chunked BM25's,
-on all questions and by kind. The shipped 12 was read from it on the nine 1M chats, checked on chats 3, 4; 6 to
+on all questions and by kind. The shipped 9 was read from it on the nine 1M chats, checked on chats 3, 4; 6 to
 9; and 10, 31, 32 apart (``--chats``).
 ``--stores DIR`` reads the souls ``soul bench beam --stores DIR`` kept instead of observing the chats again.
 """

@@ -31,13 +31,14 @@ a code block by its ``max_connections=209`` line, a table by its heading and the
 by the sentence that holds the question's words. A memory that holds none of them is shown by its opening."""
 FULL_CHARS = 400
 SHORT_CHARS = 160
-FULL_LINES_OVER_TIME = 12
+FULL_LINES_OVER_TIME = 9
 """For a question that gathers what was said over time (:data:`~soul_runtime.memory.digest.SPANNING`: a summary,
 an order, a change) the most relevant FULL_LINES_OVER_TIME are shown in full. Its words name the subject, not
 the answer: the answer is what was said about the subject session after session, and an excerpt around the
 question's words leaves that out. Set on BEAM's 1M development chats (``python -m soul_apps.bench.rerank_fit
---full-lines``): key phrases on summaries 0.97x -> 1.01x chunked BM25's over the nine chats, up on each of the
-three sets of chats (3, 4; 6 to 9; 10, 31, 32), evidence level."""
+--full-lines``, 6 / 9 / 12 / 16 / 20 tried): 9 lifts key phrases on each of the three sets of chats (3, 4; 6 to 9;
+10, 31, 32) and on the nine 1.109x -> 1.116x chunked BM25's, summaries 0.97x -> 1.01x, event orderings 1.03x ->
+1.06x; evidence 1.500x -> 1.495x."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
