@@ -142,7 +142,7 @@ def test_a_question_over_time_shows_more_memories_whole() -> None:
         return sum(line.endswith(it.text) for it, line in pack_memory(units, 5000, T0 + 40 * DAY, q, OFF, **kw))
 
     assert full_lines("What port does the fetcher use?") == FULL_LINES
-    assert full_lines("Can you summarize how the trading bot progressed?") == FULL_LINES_OVER_TIME > FULL_LINES
+    assert full_lines("Can you summarize how the garden project progressed?") == FULL_LINES_OVER_TIME > FULL_LINES
     assert whole("What port does the fetcher use?") == FULL_LINES
-    assert whole("Can you summarize how the trading bot progressed?") == FULL_LINES_OVER_TIME
-    assert whole("Can you summarize how the trading bot progressed?", full_over_time=FULL_LINES) == FULL_LINES
+    assert whole("Can you summarize how the garden project progressed?") == FULL_LINES_OVER_TIME
+    assert whole("Can you summarize how the garden project progressed?", full_over_time=FULL_LINES) == FULL_LINES
