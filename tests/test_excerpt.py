@@ -6,8 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from soul_runtime.clock import DAY
-from soul_runtime.loop.context import FULL_LINES, SHORT_CHARS, memory_line, pack_memory
+from soul_runtime.loop.context import (
+    FULL_LINES,
+    FULL_LINES_OVER_TIME,
+    SHORT_CHARS,
+    full_lines,
+    memory_line,
+    pack_memory,
+)
 from soul_runtime.loop.excerpt import excerpt, query_weights
+from soul_runtime.loop.rerank import OFF
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.policy_episodic import later_figures_first
 from soul_runtime.memory.soul_memory import SoulMemory
@@ -119,3 +127,22 @@ def test_a_replaced_value_takes_out_only_the_units_that_state_it(tmp_path: Path)
     assert units["t1#u2"] not in live and units["t1"] not in live  # what stated the old value left recall
     assert {e.summary for e in mem.episodes()} >= set(units.values())  # history keeps them all
     mem.close()
+
+
+def test_a_question_over_time_shows_more_memories_whole() -> None:
+    """A summary's words name its subject, not what was said about it: more of the best memories are shown whole
+    for it than for a precise question, the others by their excerpt as before."""
+    said = [f"In that session the fetcher's work went on: {', '.join(f'change{i}{c}' for c in 'abcdefghijklmnopq')}."
+            for i in range(20)]  # each says something of its own (none repeats another)
+    units = [RecalledItem("episodic", f"ep-{i}", text, 0.9 - i / 100, (f"m{i}",), T0 + i * DAY)
+             for i, text in enumerate(said)]
+    assert all(len(it.text) > SHORT_CHARS for it in units)
+
+    def whole(q: str, **kw: int) -> int:
+        return sum(line.endswith(it.text) for it, line in pack_memory(units, 5000, T0 + 40 * DAY, q, OFF, **kw))
+
+    assert full_lines("What port does the fetcher use?") == FULL_LINES
+    assert full_lines("Can you summarize how the garden project progressed?") == FULL_LINES_OVER_TIME > FULL_LINES
+    assert whole("What port does the fetcher use?") == FULL_LINES
+    assert whole("Can you summarize how the garden project progressed?") == FULL_LINES_OVER_TIME
+    assert whole("Can you summarize how the garden project progressed?", full_over_time=FULL_LINES) == FULL_LINES

@@ -13,6 +13,11 @@ asker's weight (0.4) was set with the others fixed, on chats 3, 4 and then 10, 3
 ``recall_k`` and packs it as a turn does (the shipped weights): the key-phrase recall of those questions and of
 all, beside chunked BM25's. Twice the candidates lifted summaries on chats 3 and 4 and lowered them on chats 10,
 31 and 32: a turn recalls ``recall_k`` for every question (docs/beam.md).
+``--full-lines`` instead recalls every question once (digests offered, as a turn recalls) and packs it as a turn
+does with each of :data:`FULL_OVER_TIME` memories shown whole for a question over time
+(:data:`soul_runtime.loop.context.FULL_LINES_OVER_TIME`): evidence and key-phrase recall beside chunked BM25's,
+on all questions and by kind. The shipped 9 was read from it on the nine 1M chats, checked on chats 3, 4; 6 to
+9; and 10, 31, 32 apart (``--chats``).
 ``--stores DIR`` reads the souls ``soul bench beam --stores DIR`` kept instead of observing the chats again.
 """
 
@@ -43,6 +48,8 @@ from soul_runtime.records import RecalledItem
 GRID = {"relation": (0.0, 0.6, 0.9), "answer_type": (0.0, 0.1, 0.3), "position": (0.0, 0.3),
         "breadth": (0.0, 0.3, 0.8, 1.2), "asker": (0.0, 0.2, 0.4, 0.8)}
 BUDGET = 1000
+FULL_OVER_TIME = (6, 9, 12, 16, 20)
+"""How many memories ``--full-lines`` shows whole for a question over time (6: as for any other question)."""
 SUMMARY = re.compile(r"\b(?:summar\w*|overview|recap)\b", re.I)
 """A question that asks for a summary (what ``--widths`` recalls more candidates for)."""
 
@@ -131,17 +138,56 @@ def widths(chats: Sequence[Chat], workdir: Path, kept: bool = False, wider: Sequ
     return rows
 
 
+def full_lines_over_time(chats: Sequence[Chat], workdir: Path, kept: bool = False,
+                         values: Sequence[int] = FULL_OVER_TIME) -> list[dict[str, float]]:
+    """Evidence and key-phrase recall (and key phrases by kind) against chunked BM25's when a question over time
+    shows ``n`` memories whole, for each ``n`` of ``values``; recall asked once per question."""
+    recalled = []
+    for chat in chats:
+        mem = observed(chat, workdir, kept, digests=True)
+        now = max(m["at"] for m in chat.messages) + ASK_AFTER
+        recalled.append((chat, now, [mem.recall(q.question, TurnConfig().recall_k, at=now) for q in chat.questions],
+                         chunked_bm25(chat)))
+        mem.close()
+    rows = []
+    for n in values:
+        got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for chat, now, items, base in recalled:
+            for q, its, (be, bk) in zip(chat.questions, items, base, strict=True):
+                lines = [(line, it.sources) for it, line in
+                         pack_memory(its, BUDGET, now, q.question, asker=ASKER, full_over_time=n)]
+                for metric, v, b in (("evidence", evidence_recall(q, lines), be),
+                                     ("key_phrases", key_phrase_recall(q, lines), bk)):
+                    if v is not None and b is not None:
+                        got.setdefault((metric, q.kind), []).append((v, b))
+
+        def ratio(pairs: list[tuple[float, float]]) -> float:
+            return statistics.fmean(v for v, _ in pairs) / max(1e-9, statistics.fmean(b for _, b in pairs))
+        row = {"full_over_time": float(n)}
+        for metric in ("evidence", "key_phrases"):
+            row[f"{metric}_x"] = ratio([p for (m, _), ps in got.items() if m == metric for p in ps])
+        row.update({f"kp_x_{kind}": ratio(ps) for (m, kind), ps in sorted(got.items()) if m == "key_phrases"})
+        rows.append(row)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", help="BEAM chats/1M (development chats only)")
     ap.add_argument("--chats", default="3,4")
     ap.add_argument("--widths", action="store_true", help="the candidates a summary question recalls, not the weights")
+    ap.add_argument("--full-lines", action="store_true",
+                    help="how many memories a question over time shows whole, not the weights")
     ap.add_argument("--stores", metavar="DIR", help="the souls `soul bench beam --stores DIR` kept (not observed again)")
     args = ap.parse_args(argv)
     chats = [c for c in load(args.data) if c.chat_id in args.chats.split(",")]
     workdir, kept = (Path(args.stores), True) if args.stores else (Path(tempfile.mkdtemp(prefix="rerank-fit-")), False)
     if args.widths:
         for r in widths(chats, workdir, kept):
+            print(" ".join(f"{k}={v:.3f}" for k, v in r.items()))
+        return
+    if args.full_lines:
+        for r in full_lines_over_time(chats, workdir, kept):
             print(" ".join(f"{k}={v:.3f}" for k, v in r.items()))
         return
     rows = fit(chats, workdir, kept)

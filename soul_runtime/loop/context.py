@@ -12,6 +12,7 @@ from soul_runtime.loop.buffer import ShortTermBuffer
 from soul_runtime.loop.excerpt import FIGURE, excerpt, query_weights, text_terms
 from soul_runtime.loop.rerank import DEFAULT as RERANK
 from soul_runtime.loop.rerank import RerankWeights, rerank_scores
+from soul_runtime.memory.digest import SPANNING
 from soul_runtime.memory.episodic_digests import DIGEST_ID
 from soul_runtime.models.base import ReplyRequest
 from soul_runtime.records import RecalledItem
@@ -30,6 +31,14 @@ a code block by its ``max_connections=209`` line, a table by its heading and the
 by the sentence that holds the question's words. A memory that holds none of them is shown by its opening."""
 FULL_CHARS = 400
 SHORT_CHARS = 160
+FULL_LINES_OVER_TIME = 9
+"""For a question that gathers what was said over time (:data:`~soul_runtime.memory.digest.SPANNING`: a summary,
+an order, a change) the most relevant FULL_LINES_OVER_TIME are shown in full. Its words name the subject, not
+the answer: the answer is what was said about the subject session after session, and an excerpt around the
+question's words leaves that out. Set on BEAM's 1M development chats (``python -m soul_apps.bench.rerank_fit
+--full-lines``, 6 / 9 / 12 / 16 / 20 tried): 9 lifts key phrases on each of the three sets of chats (3, 4; 6 to 9;
+10, 31, 32) and on the nine 1.109x -> 1.116x chunked BM25's, summaries 0.97x -> 1.01x, event orderings 1.03x ->
+1.06x; evidence 1.500x -> 1.495x."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)")
 
 
@@ -92,6 +101,12 @@ def is_digest(it: RecalledItem) -> bool:
     return it.id.startswith(DIGEST_ID)
 
 
+def full_lines(query: str, over_time: int = FULL_LINES_OVER_TIME) -> int:
+    """How many of the best memories are shown in full for ``query``: ``over_time`` for a question that gathers
+    what was said over time, FULL_LINES for any other."""
+    return over_time if SPANNING.search(query) else FULL_LINES
+
+
 def _shown(it: RecalledItem, short: bool, weights: dict[str, float] | None) -> str:
     text = it.text
     room = len(text) if is_digest(it) else SHORT_CHARS if short else FULL_CHARS
@@ -145,13 +160,14 @@ def _render(chosen: list[tuple[int, RecalledItem, str, str]]) -> list[tuple[Reca
 
 
 def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None = None, query: str = "",
-                rerank_weights: RerankWeights = RERANK, asker: str = "") -> list[tuple[RecalledItem, str]]:
+                rerank_weights: RerankWeights = RERANK, asker: str = "", full_over_time: int = FULL_LINES_OVER_TIME
+                ) -> list[tuple[RecalledItem, str]]:
     """The recalled items whose lines fit ``budget`` tokens, chosen greedily by value per token
     (``score ** VALUE_POWER`` / tokens of the line, at least MIN_LINE_TOKENS), returned with their lines: facts
     and procedures first in recall order, then episodes by day (the day of the best first), a day's date written
     once and its other episodes indented under it (:data:`SAME_DAY`), so the budget goes to what was said rather than to repeated
-    dates. The first FULL_LINES items are rendered in full, the others short: by the part that answers
-    ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
+    dates. The first FULL_LINES items (``full_over_time`` for a question over time, :func:`full_lines`) are
+    rendered in full, the others short: by the part that answers ``query``. An episode whose sources are all shown by an episode already chosen is left out: one line per
     message said, so the budget reaches more of what was said (the parts of a long message recalled together
     are shown by the one that answers best); so is an episode's line that repeats one already chosen
     (:data:`REPEAT`). The candidates are first re-ranked by reading them against ``query``
@@ -163,7 +179,8 @@ def pack_memory(recalled: Sequence[RecalledItem], budget: int, now: float | None
         order = sorted(range(len(recalled)), key=lambda i: (-read[i], i))
         recalled, scores = [recalled[i] for i in order], [read[i] for i in order]
     weights = query_weights(query, [it.text for it in recalled]) if query else {}
-    rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= FULL_LINES, weights)))
+    full = full_lines(query, full_over_time)
+    rows = [(i, it, when(it, now) if _dated(it) else "", _body(it, _shown(it, i >= full, weights)))
             for i, it in enumerate(recalled)]
     by_value = sorted(rows, key=lambda r: (-(max(scores[r[0]], 1e-9) ** VALUE_POWER)
                                            / max(MIN_LINE_TOKENS, line_tokens(_line(r[2], r[3]))), r[0]))
