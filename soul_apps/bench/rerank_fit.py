@@ -79,15 +79,26 @@ def observed(chat: Chat, workdir: Path, kept: bool, digests: bool) -> SoulMemory
     return mem
 
 
+
+Recalled = tuple[Chat, float, list[list[RecalledItem]], list[tuple[float | None, float | None]]]
+
+
+def _recalled(chats: Sequence[Chat], workdir: Path, kept: bool, digests: bool) -> list[Recalled]:
+    """Each chat's memory asked each of its questions once (at the time its questions are asked), beside chunked
+    BM25's scores."""
+    out: list[Recalled] = []
+    for chat in chats:
+        mem = observed(chat, workdir, kept, digests=digests)
+        now = max(m["at"] for m in chat.messages) + ASK_AFTER
+        out.append((chat, now, [mem.recall(q.question, TurnConfig().recall_k, at=now) for q in chat.questions],
+                    chunked_bm25(chat)))
+        mem.close()
+    return out
+
+
 def fit(chats: Sequence[Chat], workdir: Path, kept: bool = False) -> list[dict[str, float]]:
     """Every weight set of GRID scored on ``chats``: means and ratios to chunked BM25."""
-    recalled: list[tuple[Chat, float, list[list[RecalledItem]], list[tuple[float | None, float | None]]]] = []
-    for chat in chats:
-        mem = observed(chat, workdir, kept, digests=False)
-        now = max(m["at"] for m in chat.messages) + ASK_AFTER
-        recalled.append((chat, now, [mem.recall(q.question, TurnConfig().recall_k, at=now) for q in chat.questions],
-                         chunked_bm25(chat)))
-        mem.close()
+    recalled = _recalled(chats, workdir, kept, digests=False)
     rows = []
     for values in itertools.product(*GRID.values()):
         w = RerankWeights(*values)
@@ -142,13 +153,7 @@ def full_lines_over_time(chats: Sequence[Chat], workdir: Path, kept: bool = Fals
                          values: Sequence[int] = FULL_OVER_TIME) -> list[dict[str, float]]:
     """Evidence and key-phrase recall (and key phrases by kind) against chunked BM25's when a question over time
     shows ``n`` memories whole, for each ``n`` of ``values``; recall asked once per question."""
-    recalled = []
-    for chat in chats:
-        mem = observed(chat, workdir, kept, digests=True)
-        now = max(m["at"] for m in chat.messages) + ASK_AFTER
-        recalled.append((chat, now, [mem.recall(q.question, TurnConfig().recall_k, at=now) for q in chat.questions],
-                         chunked_bm25(chat)))
-        mem.close()
+    recalled = _recalled(chats, workdir, kept, digests=True)
     rows = []
     for n in values:
         got: dict[tuple[str, str], list[tuple[float, float]]] = {}

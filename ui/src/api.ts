@@ -117,16 +117,7 @@ export interface Episode {
   promoted: boolean;
 }
 
-export interface Digest {
-  kind: "session" | "span";
-  sessions: string[];
-  text: string;
-  episodes: string[];
-  sources: string[];
-  first_at: number;
-  last_at: number;
-  fingerprint: string;
-}
+export type { Digest } from "../../clients/typescript/src/api";
 
 export interface FactVersion {
   value: string;
