@@ -116,3 +116,17 @@ def test_one_statement_takes_each_change_alone_on_a_real_server(pg_url: str) -> 
     assert sorted(k for k in cells if k[0] == "b") == [("b", "episodes", 7)]
     assert cells[("b", "episodes", 7)] == b"new"
     assert sorted(k for k in cells if k[0] == "c") == [("c", "episodes", 0)]  # the stale change wrote nothing
+
+
+def test_names_and_cells_of_any_characters_arrive_as_they_were(pg_url: str) -> None:
+    """The batch's arrays go as array literals: quotes, backslashes, commas, braces, spaces, non-ASCII and every
+    byte value come back unchanged."""
+    odd = ['we"ird\\ soul,{x}', "tenant:é ü", "", "NULL", " lead and trail "]
+    cells = bytes(range(256))
+    batch = [Change(s, 'db "q"\\', 0, 9, f"t{i}", [('t,"x"', 2**40 + i, cells + s.encode())], [])
+             for i, s in enumerate(odd)]
+    assert pg_commits.send(pg_url, batch) == {(s, 'db "q"\\') for s in odd}
+    dbs, got = rows(pg_url)
+    assert set(dbs) == {(s, 'db "q"\\') for s in odd}
+    assert got == {(s, 't,"x"', 2**40 + i): cells + s.encode() for i, s in enumerate(odd)}
+    assert pg_commits.array([], pg_commits.TEXTS) == "{}" and pg_commits.array([-3, 4], pg_commits.INTS) == "{-3,4}"
