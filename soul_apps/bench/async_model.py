@@ -41,27 +41,43 @@ def _control(path: str) -> tuple[float, str]:
         return 0.0, ""
 
 
+CONTROL_EVERY_S = 0.05
+"""How often a model reads the benchmark's control file (and writes its peak, when it rose): at most once in
+this long, so the model's calls, awaited on the host's event loop, do no file I/O of their own (each read would
+stall the loop, and every turn on it, while the host's threads hold the interpreter lock)."""
+
+
 class _Waits:
     """The calls waiting at once in this process, and their peak in the current phase (written to
     ``<delay_file>.peak.<phase>.<pid>``)."""
 
     def __init__(self, delay_file: str) -> None:
         self.delay_file = delay_file
-        self.now = self.peak = 0
-        self.phase = ""
+        self.now = self.peak = self.written = 0
+        self.delay, self.phase = 0.0, ""
+        self.read_at = self.write_at = float("-inf")
 
     def enter(self) -> float:
-        delay, phase = _control(self.delay_file)
-        if phase != self.phase:
-            self.phase, self.peak = phase, 0
+        t = time.monotonic()
+        if t >= self.read_at:
+            self.read_at = t + CONTROL_EVERY_S
+            self.delay, phase = _control(self.delay_file)
+            if phase != self.phase:
+                self.phase, self.peak, self.written = phase, 0, 0
         self.now += 1
-        if self.now > self.peak:
-            self.peak = self.now
-            Path(f"{self.delay_file}.peak.{phase}.{os.getpid()}").write_text(str(self.peak))
-        return delay
+        self.peak = max(self.peak, self.now)
+        self._write(t)
+        return self.delay
 
     def leave(self) -> None:
         self.now -= 1
+        self._write(time.monotonic())
+
+    def _write(self, t: float) -> None:
+        if self.peak != self.written and t >= self.write_at:
+            self.write_at = t + CONTROL_EVERY_S
+            self.written = self.peak
+            Path(f"{self.delay_file}.peak.{self.phase}.{os.getpid()}").write_text(str(self.peak))
 
 
 class WaitingModel(base.AsyncLanguageModel):
@@ -160,6 +176,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
         plan.append((f"{delay_s:g} s a call", delay_s, [ids[k % souls] for k in range(n)]))
         for i, (label, delay, who) in enumerate(plan):
             delay_file.write_text(f"{delay:g} phase-{i}")
+            time.sleep(4 * CONTROL_EVERY_S)  # every model has read it
             lat: list[float] = []
             res: list[Any] = []
             errors: dict[str, int] = {}
@@ -169,6 +186,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
                                           f"{kind} model, {label}", at, wait_writes=label == "first turns",
                                           errors=errors))
             cpu = cpu_per_turn(procs0, process_table(), len(who), time.process_time() - cpu0 - sampler.cpu_s)
+            time.sleep(4 * CONTROL_EVERY_S)  # the models' last peaks are written
             at += 1e5
             report = sampler.report()
             phase = {"phase": label, "model_delay_s": delay, "in_flight": in_flight, "turns": len(lat),
