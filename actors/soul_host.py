@@ -96,6 +96,7 @@ class SoulHost(ActorBase):
         self.calls = ShardCalls(self.stores, channels=self.cfg.local_channels)
         self.pool = FairPool(self.cfg.host_threads, self.weights, thread_name_prefix=f"{name}-work",
                              slots=self.cfg.host_steps)
+        self._aside: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None  # see _aside_places
         self._closing_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
@@ -170,7 +171,16 @@ class SoulHost(ActorBase):
     async def _drive(self, steps: Steps[Any], soul: Soul, spans: TurnSpans | None = None) -> Any:
         targets = {"model": self.model, "memory": soul.memory} if spans is None else \
             spans.targets(self.model, soul.memory)
-        return await drive_async(steps, targets, self.pool, self._spawned)
+        return await drive_async(steps, targets, self.pool, self._spawned, aside=self._aside_places())
+
+    def _aside_places(self) -> asyncio.Semaphore:
+        """The places on the pool the memory work beside the turns may hold (half of it): a burst of memory work
+        leaves the other half to the turns' own steps (their replies), which wait behind no more than this."""
+        loop = asyncio.get_running_loop()
+        if self._aside is None or self._aside[0] is not loop:
+            slots = min(self.cfg.host_threads, self.cfg.host_steps or self.cfg.host_threads)
+            self._aside = (loop, asyncio.Semaphore(max(1, slots // 2)))
+        return self._aside[1]
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)

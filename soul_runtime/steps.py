@@ -217,17 +217,22 @@ def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: B
 
 
 async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executor,
-                      spawned: Callable[[asyncio.Task[Any]], None] | None = None) -> T:
+                      spawned: Callable[[asyncio.Task[Any]], None] | None = None, *,
+                      aside: asyncio.Semaphore | None = None, _places: asyncio.Semaphore | None = None) -> T:
     """Run ``steps`` to the end from a coroutine (:func:`run_steps_async`): code and plain steps on ``pool``,
     coroutine steps awaited. ``spawned(task)`` is told of every task a :class:`Spawn` starts (its owner may wait
-    for them at stop).
+    for them at stop). ``aside``: the places the code of the work a :class:`Spawn` starts (work beside its
+    caller: a turn's memory work after its reply) may hold on ``pool`` at once, running or queued, so a burst of
+    it leaves the pool's other places to the steps a caller waits for.
 
     Cancelling the caller while a step is awaited cancels that step (its error goes into the steps, which then
     end as they would on that failure); while code runs on the pool the code finishes its part first."""
     loop = asyncio.get_running_loop()
 
     def advance(gen: Steps[Any], value: Any, error: BaseException | None) -> Awaitable[Any]:
-        return loop.run_in_executor(pool, _advance, gen, targets, value, error)
+        if _places is None:
+            return loop.run_in_executor(pool, _advance, gen, targets, value, error)
+        return _placed(_places, loop.run_in_executor, pool, _advance, gen, targets, value, error)
 
     async def perform(step: Any) -> Any:
         if isinstance(step, Call):
@@ -237,7 +242,7 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
 
             async def body(s: Steps[Any] = step.steps, w: Work = work) -> None:
                 try:
-                    await drive_async(s, targets, pool, spawned)
+                    await drive_async(s, targets, pool, spawned, aside=aside, _places=aside)
                 except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
                     w.error = e
             work.task = asyncio.ensure_future(body())
@@ -256,6 +261,11 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
         raise TypeError(f"not a step: {step!r}")
 
     return await run_steps_async(steps, perform, catch=BaseException, advance=advance)
+
+
+async def _placed(places: asyncio.Semaphore, run: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async with places:
+        return await run(*args)
 
 
 _lock = threading.Lock()
