@@ -174,12 +174,13 @@ class SoulHost(ActorBase):
         return await drive_async(steps, targets, self.pool, self._spawned, aside=self._aside_places())
 
     def _aside_places(self) -> asyncio.Semaphore:
-        """The places on the pool the memory work beside the turns may hold (half of it): a burst of memory work
-        leaves the other half to the turns' own steps (their replies), which wait behind no more than this."""
+        """The places on the pool the memory work beside the turns may hold: all but a quarter, which a burst of
+        memory work leaves to the turns' own steps (their replies); the memory work still has most of the pool,
+        so under a sustained load it does not fall behind the turns."""
         loop = asyncio.get_running_loop()
         if self._aside is None or self._aside[0] is not loop:
             slots = min(self.cfg.host_threads, self.cfg.host_steps or self.cfg.host_threads)
-            self._aside = (loop, asyncio.Semaphore(max(1, slots // 2)))
+            self._aside = (loop, asyncio.Semaphore(max(1, slots - max(1, slots // 4))))
         return self._aside[1]
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
