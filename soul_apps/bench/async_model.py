@@ -8,7 +8,8 @@ path (``connect(model="soul_apps.bench.async_model:WaitingModel")``), as a user'
 
 Each model gets a fresh embedded runtime: every soul's first turn at 0 s (activation, first writes), then a round
 of turns at 0 s (the CPU bound of this run), then rounds at the delay, ``in_flight`` turns in flight, each
-returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). The bound of a
+returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). A phase begins
+once the memory work of the one before has landed (none of it then waits at this phase's delay). The bound of a
 phase at the delay is ``in_flight / delay`` turns/s (one model call on a turn's path), or the instant phase's
 turns/s when lower. Per phase: turns/s, latency p50/p99, the most model calls waiting at once (counted in the
 soul-host processes and reported through the model's ``model_id``-keyed file), and the threads of each soul-host
@@ -148,6 +149,14 @@ def _peaks(delay_file: Path, phase: str) -> dict[int, int]:
             for f in delay_file.parent.glob(f"{delay_file.name}.peak.{phase}.*")}
 
 
+def _landed(rt: Any, timeout_s: float = 120.0) -> None:
+    """Wait until no soul host has memory work running (``wait_writes=False`` turns' decisions and writes)."""
+    from soul_apps.bench.scale import host_counters
+    end = time.monotonic() + timeout_s
+    while host_counters(rt).get("memory_work", 0) and time.monotonic() < end:
+        time.sleep(0.1)
+
+
 def _host_threads(report: dict[str, Any]) -> list[int]:
     return [q["threads_max"] for q in report["processes"] if "SoulHost" in q["name"]]
 
@@ -175,6 +184,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
         n = baseline_turns or souls * rounds
         plan.append((f"{delay_s:g} s a call", delay_s, [ids[k % souls] for k in range(n)]))
         for i, (label, delay, who) in enumerate(plan):
+            _landed(rt)  # the last phase's memory work (its decisions, at that phase's delay) is not this one's
             delay_file.write_text(f"{delay:g} phase-{i}")
             time.sleep(4 * CONTROL_EVERY_S)  # every model has read it
             lat: list[float] = []
