@@ -8,8 +8,9 @@ path (``connect(model="soul_apps.bench.async_model:WaitingModel")``), as a user'
 
 Each model gets a fresh embedded runtime: every soul's first turn at 0 s (activation, first writes), then a round
 of turns at 0 s (the CPU bound of this run), then rounds at the delay, ``in_flight`` turns in flight, each
-returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). A phase begins
-once the memory work of the one before has landed (none of it then waits at this phase's delay). The bound of a
+returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). A phase ends when
+its replies are back (its turns/s and latencies) and its memory work has landed (its CPU a turn counts that work;
+none of it runs in the next phase, at the next phase's delay). The bound of a
 phase at the delay is ``in_flight / delay`` turns/s (one model call on a turn's path), or the instant phase's
 turns/s when lower. Per phase: turns/s, latency p50/p99, the most model calls waiting at once (counted in the
 soul-host processes and reported through the model's ``model_id``-keyed file), and the threads of each soul-host
@@ -184,7 +185,6 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
         n = baseline_turns or souls * rounds
         plan.append((f"{delay_s:g} s a call", delay_s, [ids[k % souls] for k in range(n)]))
         for i, (label, delay, who) in enumerate(plan):
-            _landed(rt)  # the last phase's memory work (its decisions, at that phase's delay) is not this one's
             delay_file.write_text(f"{delay:g} phase-{i}")
             time.sleep(4 * CONTROL_EVERY_S)  # every model has read it
             lat: list[float] = []
@@ -195,6 +195,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
                 wall = asyncio.run(_drive(rt, [(s, utterance(rng)) for s in who], in_flight, lat, res, progress,
                                           f"{kind} model, {label}", at, wait_writes=label == "first turns",
                                           errors=errors))
+            _landed(rt)  # this phase's memory work is its own (its CPU here; none of it runs at the next's delay)
             cpu = cpu_per_turn(procs0, process_table(), len(who), time.process_time() - cpu0 - sampler.cpu_s)
             time.sleep(4 * CONTROL_EVERY_S)  # the models' last peaks are written
             at += 1e5
