@@ -13,7 +13,9 @@ a round trip of tens of µs.
   ``concurrency`` threads (a store shard). An exception a method raises is sent back: a ``SoulError`` arrives
   as itself, anything else (or an answer that cannot be pickled) as :class:`TurnFailed`, as through Ray.
 - The client (:class:`ChannelClient`) keeps a pool of connections per event loop: a call takes one, writes its
-  request and reads its answer on it. Coroutines await :meth:`ChannelClient.call_async` (no thread); a
+  request and reads its answer on it. A method that is an async generator answers in parts: each part it
+  yields goes back as soon as it is yielded (a soul host's batch of turns, each turn's answer as it is done), to
+  the caller's ``parts`` callback, and the call ends when the generator does. Coroutines await :meth:`ChannelClient.call_async` (no thread); a
   blocking caller's :meth:`ChannelClient.start` runs the same call on the process's step loop and can start
   calls to several actors before waiting for any.
 - A channel that breaks (the actor died or restarted, the socket went away) raises :class:`ChannelBroken`;
@@ -53,6 +55,8 @@ MAX_CONNS = 1024
 """Connections a server serves at once (a descriptor each); more are refused."""
 MAX_OPEN = 64
 """Connections a client keeps to one server; a call beyond them goes through Ray."""
+PART = "part"
+"""The first element of a frame that carries one part of an answer (an async generator method's yield)."""
 
 
 class ChannelBroken(Exception):
@@ -208,7 +212,12 @@ class ChannelServer:
                         raise TurnFailed(f"{method!r} is not served on this channel")
                     if self._tenant is not None:
                         TENANT.set(self._tenant(method, args))  # this connection's task: its next hand-off
-                    answer: tuple[bool, Any] = (True, await self._call(getattr(self.target, method), args))
+                    fn = getattr(self.target, method)
+                    if inspect.isasyncgenfunction(fn):
+                        await self._parts(fn(*args), writer)
+                        answer: tuple[Any, Any] = (True, None)
+                    else:
+                        answer = (True, await self._call(fn, args))
                 except Exception as e:  # the call's own error goes back to its caller
                     answer = (False, _as_sent(e))
                 try:
@@ -222,6 +231,16 @@ class ChannelServer:
         finally:
             self._writers.discard(writer)
             writer.close()
+
+    @staticmethod
+    async def _parts(parts: Any, writer: asyncio.StreamWriter) -> None:
+        """Send each part an async generator yields as it comes (its error ends the call as its answer)."""
+        try:
+            async for part in parts:
+                writer.write(_frame((PART, part)))
+                await writer.drain()
+        finally:
+            await parts.aclose()
 
     async def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -361,18 +380,20 @@ class ChannelClient:
     def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         return self.start(method, *args).result(timeout)
 
-    async def call_async(self, method: str, *args: Any) -> Any:
-        """The call from a coroutine of any loop (its connections are that loop's)."""
+    async def call_async(self, method: str, *args: Any, parts: Callable[[Any], None] | None = None) -> Any:
+        """The call from a coroutine of any loop (its connections are that loop's). ``parts``: told each part of
+        the answer of an async generator method as it arrives (the call's own answer is then None)."""
         slot = self._reserve()
         try:
             data = _frame((method, args))
         except Exception as e:  # noqa: BLE001
             slot.give_back()
             raise ChannelBroken(f"cannot send: {e}") from None
-        return await self._exchange(data, slot)
+        return await self._exchange(data, slot, parts)
 
-    async def _exchange(self, data: bytes, slot: _Slot) -> Any:
-        """Send one reserved call's frame and read its answer (the reservation ends here)."""
+    async def _exchange(self, data: bytes, slot: _Slot, parts: Callable[[Any], None] | None = None) -> Any:
+        """Send one reserved call's frame and read its answer, its parts to ``parts`` as they come (the
+        reservation ends here)."""
         loop = asyncio.get_running_loop()
         conn: _Conn | None = None
         try:
@@ -382,6 +403,12 @@ class ChannelClient:
                 conn[1].write(data)
                 await conn[1].drain()
                 frame = await _read_frame(conn[0])
+                while parts is not None:  # an answer in parts: each as it comes, up to the last frame
+                    kind, value = pickle.loads(frame)  # cannot be loaded: as a bad frame
+                    if kind != PART:
+                        break
+                    parts(value)
+                    frame = await _read_frame(conn[0])
             except asyncio.CancelledError:  # timed out or given up: the answer would arrive on it later
                 if conn is not None:
                     conn[1].close()
@@ -488,8 +515,10 @@ class ChannelBook:
         if ch is not None:
             ch.close()
 
-    async def call_async(self, name: str, handle: Any, method: str, *args: Any) -> Any:
-        """``method(*args)`` over the actor's channel, from a coroutine. Raises :class:`ChannelBroken` when there
+    async def call_async(self, name: str, handle: Any, method: str, *args: Any,
+                         parts: Callable[[Any], None] | None = None) -> Any:
+        """``method(*args)`` over the actor's channel, from a coroutine (``parts``: see
+        :meth:`ChannelClient.call_async`). Raises :class:`ChannelBroken` when there
         is no channel (or it broke, or it has as many calls out as it takes): send it the ordinary way. Asking an
         actor for its address (first contact, or after a break) runs on a thread; calls do not."""
         ch = self.known(name)
@@ -501,7 +530,7 @@ class ChannelBook:
             ch = await asyncio.get_running_loop().run_in_executor(None, self.client, name, handle)
             if ch is None:
                 raise ChannelBroken(f"{name} has no channel here")
-        return await ch.call_async(method, *args)
+        return await ch.call_async(method, *args, parts=parts)
 
 
 def connect(address: Any) -> ChannelClient | None:

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ from .placement import rendezvous
 from .retry import RetryPolicy
 from .transport import DirectTransport, Transport
 
-HOST_CHANNEL_METHODS = ("run", "run_batch")
+HOST_CHANNEL_METHODS = ("run", "run_batch", "run_stream")
 """What a host serves on its local channel (:meth:`actors.soul_host.SoulHost.serve_channel`)."""
 BATCHED = frozenset({"run"})
 """The methods whose calls the coroutine driver batches per host (turns, observes, forget_where)."""
@@ -132,11 +132,15 @@ class AsyncSoulLocks:
         so one tenant's flood of calls out does not hold another's turns back in this process."""
         b = self.batchers.get((name, tenant))
         if b is None:
-            async def send(items: list[tuple[Any, Any]]) -> Any:  # (handle, item): handles of one named actor
-                handle, batch = items[0][0], [item for _, item in items]
-                return await self.transport.send_async(name, handle, "run_batch", batch)
+            async def send(items: list[tuple[Any, Any]], answer: Callable[[int, Any], None]) -> Any:
+                handle, batch = items[0][0], [item for _, item in items]  # (handle, item): one named actor's
+
+                def parts(done: list[tuple[int, Any]]) -> None:
+                    for i, a in done:
+                        answer(i, a)
+                return await self.transport.send_parts_async(name, handle, "run_stream", "run_batch", parts, batch)
             b = self.batchers[(name, tenant)] = AsyncBatcher(send, max_batch=MAX_BATCH, max_calls=MAX_CALLS,
-                                                    release_after_s=RELEASE_AFTER_S)
+                                                    release_after_s=RELEASE_AFTER_S, early=True)
         return b
 
     def drop_idle(self, name: str, tenant: str = "") -> None:

@@ -96,6 +96,7 @@ class SoulHost(ActorBase):
         self.calls = ShardCalls(self.stores, channels=self.cfg.local_channels)
         self.pool = FairPool(self.cfg.host_threads, self.weights, thread_name_prefix=f"{name}-work",
                              slots=self.cfg.host_steps)
+        self._aside: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None  # see _aside_places
         self._closing_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-close")  # souls passivated aside
         self.active: OrderedDict[str, _Activation] = OrderedDict()
         self.moved: dict[str, str] = read_registry(self.cfg.data_dir)  # souls served by another actor
@@ -170,7 +171,17 @@ class SoulHost(ActorBase):
     async def _drive(self, steps: Steps[Any], soul: Soul, spans: TurnSpans | None = None) -> Any:
         targets = {"model": self.model, "memory": soul.memory} if spans is None else \
             spans.targets(self.model, soul.memory)
-        return await drive_async(steps, targets, self.pool, self._spawned)
+        return await drive_async(steps, targets, self.pool, self._spawned, aside=self._aside_places())
+
+    def _aside_places(self) -> asyncio.Semaphore:
+        """The places on the pool the memory work beside the turns may hold: all but a quarter, which a burst of
+        memory work leaves to the turns' own steps (their replies); the memory work still has most of the pool,
+        so under a sustained load it does not fall behind the turns."""
+        loop = asyncio.get_running_loop()
+        if self._aside is None or self._aside[0] is not loop:
+            slots = min(self.cfg.host_threads, self.cfg.host_steps or self.cfg.host_threads)
+            self._aside = (loop, asyncio.Semaphore(max(1, slots - max(1, slots // 4))))
+        return self._aside[1]
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -437,11 +448,7 @@ class SoulHost(ActorBase):
         submitted together): they run side by side. One answer per item, in order: its result, or the
         :class:`SoulError` it raised (any other error as :class:`TurnFailed`); an item still running when the
         others are long done is answered :class:`Later` (it goes on; its caller asks for it alone)."""
-        if not isinstance(items, list) or not all(isinstance(it, tuple) and len(it) == 5 for it in items):
-            raise InvalidInput("run_batch takes a list of (soul_id, op, seq, request_id, payload) tuples")
-        self.metrics.local["turn_calls"] += 1
-        self.metrics.local["turn_items"] += len(items)
-        tasks = [asyncio.ensure_future(self._run_one(it)) for it in items]
+        tasks = self._batch_tasks(items)
         start, pending, half_s = time.monotonic(), set(tasks), None
         while pending:  # all done, or the stragglers left behind (batch_answer_at)
             left = None if half_s is None else start + batch_answer_at(half_s) - time.monotonic()
@@ -452,6 +459,26 @@ class SoulHost(ActorBase):
                 half_s = time.monotonic() - start
         self.metrics.local["turn_stragglers"] += len(pending)
         return [Later() if t in pending else t.result() for t in tasks]
+
+    async def run_stream(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]
+                         ) -> AsyncIterator[list[tuple[int, Any]]]:
+        """:meth:`run_batch` answered in parts, for a caller on this machine (the local channel carries each part
+        as it is yielded): each item's answer (index, answer) as soon as it is done, those done together in one
+        part, so a turn's caller does not wait for the other turns of its batch, and nothing is a straggler."""
+        tasks = self._batch_tasks(items)
+        index = {t: i for i, t in enumerate(tasks)}
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            yield sorted((index[t], t.result()) for t in done)
+
+    def _batch_tasks(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]) -> list[asyncio.Task[Any]]:
+        """A batch's items started side by side (counted), each answering its result or its own error."""
+        if not isinstance(items, list) or not all(isinstance(it, tuple) and len(it) == 5 for it in items):
+            raise InvalidInput("run_batch takes a list of (soul_id, op, seq, request_id, payload) tuples")
+        self.metrics.local["turn_calls"] += 1
+        self.metrics.local["turn_items"] += len(items)
+        return [asyncio.ensure_future(self._run_one(it)) for it in items]
 
     async def _run_one(self, item: tuple[str, str, int | None, str, dict[str, Any]]) -> Any:
         """One item of a batch: its result or its error, as an answer."""

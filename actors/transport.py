@@ -97,6 +97,21 @@ class Transport:
                 return value
         return await raycalls.call(handle, method, *args)
 
+    async def send_parts_async(self, name: str, handle: Any, method: str, whole: str,
+                               parts: Callable[[Any], None], *args: Any) -> Any:
+        """``method`` (an async generator method) over the actor's local channel, each part of its answer to
+        ``parts`` as it comes, and None; without a channel (or when it breaks), ``whole`` (the same answer in
+        one) through Ray, and its answer."""
+        if method in self.channel_methods and self.book.enabled:
+            try:
+                await self.book.call_async(name, handle, method, *args, parts=parts)
+            except ChannelBroken:  # none here, or it broke: the whole answer through Ray
+                pass
+            else:
+                self._counted(method)
+                return None
+        return await raycalls.call(handle, whole, *args)
+
     def forget(self, name: str) -> None:
         """An actor that has gone for good (a dedicated actor): its channel is forgotten."""
         self.book.forget(name)
@@ -134,6 +149,11 @@ class DirectTransport:
         self.calls.append((name, method))
         answer = getattr(self.objects[name], method)(*args)
         return await answer if inspect.isawaitable(answer) else answer
+
+    async def send_parts_async(self, name: str, handle: Any, method: str, whole: str,
+                               parts: Callable[[Any], None], *args: Any) -> Any:
+        """As if there were no channel: ``whole``, answered in one."""
+        return await self.send_async(name, handle, whole, *args)
 
     def forget(self, name: str) -> None:
         pass

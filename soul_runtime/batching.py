@@ -169,15 +169,21 @@ class AsyncBatcher(Generic[In, Out]):
     submitted meanwhile wait at most about that long to be sent.
 
     ``send`` returns an awaitable of one result per item; a result that is an exception is raised in its own
-    caller only. An exception from ``send`` (or its awaitable) reaches every caller of the batch."""
+    caller only. An exception from ``send`` (or its awaitable) reaches every caller of the batch.
 
-    def __init__(self, send: Callable[[list[In]], Awaitable[Sequence[Out | BaseException]]], *,
-                 max_batch: int = 32, max_calls: int = 2, release_after_s: float | None = None) -> None:
+    ``early=True``: ``send(items, answer)`` may hand items' results over before its call ends, each with
+    ``answer(index, result)`` (its caller goes on at once), and then return None once every item is answered.
+    """
+
+    def __init__(self, send: Callable[..., Awaitable[Sequence[Out | BaseException] | None]], *,
+                 max_batch: int = 32, max_calls: int = 2, release_after_s: float | None = None,
+                 early: bool = False) -> None:
         if max_batch < 1 or max_calls < 1:
             raise ValueError("max_batch and max_calls must be >= 1")
         if release_after_s is not None and not release_after_s > 0:
             raise ValueError("release_after_s must be > 0 (or None)")
         self._send = send
+        self.early = early
         self.max_batch = max_batch
         self.max_calls = max_calls
         self.release_after_s = release_after_s
@@ -233,9 +239,22 @@ class AsyncBatcher(Generic[In, Out]):
                     self._schedule(loop)
         timer = None if self.release_after_s is None else loop.call_later(self.release_after_s, release)
         self._calls_out += 1
+
+        def answer(i: int, r: Out | BaseException) -> None:
+            fut = batch[i][1]
+            if not fut.done():  # not cancelled by its caller
+                if isinstance(r, BaseException):
+                    fut.set_exception(r)
+                else:
+                    fut.set_result(r)
         try:
-            results: Sequence[Out | BaseException] | BaseException = await self._send([item for item, _ in batch])
-            if not isinstance(results, BaseException):
+            items = [item for item, _ in batch]
+            sent = await (self._send(items, answer) if self.early else self._send(items))
+            results: Sequence[Out | BaseException] | BaseException
+            if sent is None:  # answered item by item: one left without an answer has none coming
+                results = [RuntimeUnavailable("the call ended without this item's answer")] * len(batch)
+            else:
+                results = sent
                 _check_count(len(batch), results)
         except asyncio.CancelledError:
             self._calls_out -= 1
@@ -248,7 +267,7 @@ class AsyncBatcher(Generic[In, Out]):
         except Exception as e:  # every caller of the batch gets it
             results = e
         for i, (_, fut) in enumerate(batch):
-            if fut.done():  # its caller was cancelled
+            if fut.done():  # answered early, or its caller was cancelled
                 continue
             r = results if isinstance(results, BaseException) else results[i]
             if isinstance(r, BaseException):

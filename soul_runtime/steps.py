@@ -106,7 +106,9 @@ async def _wait(task: asyncio.Task[Any]) -> None:
 
 @dataclass(frozen=True)
 class Spawn:
-    """Run ``steps`` beside the caller; the answer is its :class:`Work` (its error is kept there)."""
+    """Run ``steps`` beside the caller; the answer is its :class:`Work` (its error is kept there). Under
+    :func:`drive_async` the caller's code right after it, up to its next step, runs on the event loop: it should
+    only record the work."""
 
     steps: Steps[Any]
     name: str = "memory-work"
@@ -204,32 +206,55 @@ def _awaited(step: Any, targets: Mapping[str, Any]) -> bool:
     return True
 
 
-def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: BaseException | None) -> Any:
-    """On a pool thread: run the steps' code, and the plain-function steps, up to a step for the loop."""
+def _advance(steps: Steps[Any], targets: Mapping[str, Any], value: Any, error: BaseException | None,
+             step: Any = None) -> Any:
+    """On a pool thread: run the steps' code, and the plain-function steps, up to a step for the loop (``step``:
+    a plain step the steps have yielded already, to perform first)."""
     while True:
-        step = resume(steps, value, error)
+        if step is None:
+            step = resume(steps, value, error)
         if isinstance(step, Done) or _awaited(step, targets):
             return step
         try:
             value, error = _blocking(step, targets), None
         except BaseException as e:  # noqa: BLE001 — the step's error goes into the steps
             value, error = None, e
+        step = None
 
 
 async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executor,
-                      spawned: Callable[[asyncio.Task[Any]], None] | None = None) -> T:
+                      spawned: Callable[[asyncio.Task[Any]], None] | None = None, *,
+                      aside: asyncio.Semaphore | None = None, _places: asyncio.Semaphore | None = None) -> T:
     """Run ``steps`` to the end from a coroutine (:func:`run_steps_async`): code and plain steps on ``pool``,
     coroutine steps awaited. ``spawned(task)`` is told of every task a :class:`Spawn` starts (its owner may wait
-    for them at stop).
+    for them at stop). ``aside``: the places the code of the work a :class:`Spawn` starts (work beside its
+    caller: a turn's memory work after its reply) may hold on ``pool`` at once, running or queued, so a burst of
+    it leaves the pool's other places to the steps a caller waits for.
+
+    The code right after a :class:`Spawn`, up to the next step, runs on the loop (it records the work it was
+    given; one trip to the pool less on the caller's path); from a plain step on, the pool again.
 
     Cancelling the caller while a step is awaited cancels that step (its error goes into the steps, which then
     end as they would on that failure); while code runs on the pool the code finishes its part first."""
     loop = asyncio.get_running_loop()
+    spawned_last = False
 
     def advance(gen: Steps[Any], value: Any, error: BaseException | None) -> Awaitable[Any]:
-        return loop.run_in_executor(pool, _advance, gen, targets, value, error)
+        nonlocal spawned_last
+        step = None
+        if spawned_last:
+            spawned_last = False
+            step = resume(gen, value, error)
+            if isinstance(step, Done) or _awaited(step, targets):
+                ready: asyncio.Future[Any] = loop.create_future()
+                ready.set_result(step)
+                return ready
+        if _places is None:
+            return loop.run_in_executor(pool, _advance, gen, targets, value, error, step)
+        return _placed(_places, loop.run_in_executor, pool, _advance, gen, targets, value, error, step)
 
     async def perform(step: Any) -> Any:
+        nonlocal spawned_last
         if isinstance(step, Call):
             return await getattr(targets[step.target], step.method)(*step.args, **step.kwargs)
         if isinstance(step, Spawn):
@@ -237,12 +262,13 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
 
             async def body(s: Steps[Any] = step.steps, w: Work = work) -> None:
                 try:
-                    await drive_async(s, targets, pool, spawned)
+                    await drive_async(s, targets, pool, spawned, aside=aside, _places=aside)
                 except BaseException as e:  # noqa: BLE001 — kept for whoever joins it
                     w.error = e
             work.task = asyncio.ensure_future(body())
             if spawned is not None:
                 spawned(work.task)
+            spawned_last = True
             return work
         if isinstance(step, Pause):
             await asyncio.sleep(step.seconds)
@@ -256,6 +282,11 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
         raise TypeError(f"not a step: {step!r}")
 
     return await run_steps_async(steps, perform, catch=BaseException, advance=advance)
+
+
+async def _placed(places: asyncio.Semaphore, run: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async with places:
+        return await run(*args)
 
 
 _lock = threading.Lock()

@@ -292,3 +292,38 @@ def test_async_batcher_stops_counting_a_call_out_longer_than_release_after_s() -
     assert held == ["send [0]", "answered [0]", "send [1]", "answered [1]"]
     with pytest.raises(ValueError):
         AsyncBatcher(lambda items: asyncio.sleep(0), release_after_s=0)  # type: ignore[arg-type,return-value]
+
+
+def test_an_async_batch_answered_early_lets_each_caller_go_on_its_own_answer() -> None:
+    """``early=True``: a caller whose item is answered goes on while the rest of its batch is still out; an
+    item the call ends without answering gets an error of its own."""
+    import asyncio
+
+    from soul_runtime.batching import AsyncBatcher
+    from soul_runtime.errors import RuntimeUnavailable
+
+    async def main() -> None:
+        slow = asyncio.Event()
+
+        async def send(items: list[int], answer: Any) -> None:
+            answer(0, items[0] * 10)
+            await slow.wait()
+            if len(items) > 2:
+                answer(1, ValueError("item 1"))  # an item's own error; item 2 left unanswered
+                return None
+            answer(1, items[1] * 10)
+            return None
+        b: AsyncBatcher[int, int] = AsyncBatcher(send, max_batch=8, early=True)
+        first, second = asyncio.ensure_future(b.submit(1)), asyncio.ensure_future(b.submit(2))
+        assert await asyncio.wait_for(first, 5) == 10 and not second.done()  # not held by its batch
+        slow.set()
+        assert await second == 20
+        slow.clear()
+        calls = [asyncio.ensure_future(b.submit(i)) for i in (3, 4, 5)]
+        assert await calls[0] == 30
+        slow.set()
+        with pytest.raises(ValueError, match="item 1"):
+            await calls[1]
+        with pytest.raises(RuntimeUnavailable):
+            await calls[2]
+    asyncio.run(main())

@@ -7,6 +7,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -315,7 +316,8 @@ def test_an_async_batch_goes_through_ray_when_its_host_has_no_channel(monkeypatc
     class NoChannel:
         enabled = True
 
-        async def call_async(self, name: str, handle: object, method: str, *args: object) -> object:
+        async def call_async(self, name: str, handle: object, method: str, *args: object,
+                             parts: object = None) -> object:
             raise ChannelBroken("none here")
 
     async def by_ray(items: list[tuple[object, ...]]) -> list[object]:
@@ -363,3 +365,43 @@ def test_a_shards_channel_serves_tenants_in_fair_order() -> None:
         assert order.index("b:s") <= 2  # after the running call and at most one of the flood's
     finally:
         server.close()
+
+
+def test_an_answer_in_parts_reaches_its_caller_part_by_part() -> None:
+    """An async generator method answers in parts: each part reaches the caller as it is yielded (the slow
+    item's wait does not hold back the fast one's answer); its error ends the call as its answer; the
+    connection is clean for the next call."""
+    import asyncio
+
+    release = asyncio.Event()
+
+    class Streaming:
+        async def run_stream(self, items: list[int]) -> AsyncIterator[list[tuple[int, int]]]:
+            yield [(0, items[0] * 2)]
+            await release.wait()
+            if items[1] < 0:
+                raise InvalidInput("negative")
+            yield [(1, items[1] * 2)]
+
+    async def main() -> None:
+        server = ChannelServer(Streaming(), ("run_stream",), loop=asyncio.get_running_loop())
+        try:
+            await asyncio.sleep(0.05)
+            client = connect(server.address)
+            assert client is not None
+            got: list[list[tuple[int, int]]] = []
+            call = asyncio.ensure_future(client.call_async("run_stream", [1, 2], parts=got.append))
+            for _ in range(200):  # the first part arrives while the second waits
+                if got:
+                    break
+                await asyncio.sleep(0.01)
+            assert got == [[(0, 2)]] and not call.done()
+            release.set()
+            assert await call is None and got == [[(0, 2)], [(1, 4)]]
+            got.clear()
+            with pytest.raises(InvalidInput, match="negative"):
+                await client.call_async("run_stream", [3, -1], parts=got.append)
+            assert got == [[(0, 6)]] and not client.broken
+        finally:
+            server.close()
+    asyncio.run(main())

@@ -8,7 +8,9 @@ path (``connect(model="soul_apps.bench.async_model:WaitingModel")``), as a user'
 
 Each model gets a fresh embedded runtime: every soul's first turn at 0 s (activation, first writes), then a round
 of turns at 0 s (the CPU bound of this run), then rounds at the delay, ``in_flight`` turns in flight, each
-returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). The bound of a
+returning after its reply (``wait_writes=False``; the memory decision's call runs beside it). A phase ends when
+its replies are back (its turns/s and latencies) and its memory work has landed (its CPU a turn counts that work;
+none of it runs in the next phase, at the next phase's delay). The bound of a
 phase at the delay is ``in_flight / delay`` turns/s (one model call on a turn's path), or the instant phase's
 turns/s when lower. Per phase: turns/s, latency p50/p99, the most model calls waiting at once (counted in the
 soul-host processes and reported through the model's ``model_id``-keyed file), and the threads of each soul-host
@@ -41,27 +43,43 @@ def _control(path: str) -> tuple[float, str]:
         return 0.0, ""
 
 
+CONTROL_EVERY_S = 0.05
+"""How often a model reads the benchmark's control file (and writes its peak, when it rose): at most once in
+this long, so the model's calls, awaited on the host's event loop, do no file I/O of their own (each read would
+stall the loop, and every turn on it, while the host's threads hold the interpreter lock)."""
+
+
 class _Waits:
     """The calls waiting at once in this process, and their peak in the current phase (written to
     ``<delay_file>.peak.<phase>.<pid>``)."""
 
     def __init__(self, delay_file: str) -> None:
         self.delay_file = delay_file
-        self.now = self.peak = 0
-        self.phase = ""
+        self.now = self.peak = self.written = 0
+        self.delay, self.phase = 0.0, ""
+        self.read_at = self.write_at = float("-inf")
 
     def enter(self) -> float:
-        delay, phase = _control(self.delay_file)
-        if phase != self.phase:
-            self.phase, self.peak = phase, 0
+        t = time.monotonic()
+        if t >= self.read_at:
+            self.read_at = t + CONTROL_EVERY_S
+            self.delay, phase = _control(self.delay_file)
+            if phase != self.phase:
+                self.phase, self.peak, self.written = phase, 0, 0
         self.now += 1
-        if self.now > self.peak:
-            self.peak = self.now
-            Path(f"{self.delay_file}.peak.{phase}.{os.getpid()}").write_text(str(self.peak))
-        return delay
+        self.peak = max(self.peak, self.now)
+        self._write(t)
+        return self.delay
 
     def leave(self) -> None:
         self.now -= 1
+        self._write(time.monotonic())
+
+    def _write(self, t: float) -> None:
+        if self.peak != self.written and t >= self.write_at:
+            self.write_at = t + CONTROL_EVERY_S
+            self.written = self.peak
+            Path(f"{self.delay_file}.peak.{self.phase}.{os.getpid()}").write_text(str(self.peak))
 
 
 class WaitingModel(base.AsyncLanguageModel):
@@ -132,6 +150,14 @@ def _peaks(delay_file: Path, phase: str) -> dict[int, int]:
             for f in delay_file.parent.glob(f"{delay_file.name}.peak.{phase}.*")}
 
 
+def _landed(rt: Any, timeout_s: float = 120.0) -> None:
+    """Wait until no soul host has memory work running (``wait_writes=False`` turns' decisions and writes)."""
+    from soul_apps.bench.scale import host_counters
+    end = time.monotonic() + timeout_s
+    while host_counters(rt).get("memory_work", 0) and time.monotonic() < end:
+        time.sleep(0.1)
+
+
 def _host_threads(report: dict[str, Any]) -> list[int]:
     return [q["threads_max"] for q in report["processes"] if "SoulHost" in q["name"]]
 
@@ -160,6 +186,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
         plan.append((f"{delay_s:g} s a call", delay_s, [ids[k % souls] for k in range(n)]))
         for i, (label, delay, who) in enumerate(plan):
             delay_file.write_text(f"{delay:g} phase-{i}")
+            time.sleep(4 * CONTROL_EVERY_S)  # every model has read it
             lat: list[float] = []
             res: list[Any] = []
             errors: dict[str, int] = {}
@@ -168,7 +195,9 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
                 wall = asyncio.run(_drive(rt, [(s, utterance(rng)) for s in who], in_flight, lat, res, progress,
                                           f"{kind} model, {label}", at, wait_writes=label == "first turns",
                                           errors=errors))
+            _landed(rt)  # this phase's memory work is its own (its CPU here; none of it runs at the next's delay)
             cpu = cpu_per_turn(procs0, process_table(), len(who), time.process_time() - cpu0 - sampler.cpu_s)
+            time.sleep(4 * CONTROL_EVERY_S)  # the models' last peaks are written
             at += 1e5
             report = sampler.report()
             phase = {"phase": label, "model_delay_s": delay, "in_flight": in_flight, "turns": len(lat),

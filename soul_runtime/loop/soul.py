@@ -200,7 +200,8 @@ class Soul:
         """:meth:`wait_memory_work` as steps."""
         p = self._pending
         if p is not None:
-            yield Join(p.work)
+            if p.work.running:  # done already (the usual case): no step to wait for it
+                yield Join(p.work)
             self._pending = None
             if p.work.error is not None:
                 self._unfinished = True
