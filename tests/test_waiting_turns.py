@@ -263,3 +263,12 @@ def test_the_router_waits_out_a_busy_host_then_says_runtime_busy(monkeypatch: py
         with pytest.raises(RuntimeBusy, match="busy_wait_s"):
             r.run(call) if driver == "blocking" else asyncio.run(r.run_async(call))
         assert time.monotonic() - t0 >= 0.3 and stuck.calls > 3  # busy_wait_s waited out, then given up
+
+
+def test_the_async_model_bench_counts_turns_only_while_every_client_is_sending() -> None:
+    from soul_apps.bench.async_model import steady_rate
+    # two clients: the second's first answer at 4 s; the first finds no turn left at 10 s; a straggler at 12 s
+    answered = [1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0]
+    rate, window = steady_rate(answered, first=[1.0, 4.0], dry=[10.0, 12.5], wall=12.5)
+    assert window == (4.0, 10.0) and rate == 6 / 6.0
+    assert steady_rate([1.0], first=[5.0], dry=[3.0], wall=6.0)[0] is None  # too short to have a window

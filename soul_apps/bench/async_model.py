@@ -15,6 +15,14 @@ phase at the delay is ``in_flight / delay`` turns/s (one model call on a turn's 
 turns/s when lower. Per phase: turns/s, latency p50/p99, the most model calls waiting at once (counted in the
 soul-host processes and reported through the model's ``model_id``-keyed file), and the threads of each soul-host
 process at its peak.
+
+The phase at the delay runs twice. **In lockstep**, every client sends its first turn at once: at a constant delay
+the turns then stay together, and every ``delay`` seconds a wave of all of them reaches each stage of a turn at
+once. **Ramped**, the clients start one after another over one delay (as users arriving would), and the turns stay
+spread. For each, beside turns/s over the whole phase (whose last wave, partly full, takes a whole delay: with
+2,000 turns at 300 in flight, 7 waves of time for 6.67 waves of turns), the **steady** turns/s: turns answered
+from the moment every client has had its first answer until the first client finds no turn left to send, while
+all ``in_flight`` are out. The floor's figure is the ramped steady one; the others stand beside it.
 """
 
 from __future__ import annotations
@@ -144,6 +152,60 @@ class BlockingWaitingModel(base.LanguageModel):
 MODELS = {"async": f"{__name__}:WaitingModel", "blocking": f"{__name__}:BlockingWaitingModel"}
 
 
+async def _drive(rt: Any, jobs: list[tuple[str, str]], in_flight: int, ramp_s: float, at0: float,
+                 errors: dict[str, int], progress: Progress | None, label: str) -> dict[str, Any]:
+    """``jobs`` (soul id, text) with ``in_flight`` clients, client k sending its first turn ``k * ramp_s /
+    in_flight`` seconds in; each turn returns after its reply. Returns the wall time, the latencies (ms), and the
+    steady window's turns/s (see the module's doc; None when the phase is too short to have one)."""
+    queue: asyncio.Queue[tuple[int, str, str]] = asyncio.Queue()
+    for i, (sid, text) in enumerate(jobs):
+        queue.put_nowait((i, sid, text))
+    lat: list[float] = []
+    answered: list[float] = []  # when each turn was answered (s from the start)
+    first: list[float] = []  # when each client had its first answer
+    dry: list[float] = []  # when a client first found no turn left
+    t0 = time.perf_counter()
+
+    async def client(k: int) -> None:
+        await asyncio.sleep(k * ramp_s / max(1, in_flight))
+        mine = 0
+        while True:
+            try:
+                i, sid, text = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                dry.append(time.perf_counter() - t0)
+                return
+            start = time.perf_counter()
+            try:
+                await rt.async_soul(sid).turn(text, user="user", at=at0 + i, wait_writes=False)
+            except Exception as e:  # noqa: BLE001 — counted by type; one failed turn must not end the run
+                errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+            else:
+                end = time.perf_counter()
+                lat.append((end - start) * 1000)
+                answered.append(end - t0)
+            mine += 1
+            if mine == 1:
+                first.append(time.perf_counter() - t0)
+            if progress and len(answered) % 10 == 0:
+                progress(label, len(answered), len(jobs))
+
+    await asyncio.gather(*(client(k) for k in range(max(1, in_flight))))
+    wall = time.perf_counter() - t0
+    steady, window = steady_rate(answered, first, dry, wall)
+    return {"wall": wall, "lat": lat, "steady": steady, "window_s": window}
+
+
+def steady_rate(answered: list[float], first: list[float], dry: list[float], wall: float
+                ) -> tuple[float | None, tuple[float, float]]:
+    """Turns a second answered while every client was sending: from the last client's first answer (``first``)
+    to the first time a client found no turn left (``dry``), and that window (s from the start); None when the
+    window is empty."""
+    a, b = max(first, default=wall), min(dry, default=wall)
+    rate = sum(1 for t in answered if a < t <= b) / (b - a) if b > a else None
+    return rate, (round(a, 2), round(b, 2))
+
+
 def _peaks(delay_file: Path, phase: str) -> dict[int, int]:
     """The most calls waiting at once in each process during ``phase``, by pid."""
     return {int(f.name.rsplit(".", 1)[1]): int(f.read_text() or 0)
@@ -166,7 +228,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
               baseline_turns: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """One model (``async`` or ``blocking``) on a fresh embedded runtime; returns its phases."""
     from actors.runtime import connect
-    from soul_apps.bench.scale import Sampler, _drive, cpu_per_turn, percentile, process_table, utterance
+    from soul_apps.bench.scale import Sampler, cpu_per_turn, percentile, process_table, utterance
 
     rng = random.Random(11)
     work = Path(tempfile.mkdtemp(prefix="soul-bench-async-model-"))
@@ -181,37 +243,55 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
         cfg = rt.cfg
         out.update(hosts=cfg.hosts, host_threads=cfg.host_threads)
         sampler = Sampler(1.0)
-        plan: list[tuple[str, float, list[str]]] = [("first turns", 0.0, ids), ("instant", 0.0, ids)]
+        plan: list[tuple[str, float, list[str], float]] = [("first turns", 0.0, ids, 0.0), ("instant", 0.0, ids, 0.0)]
         n = baseline_turns or souls * rounds
-        plan.append((f"{delay_s:g} s a call", delay_s, [ids[k % souls] for k in range(n)]))
-        for i, (label, delay, who) in enumerate(plan):
+        at_delay = [ids[k % souls] for k in range(n)]
+        plan.append((f"{delay_s:g} s a call, in lockstep", delay_s, at_delay, 0.0))
+        plan.append((f"{delay_s:g} s a call, ramped", delay_s, at_delay, delay_s))
+        for i, (label, delay, who, ramp_s) in enumerate(plan):
             delay_file.write_text(f"{delay:g} phase-{i}")
             time.sleep(4 * CONTROL_EVERY_S)  # every model has read it
-            lat: list[float] = []
-            res: list[Any] = []
             errors: dict[str, int] = {}
             procs0, cpu0 = process_table(), time.process_time()
             with sampler:
-                wall = asyncio.run(_drive(rt, [(s, utterance(rng)) for s in who], in_flight, lat, res, progress,
-                                          f"{kind} model, {label}", at, wait_writes=label == "first turns",
-                                          errors=errors))
+                if label == "first turns":  # activation and first writes, each turn after its writes
+                    from soul_apps.bench.scale import _drive as drive_writes
+                    lat: list[float] = []
+                    wall = asyncio.run(drive_writes(rt, [(s, utterance(rng)) for s in who], in_flight, lat, [],
+                                                    progress, f"{kind} model, {label}", at, wait_writes=True,
+                                                    errors=errors))
+                    got: dict[str, Any] = {"steady": None, "window_s": None}
+                else:
+                    got = asyncio.run(_drive(rt, [(s, utterance(rng)) for s in who], in_flight, ramp_s, at, errors,
+                                             progress, f"{kind} model, {label}"))
+                    wall, lat = got["wall"], got["lat"]
             _landed(rt)  # this phase's memory work is its own (its CPU here; none of it runs at the next's delay)
             cpu = cpu_per_turn(procs0, process_table(), len(who), time.process_time() - cpu0 - sampler.cpu_s)
             time.sleep(4 * CONTROL_EVERY_S)  # the models' last peaks are written
             at += 1e5
             report = sampler.report()
-            phase = {"phase": label, "model_delay_s": delay, "in_flight": in_flight, "turns": len(lat),
-                     "errors": errors, "wall_s": round(wall, 2), "turns_per_s": round(len(lat) / wall, 2),
+            phase = {"phase": label, "model_delay_s": delay, "in_flight": in_flight, "ramp_s": ramp_s,
+                     "turns": len(lat), "errors": errors, "wall_s": round(wall, 2),
+                     "turns_per_s": round(len(lat) / wall, 2),
+                     "steady_turns_per_s": None if got["steady"] is None else round(got["steady"], 2),
+                     "steady_window_s": got["window_s"],
                      "p50_ms": round(percentile(lat, 50), 1), "p99_ms": round(percentile(lat, 99), 1),
                      "model_calls_waiting_max": _peaks(delay_file, f"phase-{i}"), "host_threads_max": _host_threads(report),
                      "cpu_ms_per_turn": cpu["total"], "load_avg_1min": report.get("load_avg_1min")}
             phases.append(phase)
         time.sleep(max(delay_s, 0) + 1)  # the last memory decisions answer before the runtime closes
-    instant, slow = phases[1]["turns_per_s"], phases[2]
+    instant, lockstep, ramped = phases[1]["turns_per_s"], phases[2], phases[3]
     bound = min(in_flight / delay_s, instant) if delay_s > 0 else instant
-    out.update(bound_turns_per_s=round(bound, 2), latency_bound_turns_per_s=round(in_flight / delay_s, 2),
-               of_latency_bound=round(slow["turns_per_s"] / (in_flight / delay_s), 3),
-               of_bound=round(slow["turns_per_s"] / bound, 3))
+    latency_bound = in_flight / delay_s
+
+    def of(x: float | None, b: float) -> float | None:
+        return None if x is None else round(x / b, 3)
+    out.update(bound_turns_per_s=round(bound, 2), latency_bound_turns_per_s=round(latency_bound, 2),
+               of_latency_bound=of(ramped["steady_turns_per_s"], latency_bound),
+               of_bound=of(ramped["steady_turns_per_s"], bound),
+               of_latency_bound_ramped_whole_phase=of(ramped["turns_per_s"], latency_bound),
+               of_latency_bound_lockstep_steady=of(lockstep["steady_turns_per_s"], latency_bound),
+               of_latency_bound_lockstep_whole_phase=of(lockstep["turns_per_s"], latency_bound))
     return out
 
 

@@ -376,21 +376,24 @@ def cmd_async_model(ctx: Ctx) -> int:
                               embedder=args.embedder, baseline=not args.no_baseline, progress=progress)
     table = Table(title=f"a user's model by import path, {res['in_flight']} turns in flight, {res['souls']} souls "
                         f"({res['machine']['cpus']} cores, shared)")
-    for col in ("model", "phase", "turns/s", "p50 ms", "p99 ms", "calls waiting (max, per host)",
+    for col in ("model", "phase", "turns/s", "steady turns/s", "p50 ms", "p99 ms", "calls waiting (max, per host)",
                 "threads per host (max)", "CPU ms/turn"):
         table.add_column(col, justify="left" if col in ("model", "phase") else "right")
     for kind in ("async", "blocking"):
         for p in (res.get(kind) or {}).get("phases", []):
-            table.add_row(kind, p["phase"], f"{p['turns_per_s']:.1f}", f"{p['p50_ms']:.0f}", f"{p['p99_ms']:.0f}",
+            steady = "—" if p.get("steady_turns_per_s") is None else f"{p['steady_turns_per_s']:.1f}"
+            table.add_row(kind, p["phase"], f"{p['turns_per_s']:.1f}", steady, f"{p['p50_ms']:.0f}", f"{p['p99_ms']:.0f}",
                           ", ".join(str(v) for v in p["model_calls_waiting_max"].values()),
                           ", ".join(str(v) for v in p["host_threads_max"]), f"{p['cpu_ms_per_turn']:.2f}")
     out.print(table)
     a = res["async"]
-    out.print(f"async model: {a['phases'][2]['turns_per_s']:.1f} turns/s = {a['of_latency_bound']}x the latency bound "
-              f"({a['latency_bound_turns_per_s']:g}/s), {a['of_bound']}x min(latency bound, instant)", highlight=False)
+    out.print(f"async model, ramped, steady: {a['phases'][3]['steady_turns_per_s']} turns/s = {a['of_latency_bound']}x "
+              f"the latency bound ({a['latency_bound_turns_per_s']:g}/s), {a['of_bound']}x min(latency bound, "
+              f"instant); in lockstep {a['of_latency_bound_lockstep_steady']}x steady, "
+              f"{a['of_latency_bound_lockstep_whole_phase']}x over the whole phase", highlight=False)
     if "blocking" in res:
         b = res["blocking"]
-        out.print(f"blocking model: {b['phases'][2]['turns_per_s']:.1f} turns/s against its thread bound "
+        out.print(f"blocking model: {b['phases'][3]['turns_per_s']:.1f} turns/s against its thread bound "
                   f"{b['thread_bound_turns_per_s']:g}/s ({b['hosts']} hosts x {b['host_threads']} threads)",
                   highlight=False)
     if args.json:
