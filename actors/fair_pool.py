@@ -7,17 +7,18 @@ waiting work in weighted fair order (:mod:`actors.fair_queue`): a tenant's flood
 tenant of a submission is :data:`TENANT` of the submitting context (``loop.run_in_executor`` submits in the
 caller's context; the host sets it for each call it runs).
 
-A thread that finishes an item takes the next one itself, under one lock; a submission wakes a thread only when
-its item may start at once.
+The items that took a slot go to the threads through a ``queue.SimpleQueue`` (a thread waiting on it wakes in C, as
+a plain pool's do); the fair order itself is kept under one lock, taken once per submission and once per finish.
 """
 
 from __future__ import annotations
 
 import contextvars
 import itertools
+import queue
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -49,10 +50,9 @@ class FairPool(Executor):
         self.clock = clock
         self.name = thread_name_prefix or "fair-pool"
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
         self._q = FairQueue(min(threads, slots) if slots > 0 else threads)
         self._items: dict[int, Item] = {}
-        self._ready: deque[tuple[str, Item]] = deque()  # items given a slot, for the next free thread
+        self._ready: queue.SimpleQueue[tuple[str, Item] | None] = queue.SimpleQueue()  # items given a slot
         self._threads: list[threading.Thread] = []
         self._tickets = itertools.count()
         self._shut = False
@@ -70,19 +70,17 @@ class FairPool(Executor):
             self._items[ticket] = (fut, fn, args, kwargs)
             self._q, started = arrive(self._q, ticket, tenant, weight, self.clock())
             if started:
-                self._hand_out(started, 0)
+                self._hand_out(started)
         return fut
 
-    def _hand_out(self, started: tuple[Waiting, ...], own: int) -> None:
-        """(Under the lock.) The items that took a slot go to the threads, their waits counted; ``own`` of them
-        are taken by the thread handing them out, the rest wake a thread (started if there are fewer than
-        slots in use)."""
+    def _hand_out(self, started: tuple[Waiting, ...]) -> None:
+        """(Under the lock.) The items that took a slot go to the threads (one is started while there are fewer
+        threads than slots in use), their waits counted."""
         now = self.clock()
         for w in started:
-            self.waited_s[w.tenant] += now - w.since
-            self._ready.append((w.tenant, self._items.pop(w.ticket)))
-        if len(started) > own:
-            self._wake.notify(len(started) - own)
+            if w.since != now:
+                self.waited_s[w.tenant] += now - w.since
+            self._ready.put((w.tenant, self._items.pop(w.ticket)))
         while len(self._threads) < self._q.used:
             t = threading.Thread(target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True)
             self._threads.append(t)
@@ -90,12 +88,10 @@ class FairPool(Executor):
 
     def _work(self) -> None:
         while True:
-            with self._lock:
-                while not self._ready:
-                    if self._shut:
-                        return
-                    self._wake.wait()
-                tenant, (fut, fn, args, kwargs) = self._ready.popleft()
+            got = self._ready.get()
+            if got is None:  # shut down
+                return
+            tenant, (fut, fn, args, kwargs) = got
             try:
                 if fut.set_running_or_notify_cancel():
                     try:
@@ -105,11 +101,11 @@ class FairPool(Executor):
                     else:
                         fut.set_result(result)
             finally:
-                del fut, fn, args, kwargs
+                del got, fut, fn, args, kwargs
                 with self._lock:
                     self._q, started = release(self._q, tenant, self.clock())
                     if started:
-                        self._hand_out(started, 1)
+                        self._hand_out(started)
 
     def take_waits(self) -> defaultdict[str, float]:
         """The seconds each tenant's work waited since the last take (and the count starts again)."""
@@ -125,14 +121,42 @@ class FairPool(Executor):
         """No more submissions; the work submitted still runs (``cancel_futures``: the work that has not started
         is cancelled instead). ``wait``: until the threads are done."""
         with self._lock:
+            first = not self._shut
             self._shut = True
             if cancel_futures:
                 for fut, *_ in self._items.values():
                     fut.cancel()
-                for _, (fut, *_) in self._ready:
-                    fut.cancel()
-            self._wake.notify_all()
             threads = list(self._threads)
-        if wait:
+        if cancel_futures:  # those already handed to the threads but not started
+            held: list[tuple[str, Item] | None] = []
+            while True:
+                try:
+                    held.append(self._ready.get_nowait())
+                except queue.Empty:
+                    break
+            for got in held:
+                if got is not None:
+                    got[1][0].cancel()
+                self._ready.put(got)
+        if first and threads:
+            self._stop_when_drained(threads, wait)
+        elif wait:
             for t in threads:
                 t.join()
+
+    def _stop_when_drained(self, threads: list[threading.Thread], wait: bool) -> None:
+        """Each thread stops at a ``None`` it takes after the work still waiting for a slot has run."""
+        def stop() -> None:
+            while True:
+                with self._lock:
+                    if not self._q.waiting and not self._items:
+                        break
+                time.sleep(0.01)
+            for _ in threads:
+                self._ready.put(None)
+        if wait:
+            stop()
+            for t in threads:
+                t.join()
+        else:
+            threading.Thread(target=stop, name=f"{self.name}-stop", daemon=True).start()

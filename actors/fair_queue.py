@@ -101,9 +101,12 @@ class FairQueue:
 
     def _take(self, tenant: str, weight: float, now: float) -> None:
         old = self._held.get(tenant)
-        n = (old.n if old is not None else 0) + 1
-        peak = max(n, old.peak if old is not None and old.until >= now else 0)
-        self._held[tenant] = Held(n, peak, weight, now + self.window)
+        if old is None:
+            self._held[tenant] = Held(1, 1, weight, now + self.window)
+        else:
+            old.peak = max(old.n + 1, old.peak if old.until >= now else 0)
+            old.n += 1
+            old.weight, old.until = weight, now + self.window
         self.used += 1
         if len(self._held) > 64:  # tenants gone quiet: their records go
             self._held = {t: h for t, h in self._held.items() if h.n > 0 or h.until >= now}
@@ -148,6 +151,10 @@ class FairQueue:
         if len(self._last_finish) > 64:  # tags at or below the virtual time say nothing: such a tenant starts at it
             self._last_finish = {t: f for t, f in self._last_finish.items() if f > self.vtime}
         self._last_finish[tenant] = item.finish
+        if not self._waiting and self.used < self.slots and (self.window <= 0 or self.may_take(tenant, weight, now)):
+            self.vtime = max(self.vtime, start)  # nothing waits: it takes a slot at once
+            self._take(tenant, weight, now)
+            return (item,)
         dq = self._queues.get(tenant)
         if dq is None:
             dq = self._queues[tenant] = deque()
