@@ -56,6 +56,7 @@ class FairPool(Executor):
         self._threads: list[threading.Thread] = []
         self._tickets = itertools.count()
         self._shut = False
+        self._stopped = False
         self.waited_s: defaultdict[str, float] = defaultdict(float)
         """Seconds each tenant's work waited for a thread, in all."""
 
@@ -106,6 +107,7 @@ class FairPool(Executor):
                     self._q, started = release(self._q, tenant, self.clock())
                     if started:
                         self._hand_out(started)
+                    self._stop_if_done()
 
     def take_waits(self) -> defaultdict[str, float]:
         """The seconds each tenant's work waited since the last take (and the count starts again)."""
@@ -119,14 +121,14 @@ class FairPool(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more submissions; the work submitted still runs (``cancel_futures``: the work that has not started
-        is cancelled instead). ``wait``: until the threads are done."""
+        is cancelled instead; its place goes on as it comes up). ``wait``: until the threads are done."""
         with self._lock:
-            first = not self._shut
             self._shut = True
             if cancel_futures:
                 for fut, *_ in self._items.values():
                     fut.cancel()
             threads = list(self._threads)
+            self._stop_if_done()
         if cancel_futures:  # those already handed to the threads but not started
             held: list[tuple[str, Item] | None] = []
             while True:
@@ -138,25 +140,13 @@ class FairPool(Executor):
                 if got is not None:
                     got[1][0].cancel()
                 self._ready.put(got)
-        if first and threads:
-            self._stop_when_drained(threads, wait)
-        elif wait:
+        if wait:
             for t in threads:
                 t.join()
 
-    def _stop_when_drained(self, threads: list[threading.Thread], wait: bool) -> None:
-        """Each thread stops at a ``None`` it takes after the work still waiting for a slot has run."""
-        def stop() -> None:
-            while True:
-                with self._lock:
-                    if not self._q.waiting and not self._items:
-                        break
-                time.sleep(0.01)
-            for _ in threads:
+    def _stop_if_done(self) -> None:
+        """(Under the lock.) Once shut down with no work left, each thread gets a ``None`` to stop at."""
+        if self._shut and not self._stopped and not self._items and self._q.used == 0:
+            self._stopped = True
+            for _ in self._threads:
                 self._ready.put(None)
-        if wait:
-            stop()
-            for t in threads:
-                t.join()
-        else:
-            threading.Thread(target=stop, name=f"{self.name}-stop", daemon=True).start()

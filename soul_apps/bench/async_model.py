@@ -229,6 +229,7 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
     """One model (``async`` or ``blocking``) on a fresh embedded runtime; returns its phases."""
     from actors.runtime import connect
     from soul_apps.bench.scale import Sampler, cpu_per_turn, percentile, process_table, utterance
+    from soul_apps.bench.scale import _drive as drive_writes
 
     rng = random.Random(11)
     work = Path(tempfile.mkdtemp(prefix="soul-bench-async-model-"))
@@ -255,7 +256,6 @@ def run_model(kind: str, *, souls: int, in_flight: int, delay_s: float, rounds: 
             procs0, cpu0 = process_table(), time.process_time()
             with sampler:
                 if label == "first turns":  # activation and first writes, each turn after its writes
-                    from soul_apps.bench.scale import _drive as drive_writes
                     lat: list[float] = []
                     wall = asyncio.run(drive_writes(rt, [(s, utterance(rng)) for s in who], in_flight, lat, [],
                                                     progress, f"{kind} model, {label}", at, wait_writes=True,
