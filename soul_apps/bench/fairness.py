@@ -13,7 +13,7 @@ both; both, A alone, B alone), so the machine's drift weighs on each phase alike
 * **A alone**: A's turns/s, the node's capacity for A's turns;
 * **both**: B's p50/p99 and turns/s, A's turns/s.
 
-Floors (issue 57): B's p50 and p99 with A at most 1.3× B alone; A's turns/s with B at least 0.9× what is left to
+Targets it reports against: B's p50 and p99 with A at most 1.3× B alone; A's turns/s with B at least 0.9× what is left to
 it, A alone's turns/s less B's turns/s with A. Every turn waits for its writes.
 """
 
