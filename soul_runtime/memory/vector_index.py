@@ -24,6 +24,10 @@ from soul_runtime.memory.sqlite_db import storage_error
 from soul_runtime.owner_only import private_umask, restrict, write_file
 
 
+EXACT_UP_TO = 8192
+"""A soul with at most this many vectors is searched exhaustively: exact, and quicker than the graph at that size."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class IndexParams:
     dtype: str = "f16"
@@ -140,6 +144,6 @@ class VectorIndex:
         n = len(self.index)
         if n == 0:
             return []
-        res = self.index.search(vector, min(count, n))
+        res = self.index.search(vector, min(count, n), exact=n <= EXACT_UP_TO, threads=1)
         sims = 1.0 - np.asarray(res.distances, np.float64)  # the same doubles as 1.0 - float(d), one at a time
         return list(zip(np.asarray(res.keys).tolist(), sims.tolist(), strict=False))
