@@ -45,7 +45,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from soul_runtime.errors import SoulError, TurnFailed
-from soul_runtime.steps import step_loop
+from soul_runtime.steps import on_pool, step_loop
 
 from .fair_pool import TENANT
 
@@ -247,7 +247,7 @@ class ChannelServer:
             return await fn(*args)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="channel-call")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
+        return await on_pool(asyncio.get_running_loop(), self._pool, fn, *args)
 
     def _shut(self) -> None:
         if self._server is not None:

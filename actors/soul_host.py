@@ -42,7 +42,7 @@ from soul_runtime.memory.sqlite_db import use_storage
 from soul_runtime.models.base import AsyncLanguageModel, LanguageModel
 from soul_runtime.models.choice import make_model
 from soul_runtime.records import TurnResult, TurnTrace
-from soul_runtime.steps import Steps, drive_async
+from soul_runtime.steps import Steps, drive_async, on_pool
 
 from . import raycalls
 from .channel import travels
@@ -184,7 +184,7 @@ class SoulHost(ActorBase):
         return self._aside[1]
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await on_pool(asyncio.get_running_loop(), self.pool, fn, *args)
 
     # ---- activation ------------------------------------------------------------------
     async def _activate(self, soul_id: str) -> _Activation:

@@ -250,8 +250,8 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
                 ready.set_result(step)
                 return ready
         if _places is None:
-            return loop.run_in_executor(pool, _advance, gen, targets, value, error, step)
-        return _placed(_places, loop.run_in_executor, pool, _advance, gen, targets, value, error, step)
+            return on_pool(loop, pool, _advance, gen, targets, value, error, step)
+        return _placed(_places, on_pool, loop, pool, _advance, gen, targets, value, error, step)
 
     async def perform(step: Any) -> Any:
         nonlocal spawned_last
@@ -277,11 +277,22 @@ async def drive_async(steps: Steps[T], targets: Mapping[str, Any], pool: Executo
             if step.work.task is not None:
                 await asyncio.wait([step.work.task])  # a waiter that gives up leaves the work running
             elif step.work.thread is not None:
-                await loop.run_in_executor(pool, step.work.thread.join)
+                await on_pool(loop, pool, step.work.thread.join)
             return None
         raise TypeError(f"not a step: {step!r}")
 
     return await run_steps_async(steps, perform, catch=BaseException, advance=advance)
+
+
+def on_pool(loop: asyncio.AbstractEventLoop, pool: Executor, fn: Callable[..., Any], *args: Any
+            ) -> asyncio.Future[Any]:
+    """``fn(*args)`` on ``pool``, awaited on ``loop`` (called on its thread): ``loop.run_in_executor``, or the
+    pool's own ``run_on(loop, fn, *args)`` when it has one (a pool that answers a loop directly, without a
+    ``concurrent.futures.Future`` in between)."""
+    run_on = getattr(pool, "run_on", None)
+    if run_on is not None:
+        return cast("asyncio.Future[Any]", run_on(loop, fn, *args))
+    return loop.run_in_executor(pool, fn, *args)
 
 
 async def _placed(places: asyncio.Semaphore, run: Callable[..., Awaitable[Any]], *args: Any) -> Any:

@@ -372,6 +372,48 @@ def test_the_pool_runs_at_most_its_slots_and_cancels_what_waits_at_shutdown() ->
     assert len([t for t in threading.enumerate() if t.name.startswith("fair-pool")]) == 0
 
 
+def test_work_handed_over_from_a_loop_answers_on_it_in_fair_order_and_a_cancelled_item_never_runs() -> None:
+    """``run_on``: the answer (or the error) arrives on the caller's loop; tenants keep their fair order; an item
+    cancelled while it waits is not run, and one cancelled at shutdown neither."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gate = threading.Event()
+        ran: list[str] = []
+        pool = FairPool(1)
+        try:
+            TENANT.set("a")
+            blocker = pool.run_on(loop, gate.wait)
+            a_items = [pool.run_on(loop, ran.append, "a") for _ in range(20)]
+            dropped = pool.run_on(loop, ran.append, "dropped")
+            TENANT.set("b")
+            b_items = [pool.run_on(loop, ran.append, "b") for _ in range(3)]
+            dropped.cancel()
+            gate.set()
+            await asyncio.gather(blocker, *a_items, *b_items)
+            assert ran.index("b") <= 1 and [i for i, t in enumerate(ran) if t == "b"][-1] <= 5, ran
+            assert "dropped" not in ran and len(ran) == 23
+            with pytest.raises(ZeroDivisionError):
+                await pool.run_on(loop, lambda: 1 / 0)
+            assert threading.current_thread() is threading.main_thread()
+            gate.clear()
+            began = threading.Event()
+            held = pool.run_on(loop, lambda: began.set() or gate.wait())
+            waiting = pool.run_on(loop, ran.append, "after shutdown")
+            await asyncio.to_thread(began.wait, 30)
+            pool.shutdown(wait=False, cancel_futures=True)
+            gate.set()
+            assert await held is True
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert "after shutdown" not in ran
+        finally:
+            TENANT.set("")
+            pool.shutdown()
+
+    asyncio.run(main())
+
+
 def test_an_item_that_leaves_from_the_head_of_its_tenant_gives_the_next_its_place() -> None:
     q = FairQueue(slots=1)
     q, _ = _arrive(q, 0, "x")

@@ -23,7 +23,6 @@ from usearch.index import Index
 from soul_runtime.memory.sqlite_db import storage_error
 from soul_runtime.owner_only import private_umask, restrict, write_file
 
-
 EXACT_UP_TO = 8192
 """A soul with at most this many vectors is searched exhaustively: exact, and quicker than the graph at that size."""
 

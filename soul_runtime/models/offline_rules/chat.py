@@ -42,9 +42,11 @@ _HYPOTHETICAL_WORDS = ("might", "could", "would", "may", "should", "thinking", "
 """A literal of every branch of _HYPOTHETICAL: a text with none of these cannot match it."""
 
 
+_IF_MAYBE = re.compile(r"^(?:if|maybe|perhaps|what if|suppose|imagine|hopefully|i wonder|i wish)\b", re.I)
+
+
 def is_hypothetical(sentence: str) -> bool:
-    return bool(re.match(r"^(?:if|maybe|perhaps|what if|suppose|imagine|hopefully|i wonder|i wish)\b",
-                         sentence.strip(), re.I)) or (not lacks_words(sentence, _HYPOTHETICAL_WORDS)
+    return bool(_IF_MAYBE.match(sentence.strip())) or (not lacks_words(sentence, _HYPOTHETICAL_WORDS)
                                                       and bool(_HYPOTHETICAL.search(sentence)))
 
 

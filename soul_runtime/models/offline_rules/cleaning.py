@@ -8,11 +8,14 @@ from soul_runtime.models.offline_rules.words import STOPWORDS, memo
 from soul_runtime.text import collapse, singular
 from soul_runtime.text import fold as normalise
 
+_TRAILING_PUNCT = re.compile(r"[\s,;:.!?\u2014\u2013-]+$")
+_TRAILING_NOW = re.compile(r"\s+(?:now|these days|nowadays|by the way|btw)$", re.I)
+
 
 def clean_value(value: str) -> str:
     v = collapse(value.replace("\u2019", "'")).strip(" \"'`")
-    v = re.sub(r"[\s,;:.!?\u2014\u2013-]+$", "", v)
-    v = re.sub(r"\s+(?:now|these days|nowadays|by the way|btw)$", "", v, flags=re.I)
+    v = _TRAILING_PUNCT.sub("", v)
+    v = _TRAILING_NOW.sub("", v)
     return v.strip(" \"'`")
 
 

@@ -24,14 +24,19 @@ class Correction:
     old_hint: str = ""  # the old value when named ("not 15, 16")
 
 
+_NOT_ANYMORE = re.compile(r"^(?i:it|that)\s+(?:isn't|is not|'s not)\s+(?P<old>.+?)\s+(?:any ?more|now)(?=,)")
+_ISNT = re.compile(r"^(?i:it|that)\s+isn't\b")
+_NO_LEAD = re.compile(r"^(?i:no|nope|actually),?\s+(?=(?i:it|not))")
+
+
 @memo
 def parse_correction(clause: str, marked: bool = False) -> Correction | None:
     """A correction in ``clause``; ``marked``: the message opened with a correction marker ("no, …", "Fix: …")."""
     s = clause.strip().replace("\u2019", "'")
-    s = re.sub(r"^(?i:it|that)\s+(?:isn't|is not|'s not)\s+(?P<old>.+?)\s+(?:any ?more|now)(?=,)", r"it is not \g<old>", s)
-    s = re.sub(r"^(?i:it|that)\s+isn't\b", "it is not", s)
+    s = _NOT_ANYMORE.sub(r"it is not \g<old>", s)
+    s = _ISNT.sub("it is not", s)
     for rx in (_BUT_NOT, _NOT_BUT):
-        m = rx.match(re.sub(r"^(?i:no|nope|actually),?\s+(?=(?i:it|not))", "", s))
+        m = rx.match(_NO_LEAD.sub("", s))
         if m and len(m.group("new").split()) <= 6 and clean_value(m.group("new")):
             return Correction(value=clean_value(re.sub(r"^(?i:it's|it is)\s+", "", m.group("new"))),
                               old_hint=clean_value(m.group("old")))

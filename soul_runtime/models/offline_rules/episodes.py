@@ -21,6 +21,13 @@ def _third(verb: str) -> str:
     return verb + ("es" if verb.endswith(("s", "sh", "ch", "x")) else "s")
 
 
+_I_CONTRACTED = re.compile(r"\b[Ii]'(?P<c>m|ve|d|ll)\b")
+_I_VERB = re.compile(r"\b[Ii]\b(?!')(?P<adv>(?:\s+" + _ADV + r")*)(?P<verb>\s+[a-z']+)?")
+_MYSELF = re.compile(r"\b[Mm]yself\b")
+_MY = re.compile(r"\b[Mm](?:y|ine)\b")
+_ME = re.compile(r"\bme\b(?!-)")
+
+
 def to_third_person(text: str, name: str) -> str:
     """Rewrite first person as ``name``: I→Maya, I'm→Maya is, my→Maya's, me→Maya."""
     contractions = {"m": " is", "ve": " has", "d": " would", "ll": " will"}
@@ -34,11 +41,11 @@ def to_third_person(text: str, name: str) -> str:
         verb = " " + _third(verb.lower()) if verb.lower() in _PRESENT else m.group("verb") or ""
         return name + (m.group("adv") or "") + verb
 
-    t = re.sub(r"\b[Ii]'(?P<c>m|ve|d|ll)\b", lambda m: name + contractions[m.group("c").lower()], t)
-    t = re.sub(r"\b[Ii]\b(?!')(?P<adv>(?:\s+" + _ADV + r")*)(?P<verb>\s+[a-z']+)?", subj, t)
-    t = re.sub(r"\b[Mm]yself\b", "themself", t)
-    t = re.sub(r"\b[Mm](?:y|ine)\b", lambda _: name + "'s", t)
-    return re.sub(r"\bme\b(?!-)", lambda _: name, t)
+    t = _I_CONTRACTED.sub(lambda m: name + contractions[m.group("c").lower()], t)
+    t = _I_VERB.sub(subj, t)
+    t = _MYSELF.sub("themself", t)
+    t = _MY.sub(lambda _: name + "'s", t)
+    return _ME.sub(lambda _: name, t)
 
 
 def cap(summary: str, limit: int = 300) -> str:

@@ -67,6 +67,12 @@ _LEAD_VERB = frozenset("meet met talked talk spoke speak ask asked say tell told
                        "thanks thank congrats with and".split())
 
 
+_LEAD_OR_STOP = _LEAD_VERB | STOPWORDS
+_IS_VERB = re.compile(r"\s+(?:is|was|has|works|lives|uses|runs)\b")
+_PLACE_BEFORE = re.compile(r"\b(?:in|at|from|near|into)\s+$", re.I)
+
+
+@memo  # each turn reads the recent history's messages again
 def last_person(text: str) -> str:
     """The person last named in ``text`` ("… our new analyst, Ilse Varga." → "Ilse Varga"), else ''."""
     found = ""
@@ -74,12 +80,12 @@ def last_person(text: str) -> str:
         for m in _NAME.finditer(sentence):
             name = m.group(0)
             words = name.split()
-            if m.start() == 0 and words[0].lower() in _LEAD_VERB | STOPWORDS:
+            if m.start() == 0 and words[0].lower() in _LEAD_OR_STOP:
                 words = words[1:]
-            if m.start() == 0 and len(words) == 1 and not re.match(rf"^{re.escape(words[0])}\s+(?:is|was|has|works|"
-                                                                   r"lives|uses|runs)\b", sentence):
+            if m.start() == 0 and len(words) == 1 and not (sentence.startswith(words[0])
+                                                           and _IS_VERB.match(sentence, len(words[0]))):
                 continue  # a sentence's first word alone, probably not a name
-            place = re.search(r"\b(?:in|at|from|near|into)\s+$", sentence[:m.start()], re.I)
+            place = _PLACE_BEFORE.search(sentence, 0, m.start())
             if words and words[0].lower() not in STOPWORDS and not place:
                 found = " ".join(words)
     return found
@@ -88,6 +94,7 @@ def last_person(text: str) -> str:
 _SUBJECT = re.compile(r"^(?P<n>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*){0,2})\s+(?:is|are|was|runs|uses|has|lives|works)\b")
 
 
+@memo
 def last_thing(text: str) -> str:
     """What ``text`` was last about: the subject of its last sentence when that is a name ("Vireo is our
     ticketing app"), else the last name in it ("Meet Orbit, our new deploy bot" → "Orbit"), else '' (also

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from soul_runtime.models.offline_rules.chat import is_hearsay, is_hypothetical, is_question
 from soul_runtime.models.offline_rules.cleaning import clean_value
@@ -179,19 +180,26 @@ _WHAT = re.compile(r"^(?P<val>[A-Z][\w.+-]*(?:\s+[A-Z0-9][\w.+-]*){0,2})\s+(?:is
                    r"(?P<verb>[a-z]+)\s*(?P<prep>on|in|with|at|for|through)?$")
 
 
+_PLAIN_FORMS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b", re.I),
+     lambda m: f"{m.group('w')} {lemma(m.group('v'))}"),
+    (re.compile(r"^(?P<w>we|i)(?:'ve| have) (?:had|got)\b", re.I), lambda m: f"{m.group('w')} have"),
+    (re.compile(r"^(?P<w>we|i) do (?:my|our|the) (?P<v>[a-z]+ing)\b", re.I),
+     lambda m: f"{m.group('w')} {lemma(m.group('v'))}"),
+    (re.compile(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)"),
+     lambda m: f"{m.group('e')} is "),
+    (re.compile(r"\s(?P<be>is|are)\s+being\s+(?=[a-z]+(?:ed|en|ne|t)\s+by\b)"), lambda m: f" {m.group('be')} "),
+    (re.compile(r"\s(?P<be>is|are)\s+scheduled\s+(?:for|at)\s+"), lambda m: f" {m.group('be')} at "),
+    (re.compile(r"\s(?P<be>is|are)\s+(?:called|named)\s+"), lambda m: f" {m.group('be')} "),
+)
+
+
 def _plain_form(s: str) -> str:
     """Aspect and idiom out of the way: "we've been hosting X on Y" → "we host X on Y", "X's on Y" → "X is on Y",
     "X is called Y" → "X is Y"."""
-    s = re.sub(r"^(?P<w>we|i)(?:'ve| have|'re| are|'m| am)(?: been)?\s+(?P<v>[a-z]+ing)\b",
-               lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s, flags=re.I)
-    s = re.sub(r"^(?P<w>we|i)(?:'ve| have) (?:had|got)\b", lambda m: f"{m.group('w')} have", s, flags=re.I)
-    s = re.sub(r"^(?P<w>we|i) do (?:my|our|the) (?P<v>[a-z]+ing)\b", lambda m: f"{m.group('w')} {lemma(m.group('v'))}", s,
-               flags=re.I)
-    s = re.sub(r"^(?P<e>[A-Z][\w.+-]*(?:\s+[A-Z][\w.+-]*)*)'s\s+(?=(?:on|in|at|with|hosted|running|written|built)\b)",
-               lambda m: f"{m.group('e')} is ", s)
-    s = re.sub(r"\s(?P<be>is|are)\s+being\s+(?=[a-z]+(?:ed|en|ne|t)\s+by\b)", lambda m: f" {m.group('be')} ", s)
-    s = re.sub(r"\s(?P<be>is|are)\s+scheduled\s+(?:for|at)\s+", lambda m: f" {m.group('be')} at ", s)
-    return re.sub(r"\s(?P<be>is|are)\s+(?:called|named)\s+", lambda m: f" {m.group('be')} ", s)
+    for rx, plain in _PLAIN_FORMS:
+        s = rx.sub(plain, s)
+    return s
 
 
 def parse_relation(clause: str, subject: str) -> list[Statement]:

@@ -21,14 +21,21 @@ _RETRACT = (
 )
 
 
+_I_AM = re.compile(r"\bI'm\b")
+_NO_LONGER = re.compile(r"'s no longer\b")
+_NOT_ANYMORE = re.compile(r"^(?P<a>.+?)\s+(?P<v>is|are)(?:n't| not)\s+(?P<b>.+?)\s+any ?more$", re.I)
+_OOPS = re.compile(r"^(?i:sorry|oops|oh|ah|wait)[,!.\s]+")
+_FORGET_THAT = re.compile(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike|disregard) (?:that|this|what i (?:just )?said)(?:$|[,.;!])")
+_NO_LONGER_TRUE = re.compile(r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)")
+
+
 @memo
 def parse_retraction(clause: str) -> str | None:
     """The positive statement being withdrawn ("Tendril uses Redis"), '' for "forget that", None if no retraction."""
-    s = re.sub(r"'s no longer\b", " is no longer", re.sub(r"\bI'm\b", "I am", clean_value(clause.replace("\u2019", "'"))))
-    s = re.sub(r"^(?P<a>.+?)\s+(?P<v>is|are)(?:n't| not)\s+(?P<b>.+?)\s+any ?more$", r"\g<a> \g<v> no longer \g<b>", s, flags=re.I)
-    s = re.sub(r"^(?i:sorry|oops|oh|ah|wait)[,!.\s]+", "", s)
-    if re.match(r"^(?i:please\s+)?(?i:forget|ignore|scrap|strike|disregard) (?:that|this|what i (?:just )?said)(?:$|[,.;!])", s) or re.match(
-            r"^(?i:that's|that is|it's|it is) no longer (?:true|the case|right|correct)", s):
+    s = _NO_LONGER.sub(" is no longer", _I_AM.sub("I am", clean_value(clause.replace("\u2019", "'"))))
+    s = _NOT_ANYMORE.sub(r"\g<a> \g<v> no longer \g<b>", s)
+    s = _OOPS.sub("", s)
+    if _FORGET_THAT.match(s) or _NO_LONGER_TRUE.match(s):
         return ""
     for m, fmt in ((rx.match(s), fmt) for rx, fmt in _RETRACT):
         if m:
