@@ -78,6 +78,17 @@ def batch_answer_at(half_done_s: float, *, slack_s: float = 0.05) -> float:
     return 2 * max(0.0, half_done_s) + slack_s
 
 
+PART_HOLD_MAX_S = 0.005
+PART_HOLD_SHARE = 0.05
+
+
+def part_hold(running_s: float, *, most_s: float = PART_HOLD_MAX_S, share: float = PART_HOLD_SHARE) -> float:
+    """How long a host holds a finished turn's answer for the others of its batch that may finish with it, so
+    they travel in one part (one write, one wake-up of the caller): ``share`` of the time the batch has run, at
+    most ``most_s`` — a few milliseconds on turns of a tenth of a second and more, nothing on instant ones."""
+    return min(most_s, share * max(0.0, running_s))
+
+
 def sweep_due(last_swept: float | None, now: float, every_s: float) -> bool:
     """Is a soul's retention sweep due (never swept, or ``every_s`` seconds since the last one)?"""
     return every_s > 0 and (last_swept is None or now - last_swept >= every_s)

@@ -52,7 +52,7 @@ from .introspection import ActorBase
 from .metrics import Metrics
 from .remote_memory import RemoteMemory
 from .routing import HOST_CHANNEL_METHODS, Later, Moved, read_registry
-from .schedule import SizeTable, batch_answer_at, over_capacity, to_passivate, within_capacity
+from .schedule import SizeTable, batch_answer_at, over_capacity, part_hold, to_passivate, within_capacity
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
 from .soul_presence import require_known, soul_dir
@@ -464,12 +464,18 @@ class SoulHost(ActorBase):
                          ) -> AsyncIterator[list[tuple[int, Any]]]:
         """:meth:`run_batch` answered in parts, for a caller on this machine (the local channel carries each part
         as it is yielded): each item's answer (index, answer) as soon as it is done, those done together in one
-        part, so a turn's caller does not wait for the other turns of its batch, and nothing is a straggler."""
+        part, so a turn's caller does not wait for the other turns of its batch, and nothing is a straggler. Those
+        that finish within :func:`part_hold` of the first travel together."""
         tasks = self._batch_tasks(items)
         index = {t: i for i, t in enumerate(tasks)}
         pending = set(tasks)
+        start = time.monotonic()
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            hold = part_hold(time.monotonic() - start) if pending else 0.0
+            if hold > 0:
+                more, pending = await asyncio.wait(pending, timeout=hold)
+                done |= more
             yield sorted((index[t], t.result()) for t in done)
 
     def _batch_tasks(self, items: list[tuple[str, str, int | None, str, dict[str, Any]]]) -> list[asyncio.Task[Any]]:

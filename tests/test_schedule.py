@@ -16,10 +16,12 @@ from actors import soul_host
 from actors.layer_shard import LayerShard
 from actors.placement import store_of
 from actors.schedule import (
+    PART_HOLD_MAX_S,
     SizeTable,
     Ticker,
     beyond_capacity,
     over_capacity,
+    part_hold,
     sweep_due,
     to_passivate,
     within_capacity,
@@ -347,3 +349,33 @@ def test_a_host_over_capacity_by_count_takes_its_oldest_souls_without_a_pass(
         assert await h._evict() == 3 and h.active_souls() == []
     asyncio.run(main())
 
+
+
+def test_a_finished_turns_answer_waits_a_few_milliseconds_at_most_for_its_batch() -> None:
+    assert part_hold(0.0) == 0.0 and part_hold(-1.0) == 0.0  # an instant batch: nothing held
+    assert part_hold(0.04) == pytest.approx(0.002)  # 5 % of the time the batch has run
+    assert part_hold(0.1) == part_hold(60.0) == PART_HOLD_MAX_S
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 0.4])
+def test_a_hosts_answers_in_parts_carry_the_turns_that_finish_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_s: float) -> None:
+    """Turns of one batch that finish within the hold of the first travel in one part; a turn that finishes
+    well after (a cold soul, a slow model call) comes alone, and no answer waits for it."""
+    monkeypatch.setattr(soul_host, "part_hold", lambda running_s: hold_s)
+    done_at = [0.0, 0.1, 0.1, 1.5]
+
+    async def main() -> None:
+        h = host(tmp_path, Clock(), monkeypatch)
+
+        async def run_one(item: tuple[str, str, int | None, str, dict[str, object]]) -> str:
+            await asyncio.sleep(done_at[int(item[0])])
+            return f"answer {item[0]}"
+        monkeypatch.setattr(h, "_run_one", run_one)
+        got = [part async for part in h.run_stream([(str(i), "turn", None, f"r{i}", {}) for i in range(4)])]
+        parts = [[i for i, _ in part] for part in got]
+        assert parts == [[0, 1, 2], [3]] if hold_s else parts[0] == [0] and parts[-1] == [3], parts
+        assert [answer for part in got for _, answer in part] == [f"answer {i}" for i in range(4)]
+        await h.stop()
+
+    asyncio.run(main())
