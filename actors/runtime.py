@@ -38,24 +38,31 @@ from soul_runtime.text import check_id
 from . import client_session, raycalls, shard_reads
 from . import retry as retry_policy
 from .controller import host_name
+from .fair_pool import tenant_of
 from .placement import store_name
+from .quotas import Quotas
 from .routing import Routed, Router
 from .settings import RuntimeConfig, default_data_dir, host_concurrency
 from .shard_client import StoreLocator
 from .shard_reads import ShardRead
+from .tenant_limits import TenantLimits
 
 CONTROLLER = "soul-controller"
 T = TypeVar("T")
+LIMITED_OPS = frozenset({"turn", "observe", "forget_where"})
+"""The calls a tenant's limits count (:mod:`actors.quotas`): those that write; reads are never limited."""
 
 
 class Runtime:
     """A connection to soul-runtime on Ray. Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, cfg: RuntimeConfig, *, started_ray: bool, detached: bool) -> None:
+    def __init__(self, cfg: RuntimeConfig, *, started_ray: bool, detached: bool, limits: bool = True) -> None:
         self.cfg = cfg
         self.started_ray = started_ray
         self.detached = detached
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
+        self.quotas = Quotas(self.cfg.data_dir, TenantLimits(self.cfg.data_dir, self.cfg.storage)) if limits else None
+        """The tenants' limits on this process's turns (``TENANT:soul`` ids; the key table's, as the service's)."""
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)
         self.router = Router([host_name(i) for i in range(self.cfg.hosts)], self.cfg.namespace, dedicated,
@@ -307,6 +314,13 @@ def _traced(ref: Routed) -> tuple[Routed, Any]:
     return Routed(ref.soul_id, ref.method, (op, seq, rid, {**payload, telemetry.CARRIER_KEY: carried})), span
 
 
+def _limited(ref: Any) -> str:
+    """The tenant whose limits a call counts against ("" for none: a read, a soul of no tenant)."""
+    if isinstance(ref, Routed) and ref.method == "run" and ref.args and ref.args[0] in LIMITED_OPS:
+        return tenant_of(ref.soul_id)
+    return ""
+
+
 class SoulHandle(SoulApi):
     """A soul on the runtime over Ray. Every method blocks until its answer is there (at most ``timeout``
     seconds).
@@ -320,9 +334,18 @@ class SoulHandle(SoulApi):
         self._p = plans = _Plans(rt, soul_id)
         self._shard = plans.shard
         self._router = rt.router
+        self._quotas = rt.quotas
         self.timeout = timeout
 
     def _run(self, plan: Plan[T]) -> T:
+        ref = plan.call
+        tenant = _limited(ref) if self._quotas is not None else ""
+        if tenant and self._quotas is not None:
+            with self._quotas.turn_sync(tenant, self.id):  # over a limit: QuotaExceeded, nothing sent
+                return self._send(plan)
+        return self._send(plan)
+
+    def _send(self, plan: Plan[T]) -> T:
         ref = plan.call
         if isinstance(ref, Routed):
             ref, span = _traced(ref)
@@ -354,6 +377,7 @@ class AsyncSoulHandle(AsyncSoulApi):
         self._p = plans = _Plans(rt, soul_id)
         self._shard = plans.shard
         self._router = rt.router
+        self._quotas = rt.quotas
 
     def _await(self, ref: Any) -> Any:
         if isinstance(ref, ShardRead):
@@ -373,6 +397,13 @@ class AsyncSoulHandle(AsyncSoulApi):
         return answer
 
     async def _run(self, plan: Plan[T]) -> T:
+        tenant = _limited(plan.call) if self._quotas is not None else ""
+        if tenant and self._quotas is not None:
+            async with self._quotas.turn(tenant, self.id):  # over a limit: QuotaExceeded, nothing sent
+                return await self._send(plan)
+        return await self._send(plan)
+
+    async def _send(self, plan: Plan[T]) -> T:
         import asyncio
         ref = plan.call
         try:
@@ -391,7 +422,7 @@ resident with the default (8 per core) than with two, at the same speed."""
 
 def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | None = None, namespace: str = "souls",
             config: RuntimeConfig | None = None, soul_config: SoulConfig | None = None,
-            connect_attempts: int = client_session.CLIENT_ATTEMPTS, **options: Any) -> Runtime:
+            connect_attempts: int = client_session.CLIENT_ATTEMPTS, limits: bool = True, **options: Any) -> Runtime:
     """Connect to soul-runtime.
 
     ``address``: ``None`` starts (or joins, in this process) a local Ray — the
@@ -407,6 +438,10 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
     never an AuthError, never after a turn was submitted; 1 disables the retry. A session lost while
     connecting is noticed at once (not after Ray's 30 s reconnect wait), and a session the head is slow to
     open is reported at warning every 10 s of the wait.
+    ``limits``: a turn, observe or forget of a tenant's soul (``TENANT:soul``) from this process is refused with
+    QuotaExceeded, before it is sent, when the tenant is over a limit the key table sets for it
+    (``soul tenants set``; counted by this process, as by a service replica); False leaves limiting to a caller
+    that does its own (the HTTP service).
     """
     if not isinstance(connect_attempts, int) or isinstance(connect_attempts, bool) or not 1 <= connect_attempts <= 10:
         raise ConfigError(f"connect_attempts must be an int in 1..10, got {connect_attempts!r}")
@@ -430,7 +465,7 @@ def connect(address: str | None = None, *, data_dir: str | os.PathLike[str] | No
 
     def attach(started: bool) -> Runtime:  # finds or creates the actors: idempotent, submits no turn
         try:
-            return Runtime(config, started_ray=started, detached=address is not None)
+            return Runtime(config, started_ray=started, detached=address is not None, limits=limits)
         except BaseException:
             if started:
                 raycalls.shutdown()

@@ -361,3 +361,44 @@ def test_the_runtimes_processes_run_with_two_malloc_arenas(runtime, soul_id) -> 
     for p in procs:
         with open(f"/proc/{p['pid']}/environ", "rb") as f:
             assert want in f.read().split(b"\0"), p
+
+
+def test_a_tenants_limits_hold_for_its_turns_through_the_python_api(runtime) -> None:
+    """The limits the key table sets for a tenant (``soul tenants set``) refuse its souls' turns sent through the
+    Python API before they are sent, as the service refuses them: QuotaExceeded with a Retry-After, no soul made.
+    Reads are never limited; another tenant's souls and souls of no tenant go on."""
+    import time
+
+    from soul_apps.service.tenants import TenantTable
+    from soul_runtime.errors import QuotaExceeded
+    from soul_runtime.memory.soul_records import known
+
+    tenant, other = f"lim-{uuid.uuid4().hex[:8]}", f"free-{uuid.uuid4().hex[:8]}"
+    table = TenantTable(runtime.cfg.data_dir, runtime.cfg.storage)
+    table.add(tenant)
+    first = runtime.soul(f"{tenant}:first")
+    first.turn("Maya runs the Tendril database.")
+    table.set_limits(tenant, souls=1)
+    try:
+        refused: QuotaExceeded | None = None
+        for i in range(600):  # the runtime reads the table again at most every second: new souls until it has
+            try:
+                runtime.soul(f"{tenant}:new-{i}").turn("Hello there.")
+            except QuotaExceeded as e:
+                refused = e
+                break
+            time.sleep(0.05)
+        assert refused is not None and refused.retry_after > 0 and "souls" in str(refused)
+        assert not known(runtime.cfg.data_dir, f"{tenant}:new-{i}")  # refused before it began
+        assert "Tendril" in " ".join(f.value for f in first.facts()) or first.recall("Tendril")  # reads go on
+        assert first.turn("Maya also runs the billing queue.").reply  # an existing soul's turns go on
+        assert runtime.soul(f"{other}:new").turn("Hello there.").reply  # another tenant's are not counted
+        assert runtime.soul(f"untenanted-{uuid.uuid4().hex[:8]}").turn("Hello there.").reply
+
+        async def async_new_soul() -> None:
+            with pytest.raises(QuotaExceeded):
+                await runtime.async_soul(f"{tenant}:async-new").turn("Hello there.")
+        asyncio.run(async_new_soul())
+        assert not known(runtime.cfg.data_dir, f"{tenant}:async-new")
+    finally:
+        table.remove(tenant)

@@ -1,4 +1,4 @@
-"""Tenants' fair order (actors.fair_queue, actors.fair_pool, actors.fair_gate), their limits (soul_apps.service.quotas,
+"""Tenants' fair order (actors.fair_queue, actors.fair_pool, actors.fair_gate), their limits (actors.quotas,
 the key table's records) and their usage counts (actors.tenant_usage): pure policies and small movers, no Ray."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from actors.fair_gate import FairGate
 from actors.fair_pool import TENANT, FairPool, tenant_of
 from actors.fair_queue import FairQueue, arrive, leave, release
+from actors.quotas import Bucket, Quotas, Standing, refusal, take
 from actors.tenant_usage import UsageBook, read_usage, seconds_to_next_day, usage_dir
-from soul_apps.service.quotas import Bucket, Quotas, Standing, refusal, take
 from soul_apps.service.tenants import Limits, TenantTable
 from soul_runtime.errors import InvalidInput, NotFound, QuotaExceeded
 

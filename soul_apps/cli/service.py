@@ -109,9 +109,9 @@ def _set(ctx: Ctx, table: TenantTable, name: str | None) -> int:
 def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     """``soul tenants usage [NAME]``: each tenant's souls and bytes on disk, its counts (turns, tokens, tokens
     today, turns refused over a limit, seconds waited in the fair queues) and its limits in force."""
+    from actors.quotas import usage_row
     from actors.tenant_usage import read_usage
     from soul_apps.cli import render
-    from soul_apps.service.quotas import usage_row
     counted = read_usage(ctx.data_dir)
     if name:
         table.get(name)

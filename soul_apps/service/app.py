@@ -33,7 +33,8 @@ def build_service(data_dir: str, namespace: str = "souls", address: str = "auto"
     def connect() -> Any:
         from actors.runtime import connect as connect_runtime
         chosen: dict[str, Any] = {} if embedder is None else {"embedder": embedder}  # None: SOUL_EMBEDDER or default
-        return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, **chosen)
+        return connect_runtime(address, data_dir=data_dir, namespace=namespace, storage=storage, limits=False,
+                               **chosen)  # the service limits its turns itself (Backend.quotas)
 
     backend = Backend(data_dir, connect, storage, replicas=replicas, tenant_limits=tenant_limits)
 

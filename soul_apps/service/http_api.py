@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as Asgi
 
+from actors.quotas import Quotas, usage_row
 from actors.tenant_usage import UsageBook, usage_dir
 from soul_apps.service.idempotency import Ledger, digest
 from soul_apps.service.tenants import Limits, Scope, TenantTable
@@ -44,7 +45,6 @@ from .contract import (
     refusal,
     seconds,
 )
-from .quotas import Quotas, usage_row
 from .request_spans import add_request_spans
 from .souls_api import TenantSouls, Unauthorized, error_body, status_of
 

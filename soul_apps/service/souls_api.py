@@ -11,8 +11,8 @@ from typing import Any
 
 import msgpack
 
+from actors.quotas import Quotas
 from soul_apps.service.idempotency import Ledger
-from soul_apps.service.quotas import Quotas
 from soul_apps.service.tenants import Scope, Whole
 from soul_runtime.errors import IdempotencyConflict as IdempotencyConflict  # the service raises and reports it
 from soul_runtime.errors import InvalidInput, NotFound, SoulError

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from actors.tenant_limits import Limits, changed_limits
 from actors.tenant_weights import TENANTS_FILE
 from soul_runtime.errors import InvalidInput, NotFound
 from soul_runtime.limits import SOUL_ID_MAX, TENANT_MAX
@@ -57,53 +58,6 @@ def key_hash(key: str) -> str:
 
 def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
-
-
-LIMIT_NAMES = ("turns_per_s", "in_flight", "souls", "stored_bytes", "tokens_per_day")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a tenant may use (None: no limit), and its weight in the hosts' fair order (docs/service.md)."""
-
-    turns_per_s: float | None = None
-    """Turns (observes, forgets) per second the service accepts; a burst of up to one second's worth."""
-    in_flight: int | None = None
-    """Turns of the tenant in progress at once."""
-    souls: int | None = None
-    """Souls: a turn to a soul the tenant does not have yet is refused when it has this many."""
-    stored_bytes: int | None = None
-    """Bytes of its souls on disk: a turn is refused while they are at or above this."""
-    tokens_per_day: int | None = None
-    """Model tokens (input and output) per UTC day: a turn is refused once they are used up."""
-    weight: float = 1.0
-    """The tenant's share of the hosts' threads and of the model's concurrency while tenants wait for them."""
-
-    def __post_init__(self) -> None:
-        for name in LIMIT_NAMES:
-            v = getattr(self, name)
-            if v is None:
-                continue
-            whole = name != "turns_per_s"
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and v != int(v)) \
-                    or not 0 < v <= 1e15:
-                raise InvalidInput(f"{name} must be a{' whole' if whole else ''} number > 0 (or unset), got {v!r}")
-            object.__setattr__(self, name, int(v) if whole else float(v))
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.01 <= w <= 1000:
-            raise InvalidInput(f"weight must be a number in 0.01..1000, got {w!r}")
-        object.__setattr__(self, "weight", float(w))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The limits that are set, and the weight when it is not 1."""
-        out: dict[str, Any] = {n: getattr(self, n) for n in LIMIT_NAMES if getattr(self, n) is not None}
-        if self.weight != 1.0:
-            out["weight"] = self.weight
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Limits:
-        return _changed(cls(), d)
 
 
 @dataclass(frozen=True)
@@ -234,12 +188,12 @@ class TenantTable:
         record's limits as set."""
         with self._locked() as book:
             if name is None:
-                book.defaults = _changed(book.defaults if limits is None else limits, changes)
+                book.defaults = changed_limits(book.defaults if limits is None else limits, changes)
                 return book.defaults
             t = book.tenants.get(check_tenant(name))
             if t is None:
                 raise NotFound(f"no tenant '{name}'")
-            t = book.tenants[name] = replace(t, limits=_changed(t.limits if limits is None else limits, changes))
+            t = book.tenants[name] = replace(t, limits=changed_limits(t.limits if limits is None else limits, changes))
         return t.limits
 
     def limits(self, name: str) -> Limits:
@@ -264,14 +218,6 @@ class Book:
 
     tenants: dict[str, Tenant]
     defaults: Limits
-
-
-def _changed(limits: Limits, changes: dict[str, Any]) -> Limits:
-    unknown = set(changes) - set(LIMIT_NAMES) - {"weight"}
-    if unknown:
-        raise InvalidInput(f"unknown tenant limits {sorted(unknown)}; known: {', '.join(LIMIT_NAMES)}, weight")
-    values: dict[str, Any] = {k: (1.0 if k == "weight" and v is None else v) for k, v in changes.items()}
-    return replace(limits, **values)
 
 
 def _parse(raw: dict[str, Any]) -> Book:

@@ -1,11 +1,11 @@
-"""Per-tenant limits at the service: a turn over one of them is refused before it begins (429 QuotaExceeded with
-Retry-After), so nothing of it is applied.
+"""Per-tenant limits: a turn over one of them is refused before it begins (QuotaExceeded with Retry-After; 429
+from the service), so nothing of it is applied.
 
 The decisions are pure functions of frozen values and an explicit ``now`` (:func:`take`, :func:`refusal`);
-:class:`Quotas` keeps each tenant's token bucket and turns in flight in one replica, and looks up what the
-tenant has on disk (souls, bytes; at most every :data:`LOOK_S`) and its model tokens today
-(:mod:`actors.tenant_usage`). Turns per second and turns in flight are counted per replica: the service divides
-a tenant's limit among its ``replicas``.
+:class:`Quotas` keeps each tenant's token bucket and turns in flight in one process (a service replica, a Python
+program's :class:`actors.runtime.Runtime`), and looks up what the tenant has on disk (souls, bytes; at most every
+:data:`LOOK_S`) and its model tokens today (:mod:`actors.tenant_usage`). Turns per second and turns in flight are
+counted per process: the service divides a tenant's limit among its ``replicas``.
 """
 
 from __future__ import annotations
@@ -13,19 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.metrics import Metrics
-from actors.tenant_usage import UsageBook, read_usage, seconds_to_next_day
 from soul_runtime.errors import QuotaExceeded
 from soul_runtime.memory.soul_records import known, soul_dir, soul_ids
 
-from .tenants import Limits
+from .metrics import Metrics
+from .tenant_limits import NO_LIMITS, Limits
+from .tenant_usage import UsageBook, read_usage, seconds_to_next_day
 
 LOOK_S = 5.0
 """How long what a tenant has on disk (souls, stored bytes) and its tokens today are taken as known."""
@@ -100,7 +101,7 @@ def usage_row(data_dir: str, tenant: str, limits: Limits, counted: dict[str, dic
 
 
 class Quotas:
-    """The limits of one replica's tenants. ``limits(tenant)``: the tenant's limits in force (the key table's)."""
+    """The limits of one process's tenants. ``limits(tenant)``: the tenant's limits in force (the key table's)."""
 
     def __init__(self, data_dir: str, limits: Callable[[str], Limits], *, replicas: int = 1,
                  book: UsageBook | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -115,6 +116,7 @@ class Quotas:
         self._new: dict[str, set[str]] = {}  # tenant -> new souls admitted since that look
         self.throttled: Counter[str] = Counter()
         self.metrics = Metrics.create()
+        self._guard = threading.Lock()  # the counts, for callers on several threads
 
     def _look(self, tenant: str) -> tuple[int, int, int]:
         """(souls, stored bytes, tokens today) of a tenant (blocking: file system reads)."""
@@ -123,47 +125,86 @@ class Quotas:
         tokens = int(read_usage(self.data_dir, self.clock()).get(tenant, {}).get("tokens_today", 0))
         return len(souls), stored, tokens
 
-    async def _standing(self, tenant: str, soul_id: str, limits: Limits) -> Standing:
-        now = self.clock()
-        seen = self._looked.get(tenant)
+    def _seen(self, tenant: str, limits: Limits, now: float) -> bool:
+        """Is what the tenant has on disk known recently enough (or not needed)?"""
         disk = limits.souls is not None or limits.stored_bytes is not None or limits.tokens_per_day is not None
-        if disk and (seen is None or now - seen[0] > LOOK_S):
-            souls, stored, tokens = await asyncio.to_thread(self._look, tenant)
-            seen = self._looked[tenant] = (now, souls, stored, tokens)
+        seen = self._looked.get(tenant)
+        return not disk or (seen is not None and now - seen[0] <= LOOK_S)
+
+    def _looked_now(self, tenant: str, now: float, souls: int, stored: int, tokens: int) -> None:
+        with self._guard:
+            self._looked[tenant] = (now, souls, stored, tokens)
             self._new.pop(tenant, None)
-        pending = self._new.get(tenant, set())
-        new = limits.souls is not None and soul_id not in pending and \
-            not await asyncio.to_thread(known, self.data_dir, soul_id)
-        _, souls, stored, tokens = seen or (now, 0, 0, 0)
-        return Standing(self.in_flight[tenant], souls + len(pending), stored, tokens, new)
+
+    def _standing(self, tenant: str, soul_id: str, limits: Limits, new_soul: bool) -> Standing:
+        with self._guard:
+            pending = self._new.get(tenant, set())
+            _, souls, stored, tokens = self._looked.get(tenant) or (0.0, 0, 0, 0)
+            return Standing(self.in_flight[tenant], souls + len(pending), stored, tokens,
+                            new_soul and soul_id not in pending)
 
     def _refuse(self, tenant: str, limit: str, message: str, retry_after: float) -> QuotaExceeded:
-        self.throttled[tenant] += 1
+        with self._guard:
+            self.throttled[tenant] += 1
         self.metrics.tenant_throttled(tenant, limit)
         self.book.add(tenant, "throttled")
         self.book.flush()
         return QuotaExceeded(f"{message}; retry after {retry_after:.0f} s", retry_after)
 
+    def _begin(self, tenant: str, soul_id: str, limits: Limits, standing: Standing) -> None:
+        """The turn begins (counted in flight), or QuotaExceeded is raised."""
+        why: tuple[str, str, float] | None = None
+        with self._guard:
+            now = self.clock()
+            if limits != NO_LIMITS:
+                why = refusal(limits, standing, now, self.replicas)
+                if why is None and limits.turns_per_s is not None:
+                    bucket, wait = take(self.buckets.get(tenant), limits.turns_per_s / self.replicas, now)
+                    self.buckets[tenant] = bucket
+                    if wait > 0:
+                        why = ("turns_per_s", f"the tenant sends more than {limits.turns_per_s:g} turns per second "
+                               f"(its limit)", wait)
+                if why is None and standing.new_soul:  # counted at once: other new souls' first turns see it
+                    self._new.setdefault(tenant, set()).add(soul_id)
+            if why is None:
+                self.in_flight[tenant] += 1
+        if why is not None:
+            raise self._refuse(tenant, *why)
+
+    def _end(self, tenant: str) -> None:
+        with self._guard:
+            self.in_flight[tenant] -= 1
+
     @contextlib.asynccontextmanager
     async def turn(self, tenant: str, soul_id: str) -> AsyncIterator[None]:
-        """A turn of ``tenant`` on its soul ``soul_id`` (the runtime's id) begins, or QuotaExceeded is raised."""
+        """A turn of ``tenant`` on its soul ``soul_id`` (the runtime's id) begins, or QuotaExceeded is raised
+        (the file system is read on a thread)."""
         limits = self.limits(tenant)
-        if limits != Limits():
-            standing = await self._standing(tenant, soul_id, limits)
-            now = self.clock()
-            why = refusal(limits, standing, now, self.replicas)
-            if why is not None:
-                raise self._refuse(tenant, *why)
-            if limits.turns_per_s is not None:
-                bucket, wait = take(self.buckets.get(tenant), limits.turns_per_s / self.replicas, now)
-                self.buckets[tenant] = bucket
-                if wait > 0:
-                    raise self._refuse(tenant, "turns_per_s", f"the tenant sends more than {limits.turns_per_s:g} "
-                                       f"turns per second (its limit)", wait)
-            if standing.new_soul:  # counted at once: concurrent first turns of other new souls see it
-                self._new.setdefault(tenant, set()).add(soul_id)
-        self.in_flight[tenant] += 1
+        standing = Standing(0, 0, 0, 0, False)
+        if limits != NO_LIMITS:
+            if not self._seen(tenant, limits, self.clock()):
+                now = self.clock()
+                self._looked_now(tenant, now, *await asyncio.to_thread(self._look, tenant))
+            new = limits.souls is not None and not await asyncio.to_thread(known, self.data_dir, soul_id)
+            standing = self._standing(tenant, soul_id, limits, new)
+        self._begin(tenant, soul_id, limits, standing)
         try:
             yield
         finally:
-            self.in_flight[tenant] -= 1
+            self._end(tenant)
+
+    @contextlib.contextmanager
+    def turn_sync(self, tenant: str, soul_id: str) -> Iterator[None]:
+        """:meth:`turn` for a caller on a thread of its own (the blocking Python API)."""
+        limits = self.limits(tenant)
+        standing = Standing(0, 0, 0, 0, False)
+        if limits != NO_LIMITS:
+            if not self._seen(tenant, limits, self.clock()):
+                self._looked_now(tenant, self.clock(), *self._look(tenant))
+            standing = self._standing(tenant, soul_id, limits,
+                                      limits.souls is not None and not known(self.data_dir, soul_id))
+        self._begin(tenant, soul_id, limits, standing)
+        try:
+            yield
+        finally:
+            self._end(tenant)
