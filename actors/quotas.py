@@ -88,12 +88,13 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
-def usage_row(data_dir: str, tenant: str, limits: Limits, counted: dict[str, dict[str, float]] | None = None
-              ) -> dict[str, Any]:
+def usage_row(data_dir: str, tenant: str, limits: Limits, counted: dict[str, dict[str, float]] | None = None,
+              storage: str = "") -> dict[str, Any]:
     """What a tenant uses (``soul tenants usage``, ``GET /v1/usage``): its souls and their bytes on disk, its
-    counts (:func:`actors.tenant_usage.read_usage`; ``counted``: read already) and its limits in force."""
+    counts (:func:`actors.tenant_usage.read_usage` of ``storage``; ``counted``: read already) and its limits in
+    force."""
     souls = soul_ids(data_dir, tenant + ":")
-    c = (read_usage(data_dir) if counted is None else counted).get(tenant, {})
+    c = (read_usage(data_dir, storage=storage) if counted is None else counted).get(tenant, {})
     return {"tenant": tenant, "souls": len(souls), "stored_bytes": sum(dir_bytes(soul_dir(data_dir, s)) for s in souls),
             "turns": int(c.get("turns", 0)), "tokens": int(c.get("tokens", 0)),
             "tokens_today": int(c.get("tokens_today", 0)), "throttled": int(c.get("throttled", 0)),
@@ -104,8 +105,10 @@ class Quotas:
     """The limits of one process's tenants. ``limits(tenant)``: the tenant's limits in force (the key table's)."""
 
     def __init__(self, data_dir: str, limits: Callable[[str], Limits], *, replicas: int = 1,
-                 book: UsageBook | None = None, clock: Callable[[], float] = time.time) -> None:
+                 book: UsageBook | None = None, clock: Callable[[], float] = time.time, storage: str = "") -> None:
+        """``storage``: where the usage books are (:func:`actors.tenant_usage.usage_book`), for tokens today."""
         self.data_dir = data_dir
+        self.storage = storage
         self.limits = limits
         self.replicas = max(1, replicas)
         self.book = book or UsageBook(None)
@@ -122,7 +125,7 @@ class Quotas:
         """(souls, stored bytes, tokens today) of a tenant (blocking: file system reads)."""
         souls = soul_ids(self.data_dir, tenant + ":")
         stored = sum(dir_bytes(soul_dir(self.data_dir, s)) for s in souls)
-        tokens = int(read_usage(self.data_dir, self.clock()).get(tenant, {}).get("tokens_today", 0))
+        tokens = int(read_usage(self.data_dir, self.clock(), self.storage).get(tenant, {}).get("tokens_today", 0))
         return len(souls), stored, tokens
 
     def _seen(self, tenant: str, limits: Limits, now: float) -> bool:

@@ -61,7 +61,8 @@ class Runtime:
         self.started_ray = started_ray
         self.detached = detached
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
-        self.quotas = Quotas(self.cfg.data_dir, TenantLimits(self.cfg.data_dir, self.cfg.storage)) if limits else None
+        self.quotas = Quotas(self.cfg.data_dir, TenantLimits(self.cfg.data_dir, self.cfg.storage),
+                             storage=self.cfg.storage) if limits else None
         """The tenants' limits on this process's turns (``TENANT:soul`` ids; the key table's, as the service's)."""
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)

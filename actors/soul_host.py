@@ -34,7 +34,7 @@ from itertools import islice
 from typing import Any
 
 from soul_runtime import telemetry
-from soul_runtime.errors import InvalidInput, RuntimeBusy, SoulError, StaleOwner, TurnFailed
+from soul_runtime.errors import InvalidInput, RuntimeBusy, SoulError, StaleOwner, StorageError, TurnFailed
 from soul_runtime.loop.erase import forget_soul_steps, forget_where_steps
 from soul_runtime.loop.soul import Soul
 from soul_runtime.memory.export import import_export
@@ -56,7 +56,7 @@ from .schedule import SizeTable, batch_answer_at, over_capacity, part_hold, to_p
 from .settings import RuntimeConfig, process_capacity
 from .shard_client import ShardCalls, StoreLocator
 from .soul_presence import require_known, soul_dir
-from .tenant_usage import FLUSH_S, UsageBook, usage_dir
+from .tenant_usage import FLUSH_S, UsageBook, usage_book
 from .tenant_weights import TenantWeights
 from .turn_spans import Calls, TurnSpans
 
@@ -107,7 +107,7 @@ class SoulHost(ActorBase):
         self.in_progress = 0
         self.metrics = Metrics.create()
         self._book_lock = threading.Lock()
-        self.book = UsageBook(usage_dir(self.cfg.data_dir) / f"{name}.json" if raycalls.current_actor() else None)
+        self.book = usage_book(self.cfg.data_dir, self.cfg.storage, name) if raycalls.current_actor() else UsageBook(None)
         self.traced = Calls() if telemetry.tracer() is not None else None  # the calls' spans, when traces are on
         self._committed = self._counted if self.traced is None else self.traced.hook(self._counted)
         self.clock = clock
@@ -123,13 +123,14 @@ class SoulHost(ActorBase):
             loop = None
         if loop is not None and self.cfg.idle_check_s > 0:
             self._ticker = loop.create_task(self._tick())
-        if loop is not None and self.book.path is not None:
+        if loop is not None and self.book.kept:
             self._flusher = loop.create_task(self._flush_every())
 
     async def _flush_every(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_S)
-            self._flush_usage()
+            self._take_waits()
+            await asyncio.to_thread(self._write_book)  # a file, or a statement to the server: off the loop
 
     async def _tick(self) -> None:
         while True:
@@ -144,11 +145,12 @@ class SoulHost(ActorBase):
         tokens = self.metrics.model_usage(trace)
         tenant = tenant_of(trace.soul_id)
         self.metrics.tenant_turn(tenant, tokens)
-        with self._book_lock:  # a host thread; the loop writes the book (_flush_usage)
+        with self._book_lock:  # a host thread; the loop's flusher writes the book (_flush_every)
             self.book.add(tenant, "turns")
             self.book.add(tenant, "tokens", tokens)
 
-    def _flush_usage(self) -> None:
+    def _take_waits(self) -> None:
+        """(On the loop.) The seconds each tenant's work waited since the last take, into the book."""
         waited = self.pool.take_waits()
         gate = getattr(self.model, "gate", None)
         if gate is not None:
@@ -159,10 +161,15 @@ class SoulHost(ActorBase):
             for tenant, s in waited.items():
                 self.book.add(tenant, "queued_s", s)
                 self.metrics.tenant_queued(tenant, s)
-            try:
-                self.book.flush()
-            except OSError:  # counting must never fail a turn; the next flush writes it
-                pass
+
+    def _write_book(self) -> None:
+        with self._book_lock:  # the host's threads count turns meanwhile: the write goes outside the lock
+            doc = self.book.due()
+        try:
+            if doc is not None:
+                self.book.write(doc)
+        except (OSError, StorageError):  # counting must never fail a turn; the next flush writes it
+            pass
 
     def _spawned(self, task: asyncio.Task[Any]) -> None:
         self._work.add(task)
@@ -335,8 +342,8 @@ class SoulHost(ActorBase):
         if self._work:
             await asyncio.wait(list(self._work))
         await self.wait_closed()
-        self._flush_usage()
-        with self._book_lock, contextlib.suppress(OSError):
+        self._take_waits()
+        with self._book_lock, contextlib.suppress(OSError, StorageError):
             self.book.flush(force=True)
         close = getattr(self.model, "aclose", None)  # a remote model's clients on this loop
         if close is not None:

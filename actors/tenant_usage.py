@@ -2,10 +2,11 @@
 its work waited for a host's threads or the model's slots.
 
 Each process that counts (a soul host, a service replica) keeps a :class:`UsageBook` and writes it every
-:data:`FLUSH_S` to a file of its own, ``DATA_DIR/service/usage/NAME.json`` (atomically); a host restarted under
-its name goes on from its file. :func:`read_usage` sums the files: ``soul tenants usage``, the service's
-``GET /v1/usage`` and the tokens-per-day limit read it. (On a cluster of several nodes each node's data dir holds
-the files of its own processes.) The tenant of a soul is the prefix of its id (:func:`actors.fair_pool.tenant_of`).
+:data:`FLUSH_S` to a place of its own (:func:`usage_book`): with a PostgreSQL storage the document ``usage:NAME``
+on the server, which every node sees; else the file ``DATA_DIR/service/usage/NAME.json`` (atomically). A host
+restarted under its name goes on from its book, on whichever node. :func:`read_usage` sums the books:
+``soul tenants usage``, the service's ``GET /v1/usage`` and the tokens-per-day limit read it. The tenant of a soul
+is the prefix of its id (:func:`actors.fair_pool.tenant_of`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from soul_runtime.errors import StorageError
+from soul_runtime.memory.pg_records import PgDocument
+from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.owner_only import write_file
 
 FLUSH_S = 1.0
@@ -25,6 +29,8 @@ COUNTERS = ("turns", "tokens", "throttled", "queued_s")
 """turns: turns, observes and forgets applied; tokens: model tokens (input, output, cache) of them; throttled:
 turns refused over a limit (429); queued_s: seconds the tenant's work waited for threads or model slots."""
 DAYS_KEPT = 2
+DOC_PREFIX = "usage:"
+"""The usage books' documents on a PostgreSQL storage's server: ``usage:NAME``."""
 
 
 def usage_dir(data_dir: str | os.PathLike[str]) -> Path:
@@ -41,23 +47,38 @@ def seconds_to_next_day(now: float) -> float:
     return max(1.0, 86400.0 - now % 86400.0)
 
 
-class UsageBook:
-    """One process's counts per tenant, and its tokens per UTC day."""
+def usage_book(data_dir: str | os.PathLike[str], storage: str, name: str, clock: Any = time.time) -> UsageBook:
+    """The book of the counting process ``name`` (unique in the cluster: a host's actor name, a replica's node
+    and pid), kept where its storage keeps records: on a PostgreSQL server, else in the data dir."""
+    if is_postgres(storage):
+        return UsageBook(None, clock, doc=PgDocument(storage, DOC_PREFIX + name))
+    return UsageBook(usage_dir(data_dir) / f"{name}.json", clock)
 
-    def __init__(self, path: Path | None, clock: Any = time.time) -> None:
+
+class UsageBook:
+    """One process's counts per tenant, and its tokens per UTC day, kept in the file ``path`` or the server's
+    document ``doc`` (neither: counted here only)."""
+
+    def __init__(self, path: Path | None, clock: Any = time.time, *, doc: PgDocument | None = None) -> None:
         self.path = path
+        self.doc = doc
         self.clock = clock
         self.counts: dict[str, defaultdict[str, float]] = {}
         self.days: dict[str, dict[str, int]] = {}  # day -> tenant -> tokens
         self._dirty = False
         self._flushed = 0.0
-        if path is not None and path.exists():
-            try:
-                raw = json.loads(path.read_text())
-                self.counts = {t: defaultdict(float, c) for t, c in raw.get("tenants", {}).items()}
-                self.days = {d: dict(v) for d, v in raw.get("days", {}).items()}
-            except (OSError, ValueError):
-                pass  # a file cut short: counting starts again
+        try:
+            raw = json.loads(path.read_text()) if path is not None and path.exists() else \
+                doc.read() if doc is not None else {}
+            self.counts = {t: defaultdict(float, c) for t, c in raw.get("tenants", {}).items()}
+            self.days = {d: dict(v) for d, v in raw.get("days", {}).items()}
+        except (OSError, ValueError, StorageError):
+            pass  # a file cut short, a server away: counting starts again
+
+    @property
+    def kept(self) -> bool:
+        """Is the book written anywhere (a file, a document)?"""
+        return self.path is not None or self.doc is not None
 
     def add(self, tenant: str, counter: str, n: float = 1) -> None:
         if not n:
@@ -76,24 +97,53 @@ class UsageBook:
 
     def flush(self, *, force: bool = False) -> bool:
         """Write the book if it changed (at most every :data:`FLUSH_S` unless ``force``)."""
-        now = time.monotonic()
-        if self.path is None or not self._dirty or (not force and now - self._flushed < FLUSH_S):
+        doc = self.due(force=force)
+        if doc is None:
             return False
-        self._dirty, self._flushed = False, now
-        write_file(self.path, json.dumps(self.document(), separators=(",", ":")), durable=False)
+        self.write(doc)
         return True
 
+    def due(self, *, force: bool = False) -> dict[str, Any] | None:
+        """The document to write now, if the book changed (at most every :data:`FLUSH_S` unless ``force``):
+        :meth:`write` it (a caller that guards the book with a lock writes it outside the lock)."""
+        now = time.monotonic()
+        if not self.kept or not self._dirty or (not force and now - self._flushed < FLUSH_S):
+            return None
+        self._dirty, self._flushed = False, now
+        return self.document()
 
-def read_usage(data_dir: str | os.PathLike[str], now: float | None = None) -> dict[str, dict[str, float]]:
-    """Every tenant's counts summed over the processes' files, with ``tokens_today`` (this UTC day's)."""
-    today = day_of(time.time() if now is None else now)
-    out: dict[str, defaultdict[str, float]] = {}
+    def write(self, doc: dict[str, Any]) -> None:
+        """Write a document :meth:`due` gave; when that fails, the book is written again at the next flush."""
+        try:
+            if self.doc is not None:
+                self.doc.put(doc)
+            elif self.path is not None:
+                write_file(self.path, json.dumps(doc, separators=(",", ":")), durable=False)
+        except BaseException:
+            self._dirty = True
+            raise
+
+
+def _books(data_dir: str | os.PathLike[str], storage: str) -> list[dict[str, Any]]:
+    if is_postgres(storage):
+        return [doc for _, doc in PgDocument.all_named(storage, DOC_PREFIX)]
+    out = []
     d = usage_dir(data_dir)
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
         try:
-            raw = json.loads(f.read_text())
+            out.append(dict(json.loads(f.read_text())))
         except (OSError, ValueError):
             continue  # being replaced, or cut short
+    return out
+
+
+def read_usage(data_dir: str | os.PathLike[str], now: float | None = None, storage: str = ""
+               ) -> dict[str, dict[str, float]]:
+    """Every tenant's counts summed over the processes' books (those of ``storage``: see :func:`usage_book`),
+    with ``tokens_today`` (this UTC day's)."""
+    today = day_of(time.time() if now is None else now)
+    out: dict[str, defaultdict[str, float]] = {}
+    for raw in _books(data_dir, storage):
         for tenant, counts in raw.get("tenants", {}).items():
             sums = out.setdefault(tenant, defaultdict(float))
             for k, v in counts.items():

@@ -387,3 +387,31 @@ def test_a_turns_commit_goes_with_the_next_push_and_a_crash_before_it_finishes_t
     m2.close()
     keys, traces = _server_state_keys(pg, "eli")  # closing pushed the recovered turn's commit
     assert "intent" not in keys and traces == sorted([first.turn_id, second.turn_id])
+
+
+def test_usage_books_add_up_across_nodes_and_a_restarted_host_goes_on(tmp_path: Path, backend: str) -> None:
+    """Each counting process's usage book is kept where the storage keeps records: on a PostgreSQL server every
+    node's books add up (two data dirs, as two nodes' caches, read the same sums); in a data dir, its files."""
+    from actors.tenant_usage import read_usage, usage_book
+
+    storage = "" if backend == "local" else backend
+    day = 86400.0 * 20000
+    clock = [day + 10]
+    node_a, node_b = tmp_path / "a", tmp_path / "b"
+    a = usage_book(node_a, storage, "soul-host-0", clock=lambda: clock[0])
+    b = usage_book(node_b if storage else node_a, storage, "service-b-1", clock=lambda: clock[0])
+    a.add("acme", "turns")
+    a.add("acme", "tokens", 100)
+    b.add("acme", "throttled")
+    b.add("beta", "queued_s", 0.5)
+    assert a.flush() and b.flush() and not a.flush()
+    for reader in ([node_a, node_b] if storage else [node_a]):
+        got = read_usage(reader, day + 20, storage)
+        assert got["acme"] == {"turns": 1, "tokens": 100, "throttled": 1, "queued_s": 0, "tokens_today": 100}
+        assert got["beta"]["queued_s"] == 0.5
+    again = usage_book(node_b if storage else node_a, storage, "soul-host-0", clock=lambda: clock[0])
+    assert again.counts["acme"]["tokens"] == 100  # restarted, on another node when the books are on the server
+    again.add("acme", "tokens", 5)
+    assert again.flush() and read_usage(node_a, day + 20, storage)["acme"]["tokens"] == 105
+    if storage:
+        assert not (node_a / "service").exists() and not (node_b / "service").exists()  # no file written

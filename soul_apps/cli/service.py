@@ -112,7 +112,8 @@ def _usage(ctx: Ctx, table: TenantTable, name: str | None) -> int:
     from actors.quotas import usage_row
     from actors.tenant_usage import read_usage
     from soul_apps.cli import render
-    counted = read_usage(ctx.data_dir)
+    storage = os.environ.get("SOUL_STORAGE", "")  # the usage books are on the server with a PostgreSQL storage
+    counted = read_usage(ctx.data_dir, storage=storage if is_postgres(storage) else "")
     if name:
         table.get(name)
     rows = [usage_row(ctx.data_dir, n, table.limits(n), counted) for n in ([name] if name else

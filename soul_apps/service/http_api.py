@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as Asgi
 
 from actors.quotas import Quotas, usage_row
-from actors.tenant_usage import UsageBook, usage_dir
+from actors.tenant_usage import usage_book
 from soul_apps.service.idempotency import Ledger, digest
 from soul_apps.service.tenants import Limits, Scope, TenantTable
 from soul_runtime import limits
@@ -138,7 +139,8 @@ class Backend:
         self.tenants = TenantTable(data_dir, storage)
         configured = Limits.from_dict(tenant_limits or {}).to_dict()
         self.quotas = Quotas(data_dir, lambda t: Limits.from_dict({**configured, **self.tenants.limits(t).to_dict()}),
-                             replicas=replicas, book=UsageBook(usage_dir(data_dir) / f"service-{os.getpid()}.json"))
+                             replicas=replicas, storage=storage or "",
+                             book=usage_book(data_dir, storage or "", f"service-{socket.gethostname()}-{os.getpid()}"))
         self._connect = connect
         self._rt: Any = None
         self._ledger: Ledger | None = None
@@ -275,7 +277,8 @@ def build_app(backend: Backend, mcp_app: Callable[..., Awaitable[None]] | None =
         (``queued_s``), and its limits in force (docs/service.md, "Tenants' limits")."""
         tenant = getattr(request.state, "tenant", None) or backend.tenant_of(request.headers.get("authorization"))
         request.state.scope = Scope(tenant)
-        row = await asyncio.to_thread(usage_row, backend.data_dir, tenant, backend.quotas.limits(tenant))
+        row = await asyncio.to_thread(usage_row, backend.data_dir, tenant, backend.quotas.limits(tenant), None,
+                                      backend.storage or "")
         return {k: v for k, v in row.items() if k != "tenant"}
 
     v1 = "/v1/souls"

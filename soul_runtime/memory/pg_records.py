@@ -61,6 +61,25 @@ class PgDocument:
             return {} if row is None else dict(json.loads(row[0]))
         return postgres_db.retrying(run, self.url)
 
+    def put(self, doc: dict[str, Any]) -> None:
+        """Write the whole document (a new version), whatever it held: for a document one process alone writes."""
+        def run() -> None:
+            with postgres_db.connection(self.url) as con:
+                con.execute("INSERT INTO service_docs (name, version, body) VALUES (%s, 1, %s) ON CONFLICT (name) "
+                            "DO UPDATE SET version = service_docs.version + 1, body = EXCLUDED.body",
+                            (self.name, json.dumps(doc, sort_keys=True)))
+        postgres_db.retrying(run, self.url)
+
+    @staticmethod
+    def all_named(url: str, prefix: str) -> list[tuple[str, dict[str, Any]]]:
+        """(name, document) of every document whose name starts with ``prefix``, by name."""
+        def run() -> list[tuple[str, dict[str, Any]]]:
+            with postgres_db.statement(url) as con:
+                rows = con.execute("SELECT name, body FROM service_docs WHERE starts_with(name, %s) ORDER BY name",
+                                   (prefix,)).fetchall()
+            return [(str(n), dict(json.loads(b))) for n, b in rows]
+        return postgres_db.retrying(run, url)
+
     @contextmanager
     def locked(self) -> Iterator[dict[str, Any]]:
         """The document under a row lock: what the caller leaves in the dict is written back (a new version)
