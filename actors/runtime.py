@@ -8,6 +8,7 @@ the module the public API (``soul_runtime.connect``) lands in.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from soul_runtime import soul_args, telemetry
 from soul_runtime.config import SoulConfig
 from soul_runtime.errors import ConfigError
+from soul_runtime.memory.postgres_db import is_postgres
 from soul_runtime.owner_only import make_dir, warn_if_loose
 from soul_runtime.plugins import settings_env
 from soul_runtime.records import (
@@ -46,6 +48,7 @@ from .settings import RuntimeConfig, default_data_dir, host_concurrency
 from .shard_client import StoreLocator
 from .shard_reads import ShardRead
 from .tenant_limits import TenantLimits
+from .tenant_usage import UsageBook, usage_book
 
 CONTROLLER = "soul-controller"
 T = TypeVar("T")
@@ -62,7 +65,7 @@ class Runtime:
         self.detached = detached
         self._start_actors()  # sets self.cfg to the runtime's resolved configuration
         self.quotas = Quotas(self.cfg.data_dir, TenantLimits(self.cfg.data_dir, self.cfg.storage),
-                             storage=self.cfg.storage) if limits else None
+                             storage=self.cfg.storage, book=_refusals_book(self.cfg)) if limits else None
         """The tenants' limits on this process's turns (``TENANT:soul`` ids; the key table's, as the service's)."""
         self.stores = StoreLocator(self.cfg)
         dedicated = raycalls.get(raycalls.call(self.controller, "dedicated_souls"), timeout=120)
@@ -313,6 +316,15 @@ def _traced(ref: Routed) -> tuple[Routed, Any]:
                                                                     "soul.request_id": rid})
     carried = telemetry.carrier(telemetry.context_with(span))
     return Routed(ref.soul_id, ref.method, (op, seq, rid, {**payload, telemetry.CARRIER_KEY: carried})), span
+
+
+def _refusals_book(cfg: RuntimeConfig) -> UsageBook:
+    """Where this process counts the turns it refused over a tenant's limit (``soul tenants usage``): beside the
+    hosts' books, when this machine sees them (a PostgreSQL storage, or the data dir here); the book is written
+    only once there is a refusal in it."""
+    if is_postgres(cfg.storage) or Path(cfg.data_dir).is_dir():
+        return usage_book(cfg.data_dir, cfg.storage, f"client-{socket.gethostname()}-{os.getpid()}")
+    return UsageBook(None)
 
 
 def _limited(ref: Any) -> str:

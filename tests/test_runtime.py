@@ -371,6 +371,7 @@ def test_a_tenants_limits_hold_for_its_turns_through_the_python_api(runtime) -> 
 
     from soul_apps.service.tenants import TenantTable
     from soul_runtime.errors import QuotaExceeded
+    from actors.tenant_usage import read_usage
     from soul_runtime.memory.soul_records import known
 
     tenant, other = f"lim-{uuid.uuid4().hex[:8]}", f"free-{uuid.uuid4().hex[:8]}"
@@ -389,6 +390,7 @@ def test_a_tenants_limits_hold_for_its_turns_through_the_python_api(runtime) -> 
                 break
             time.sleep(0.05)
         assert refused is not None and refused.retry_after > 0 and "souls" in str(refused)
+        assert read_usage(runtime.cfg.data_dir)[tenant]["throttled"] >= 1  # counted as the service counts its own
         assert not known(runtime.cfg.data_dir, f"{tenant}:new-{i}")  # refused before it began
         assert "Tendril" in " ".join(f.value for f in first.facts()) or first.recall("Tendril")  # reads go on
         assert first.turn("Maya also runs the billing queue.").reply  # an existing soul's turns go on
