@@ -5,18 +5,13 @@ read from the table at most every second, for a client process that limits its o
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from soul_runtime.errors import InvalidInput
-from soul_runtime.memory.pg_records import PgDocument
-from soul_runtime.memory.postgres_db import is_postgres
 
-from .tenant_weights import TENANTS_FILE
+from .tenant_weights import TableReader
 
 LIMIT_NAMES = ("turns_per_s", "in_flight", "souls", "stored_bytes", "tokens_per_day")
 
@@ -89,37 +84,21 @@ class TenantLimits:
     tenant, and while the table cannot be read: the limits known last)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], storage: str | None, every_s: float = 1.0) -> None:
-        url = os.environ.get("SOUL_STORAGE", "") if storage is None else storage
-        self._doc = PgDocument(url, "tenants") if is_postgres(url) else None
-        self.path = Path(data_dir) / TENANTS_FILE
-        self.every_s = every_s
-        self._read_at = -every_s
+        self._table_reader = TableReader(data_dir, storage, every_s)
         self._table: dict[str, Any] = {}
         self._known: dict[str, Limits] = {}
-
-    def _read(self) -> dict[str, Any]:
-        if self._doc is not None:
-            return self._doc.read() or {}
-        try:
-            return dict(json.loads(self.path.read_text()))
-        except FileNotFoundError:
-            return {}
 
     def __call__(self, tenant: str) -> Limits:
         if not tenant:
             return NO_LIMITS
-        now = time.monotonic()
-        if now - self._read_at >= self.every_s:
-            self._read_at = now
-            try:
-                self._table, self._known = self._read(), {}
-            except Exception:  # noqa: BLE001 — a table being written or a server away: the limits known
-                pass
+        doc = self._table_reader.due()
+        if doc is not None:
+            self._table, self._known = doc, {}
         got = self._known.get(tenant)
         if got is None:
             try:
                 got = limits_of(self._table, tenant)
-            except InvalidInput:  # a table written by hand with a bad value: that tenant unlimited, as before
+            except (InvalidInput, TypeError, ValueError, AttributeError):  # a table written by hand wrong
                 got = NO_LIMITS
             self._known[tenant] = got
         return got

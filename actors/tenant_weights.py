@@ -24,9 +24,9 @@ def weights_of(doc: dict[str, Any]) -> dict[str, float]:
             for name, t in (doc.get("tenants") or {}).items()}
 
 
-class TenantWeights:
-    """Each tenant's weight, read from the tenant table at most every ``every_s``; 1 for souls of no tenant, for
-    a tenant the table does not name, and when the table cannot be read."""
+class TableReader:
+    """The tenant table's document (the data dir's file, or the document on a PostgreSQL ``storage``'s server;
+    ``None`` takes ``SOUL_STORAGE``), read again at most every ``every_s``."""
 
     def __init__(self, data_dir: str | os.PathLike[str], storage: str | None, every_s: float = 1.0) -> None:
         url = os.environ.get("SOUL_STORAGE", "") if storage is None else storage
@@ -34,7 +34,6 @@ class TenantWeights:
         self.path = Path(data_dir) / TENANTS_FILE
         self.every_s = every_s
         self._read_at = -every_s
-        self._weights: dict[str, float] = {}
 
     def _read(self) -> dict[str, Any]:
         if self._doc is not None:
@@ -44,14 +43,34 @@ class TenantWeights:
         except FileNotFoundError:
             return {}
 
+    def due(self) -> dict[str, Any] | None:
+        """The document, when it is due to be read again; else None, and None when it cannot be read (a table
+        being written, a server away): the caller goes on with what it read last."""
+        now = time.monotonic()
+        if now - self._read_at < self.every_s:
+            return None
+        self._read_at = now
+        try:
+            return self._read()
+        except Exception:  # noqa: BLE001 — see above
+            return None
+
+
+class TenantWeights:
+    """Each tenant's weight, read from the tenant table at most every ``every_s``; 1 for souls of no tenant, for
+    a tenant the table does not name, and when the table cannot be read."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], storage: str | None, every_s: float = 1.0) -> None:
+        self._table = TableReader(data_dir, storage, every_s)
+        self._weights: dict[str, float] = {}
+
     def __call__(self, tenant: str) -> float:
         if not tenant:
             return 1.0
-        now = time.monotonic()
-        if now - self._read_at >= self.every_s:
-            self._read_at = now
+        doc = self._table.due()
+        if doc is not None:
             try:
-                self._weights = weights_of(self._read())
-            except Exception:  # noqa: BLE001 — a table being written or a server away: the weights known
+                self._weights = weights_of(doc)
+            except (TypeError, ValueError, AttributeError):  # a table written by hand wrong: the weights known
                 pass
         return self._weights.get(tenant, 1.0)
