@@ -50,7 +50,7 @@ async def turns_in_process(data_dir: Path, texts: tuple[str, ...] = TURNS, wait_
     host = SoulHost("soul-host-0", conf, model=OfflineModel())
     host.calls = ShardCalls(host.stores, transport=DirectTransport(shards))
     router = Router(["soul-host-0"], "souls", transport=DirectTransport({"soul-host-0": host}))
-    handle = AsyncSoulHandle(types.SimpleNamespace(router=router), "maya")  # type: ignore[arg-type]
+    handle = AsyncSoulHandle(types.SimpleNamespace(router=router, quotas=None), "maya")  # type: ignore[arg-type]
     out = [await handle.turn(t, at=T0 + 60 * i, wait_writes=wait_writes) for i, t in enumerate(texts)]
     await host.stop()
     for s in shards.values():
