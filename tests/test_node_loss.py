@@ -47,6 +47,18 @@ SCRIPT = textwrap.dedent("""
         return n
     workers = [add(), add()]
     cluster.wait_for_nodes()
+    # Ray as connect() starts it; then until the scheduler spreads work over all three nodes: actors created while
+    # it sees the head alone would all sit there, and no kill would take any
+    from actors.runtime import PROCESS_ENV
+    from soul_runtime.plugins import settings_env
+    raycalls.init(cluster.address, namespace="nl", env_vars={**PROCESS_ENV, **settings_env()})
+    @ray.remote(num_cpus=0, scheduling_strategy="SPREAD")
+    def node_of():
+        return ray.get_runtime_context().get_node_id()
+    for _ in range(240):
+        if len(set(ray.get([node_of.remote() for _ in range(12)]))) == 3:
+            break
+        time.sleep(0.5)
     rt = soul_runtime.connect(cluster.address, data_dir=cache("data"), namespace="nl", hosts=3, episodic_shards=2,
                               storage=url, embedder="fast")
     actors = [host_name(i) for i in range(3)] + [store_name(l, i) for l, n in
