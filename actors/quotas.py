@@ -139,7 +139,7 @@ class Quotas:
             self._looked[tenant] = (now, souls, stored, tokens)
             self._new.pop(tenant, None)
 
-    def _standing(self, tenant: str, soul_id: str, limits: Limits, new_soul: bool) -> Standing:
+    def _standing(self, tenant: str, soul_id: str, new_soul: bool) -> Standing:
         with self._guard:
             pending = self._new.get(tenant, set())
             _, souls, stored, tokens = self._looked.get(tenant) or (0.0, 0, 0, 0)
@@ -189,7 +189,7 @@ class Quotas:
                 now = self.clock()
                 self._looked_now(tenant, now, *await asyncio.to_thread(self._look, tenant))
             new = limits.souls is not None and not await asyncio.to_thread(known, self.data_dir, soul_id)
-            standing = self._standing(tenant, soul_id, limits, new)
+            standing = self._standing(tenant, soul_id, new)
         self._begin(tenant, soul_id, limits, standing)
         try:
             yield
@@ -204,7 +204,7 @@ class Quotas:
         if limits != NO_LIMITS:
             if not self._seen(tenant, limits, self.clock()):
                 self._looked_now(tenant, self.clock(), *self._look(tenant))
-            standing = self._standing(tenant, soul_id, limits,
+            standing = self._standing(tenant, soul_id,
                                       limits.souls is not None and not known(self.data_dir, soul_id))
         self._begin(tenant, soul_id, limits, standing)
         try:

@@ -323,7 +323,7 @@ def _refusals_book(cfg: RuntimeConfig) -> UsageBook:
     hosts' books, when this machine sees them (a PostgreSQL storage, or the data dir here); the book is written
     only once there is a refusal in it."""
     if is_postgres(cfg.storage) or Path(cfg.data_dir).is_dir():
-        return usage_book(cfg.data_dir, cfg.storage, f"client-{socket.gethostname()}-{os.getpid()}")
+        return usage_book(cfg.data_dir, cfg.storage, f"client-{socket.gethostname()}-{os.getpid()}", resume=False)
     return UsageBook(None)
 
 

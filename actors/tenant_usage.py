@@ -47,19 +47,22 @@ def seconds_to_next_day(now: float) -> float:
     return max(1.0, 86400.0 - now % 86400.0)
 
 
-def usage_book(data_dir: str | os.PathLike[str], storage: str, name: str, clock: Any = time.time) -> UsageBook:
+def usage_book(data_dir: str | os.PathLike[str], storage: str, name: str, clock: Any = time.time, *,
+               resume: bool = True) -> UsageBook:
     """The book of the counting process ``name`` (unique in the cluster: a host's actor name, a replica's node
-    and pid), kept where its storage keeps records: on a PostgreSQL server, else in the data dir."""
+    and pid), kept where its storage keeps records: on a PostgreSQL server, else in the data dir. ``resume``:
+    go on from what the book holds (a restarted host); a book whose name no earlier process had need not look."""
     if is_postgres(storage):
-        return UsageBook(None, clock, doc=PgDocument(storage, DOC_PREFIX + name))
-    return UsageBook(usage_dir(data_dir) / f"{name}.json", clock)
+        return UsageBook(None, clock, doc=PgDocument(storage, DOC_PREFIX + name), resume=resume)
+    return UsageBook(usage_dir(data_dir) / f"{name}.json", clock, resume=resume)
 
 
 class UsageBook:
     """One process's counts per tenant, and its tokens per UTC day, kept in the file ``path`` or the server's
     document ``doc`` (neither: counted here only)."""
 
-    def __init__(self, path: Path | None, clock: Any = time.time, *, doc: PgDocument | None = None) -> None:
+    def __init__(self, path: Path | None, clock: Any = time.time, *, doc: PgDocument | None = None,
+                 resume: bool = True) -> None:
         self.path = path
         self.doc = doc
         self.clock = clock
@@ -68,7 +71,7 @@ class UsageBook:
         self._dirty = False
         self._flushed = 0.0
         try:
-            raw = json.loads(path.read_text()) if path is not None and path.exists() else \
+            raw = {} if not resume else json.loads(path.read_text()) if path is not None and path.exists() else \
                 doc.read() if doc is not None else {}
             self.counts = {t: defaultdict(float, c) for t, c in raw.get("tenants", {}).items()}
             self.days = {d: dict(v) for d, v in raw.get("days", {}).items()}

@@ -369,9 +369,9 @@ def test_a_tenants_limits_hold_for_its_turns_through_the_python_api(runtime) -> 
     Reads are never limited; another tenant's souls and souls of no tenant go on."""
     import time
 
+    from actors.tenant_usage import read_usage
     from soul_apps.service.tenants import TenantTable
     from soul_runtime.errors import QuotaExceeded
-    from actors.tenant_usage import read_usage
     from soul_runtime.memory.soul_records import known
 
     tenant, other = f"lim-{uuid.uuid4().hex[:8]}", f"free-{uuid.uuid4().hex[:8]}"

@@ -140,7 +140,8 @@ class Backend:
         configured = Limits.from_dict(tenant_limits or {}).to_dict()
         self.quotas = Quotas(data_dir, lambda t: Limits.from_dict({**configured, **self.tenants.limits(t).to_dict()}),
                              replicas=replicas, storage=storage or "",
-                             book=usage_book(data_dir, storage or "", f"service-{socket.gethostname()}-{os.getpid()}"))
+                             book=usage_book(data_dir, storage or "", f"service-{socket.gethostname()}-{os.getpid()}",
+                                        resume=False))
         self._connect = connect
         self._rt: Any = None
         self._ledger: Ledger | None = None
