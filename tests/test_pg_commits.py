@@ -130,3 +130,37 @@ def test_names_and_cells_of_any_characters_arrive_as_they_were(pg_url: str) -> N
     assert set(dbs) == {(s, 'db "q"\\') for s in odd}
     assert got == {(s, 't,"x"', 2**40 + i): cells + s.encode() for i, s in enumerate(odd)}
     assert pg_commits.array([], pg_commits.TEXTS) == "{}" and pg_commits.array([-3, 4], pg_commits.INTS) == "{-3,4}"
+
+
+def test_a_commit_connection_the_server_dropped_is_replaced_and_the_retry_goes_through(pg_url: str) -> None:
+    import psycopg
+
+    from soul_runtime.memory import postgres_db
+
+    assert pg_commits.send(pg_url, [change("a", v0=0)]) == {("a", "episodic")}
+    pid = pg_commits.sender(pg_url)._con.info.backend_pid
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(psycopg.OperationalError) as lost:
+        pg_commits.send(pg_url, [change("b", v0=0)])
+    assert postgres_db.unreachable(lost.value)  # what its callers retry
+    took = postgres_db.retrying(lambda: pg_commits.send(pg_url, [change("b", v0=0)]), pg_url)
+    assert took == {("b", "episodic")}
+    assert pg_commits.sender(pg_url)._con.info.backend_pid != pid
+    assert rows(pg_url)[0] == {("a", "episodic"): 1, ("b", "episodic"): 1}
+
+
+def test_a_batch_the_server_refuses_raises_its_error_and_the_connection_goes_on(pg_url: str) -> None:
+    import psycopg
+
+    from soul_runtime.errors import StorageError
+    from soul_runtime.memory import postgres_db
+
+    with pytest.raises(psycopg.DataError):  # text may not hold a NUL character
+        pg_commits.send(pg_url, [change("a\x00b", v0=0)])
+    with pytest.raises(StorageError):
+        postgres_db.retrying(lambda: pg_commits.send(pg_url, [change("a\x00b", v0=0)]), pg_url)
+    pid = pg_commits.sender(pg_url)._con.info.backend_pid
+    assert pg_commits.send(pg_url, [change("c", v0=0)]) == {("c", "episodic")}
+    assert pg_commits.sender(pg_url)._con.info.backend_pid == pid
+    assert rows(pg_url)[0] == {("c", "episodic"): 1}

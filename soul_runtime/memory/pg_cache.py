@@ -114,8 +114,9 @@ class Mirror:
         """Note the cache's tables and start noting their changes (temporary triggers: not in the file)."""
         self.attach_mark(con)
         con.execute("CREATE TEMP TABLE IF NOT EXISTS pg_changes (tbl TEXT NOT NULL, rid INTEGER NOT NULL)")
-        self.tables = mirrored_tables(con)
-        self.columns = {t: _columns(con, t) for t in self.tables}
+        defined = _mirrored(con)
+        self.tables = sorted(defined)
+        self.columns = {t: _columns(con, t, defined[t]) for t in self.tables}
         for t in self.tables:
             note = "INSERT INTO pg_changes VALUES ('{t}', {which}.rowid)"
             con.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS pg_{t}_i AFTER INSERT ON main.{t} BEGIN "
@@ -155,23 +156,26 @@ class Mirror:
         database's next version if the server's is the one this cache holds; then mark the cache with it."""
         puts: list[tuple[str, int, bytes]] = []
         dels: list[tuple[str, int]] = []
+        changed: dict[str, set[int]] = {}
         if everything:
             tables = self.tables
         else:
-            tables = [str(r[0]) for r in con.execute("SELECT DISTINCT tbl FROM temp.pg_changes")]
-            if not tables:
+            for tbl, rid in con.execute("SELECT tbl, rid FROM temp.pg_changes"):
+                changed.setdefault(tbl, set()).add(rid)
+            if not changed:
                 return
+            tables = list(changed)
+        pack = msgpack.packb
         for tbl in tables:  # each table's changed rows in one query: those still there are written, the rest deleted
             cols, _ = self.columns.get(tbl) or _columns(con, tbl)
             which = "" if everything else " WHERE rowid IN (SELECT rid FROM temp.pg_changes WHERE tbl = ?)"
             found = con.execute(f"SELECT rowid, {','.join(cols)} FROM main.{tbl}{which}",
                                 () if everything else (tbl,)).fetchall()
             for row in found:
-                puts.append((tbl, int(row[0]), msgpack.packb(dict(zip(cols, row[1:], strict=True)), use_bin_type=True)))
+                puts.append((tbl, row[0], pack(dict(zip(cols, row[1:], strict=True)), use_bin_type=True)))
             if not everything:
-                there = {int(row[0]) for row in found}
-                dels += [(tbl, int(r[0])) for r in con.execute(
-                    "SELECT DISTINCT rid FROM temp.pg_changes WHERE tbl = ?", (tbl,)) if int(r[0]) not in there]
+                gone = changed[tbl].difference(row[0] for row in found)
+                dels += [(tbl, r) for r in sorted(gone)]
         con.execute("DELETE FROM temp.pg_changes")
         txn = f"{_PROCESS}{os.getpid():x}-{next(_pushes):x}"
         expected = self.version
@@ -225,19 +229,33 @@ class Mirror:
 
 
 def mirrored_tables(con: sqlite3.Connection) -> list[str]:
+    return sorted(_mirrored(con))
+
+
+def _mirrored(con: sqlite3.Connection) -> dict[str, str]:
+    """The mirrored tables of a soul database, each with its definition (its ``CREATE`` statement)."""
     rows = con.execute("SELECT name, sql FROM main.sqlite_master WHERE type = 'table'").fetchall()
-    virtual = [str(n) for n, sql in rows if str(sql or "").upper().startswith("CREATE VIRTUAL")]
-    return sorted(str(n) for n, sql in rows
-                  if str(n) not in LOCAL_ONLY and str(n) not in virtual and not str(n).startswith("sqlite_")
-                  and not any(str(n).startswith(v + "_") for v in virtual))
+    virtual = tuple(str(n) for n, sql in rows if str(sql or "").upper().startswith("CREATE VIRTUAL"))
+    shadow = tuple(v + "_" for v in virtual)  # a virtual table's shadow tables: its name, an underscore, a suffix
+    return {n: str(sql) for n, sql in ((str(r[0]), r[1]) for r in rows)
+            if n not in LOCAL_ONLY and n not in virtual and not n.startswith(("sqlite_", *shadow))}
 
 
-def _columns(con: sqlite3.Connection, table: str) -> tuple[list[str], bool]:
-    """A table's columns, and whether one of them is its rowid (an INTEGER PRIMARY KEY)."""
-    info = con.execute(f"PRAGMA main.table_info({table})").fetchall()
-    pks = [r for r in info if r[5]]
-    alias = len(pks) == 1 and str(pks[0][2]).upper() == "INTEGER"
-    return [str(r[1]) for r in info], alias
+def _columns(con: sqlite3.Connection, table: str, sql: str | None = None) -> tuple[list[str], bool]:
+    """A table's columns, and whether one of them is its rowid (an INTEGER PRIMARY KEY). Kept per table
+    definition ``sql`` when given (every soul database of a kind shares them)."""
+    got = _by_definition.get(sql) if sql is not None else None
+    if got is None:
+        info = con.execute(f"PRAGMA main.table_info({table})").fetchall()
+        pks = [r for r in info if r[5]]
+        alias = len(pks) == 1 and str(pks[0][2]).upper() == "INTEGER"
+        got = ([str(r[1]) for r in info], alias)
+        if sql is not None:
+            _by_definition[sql] = got
+    return got
+
+
+_by_definition: dict[str, tuple[list[str], bool]] = {}
 
 
 # ---- which souls have rows: asked of the server once per process and database, then kept ----------------

@@ -39,7 +39,7 @@ class Change:
 
 MANY_COMMIT = """
 WITH want AS (
-    SELECT * FROM unnest(%(s)s::text[], %(d)s::text[], %(v0)s::bigint[], %(sch)s::int[], %(txn)s::text[])
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::text[])
     AS w(soul, db, v0, sch, txn)),
 moved AS (
     UPDATE soul_dbs AS o SET version = w.v0 + 1, schema = w.sch, txn = w.txn FROM want AS w
@@ -49,14 +49,14 @@ born AS (
     ON CONFLICT (soul, db) DO NOTHING RETURNING soul, db),
 took AS (SELECT soul, db FROM moved UNION ALL SELECT soul, db FROM born),
 gone AS (
-    DELETE FROM soul_rows AS r USING unnest(%(ds)s::text[], %(dd)s::text[], %(dt)s::text[], %(dr)s::bigint[])
+    DELETE FROM soul_rows AS r USING unnest($6::text[], $7::text[], $8::text[], $9::bigint[])
     AS x(soul, db, tbl, rid)
     WHERE r.soul = x.soul AND r.db = x.db AND r.tbl = x.tbl AND r.rid = x.rid
     AND (x.soul, x.db) IN (SELECT soul, db FROM took)),
 put AS (
     INSERT INTO soul_rows (soul, db, tbl, rid, cells)
     SELECT x.soul, x.db, x.tbl, x.rid, x.cells
-    FROM unnest(%(ps)s::text[], %(pd)s::text[], %(pt)s::text[], %(pr)s::bigint[], %(pc)s::bytea[])
+    FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::bytea[])
     AS x(soul, db, tbl, rid, cells)
     WHERE (x.soul, x.db) IN (SELECT soul, db FROM took)
     ON CONFLICT (soul, db, tbl, rid) DO UPDATE SET cells = EXCLUDED.cells)
@@ -65,13 +65,19 @@ SELECT soul, db FROM took
 """A batch of changes as one statement: each change's compare-and-set (or, for a first write, the database's
 row created if no one else created it), then the deletes and upserts of the changes whose version was taken.
 Each array goes as one string in PostgreSQL's array syntax (:func:`array`): the server parses it, and the
-process is spared psycopg's per-element look at a list, the part of a push it paid most for."""
+process is spared psycopg's per-element look at a list, the part of a push it paid most for. The parameters are
+positional (``$1`` …, in the order of :data:`COLUMNS`): the statement is prepared once per connection and sent
+with libpq's own call."""
+
+COLUMNS = ("s", "d", "v0", "sch", "txn", "ds", "dd", "dt", "dr", "ps", "pd", "pt", "pr", "pc")
+"""The statement's parameters, in their order: the changes' soul, database, version, schema and transaction; the
+deletes' soul, database, table and row; the puts' soul, database, table, row and cells."""
+STATEMENT = b"soul_group_commit"
 
 
 def params(batch: list[Change]) -> dict[str, str]:
     """The statement's parameters for ``batch`` (one array per column, the rows of every change together)."""
-    p: dict[str, list[Any]] = {k: [] for k in ("s", "d", "v0", "sch", "txn", "ds", "dd", "dt", "dr",
-                                               "ps", "pd", "pt", "pr", "pc")}
+    p: dict[str, list[Any]] = {k: [] for k in COLUMNS}
     for c in batch:
         p["s"].append(c.soul)
         p["d"].append(c.db)
@@ -107,10 +113,90 @@ def array(values: list[Any], kind: str) -> str:
     return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
+class Sender:
+    """Sends batches to one server on a connection of the process's pool kept for it: at most one batch is ever
+    on its way (:class:`GroupCommit`), so a checkout per batch is work for nothing. The statement is prepared on
+    the connection once and each batch goes with libpq's own call (no cursor, no adaptation, the interpreter lock
+    let go while it waits). A connection the server dropped goes back to the pool, which replaces it; the batch's
+    callers retry (:func:`soul_runtime.memory.postgres_db.retrying`)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._con: Any = None
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: list[Change]) -> set[tuple[str, str]]:
+        """One round trip: the batch as one statement (its own transaction); the (soul, db) whose version it
+        took."""
+        with self._lock:
+            if self._con is not None and postgres_db.opened_pool(self.url) is not self._pool:
+                self._give_back()  # the pools were closed (settings changed): a connection of the new one
+            con = self._con if self._con is not None else self._take()
+            p = params(batch)
+            enc = con.info.encoding
+            try:
+                res = con.pgconn.exec_prepared(STATEMENT, [p[k].encode(enc) for k in COLUMNS])
+            except BaseException:
+                self._give_back()
+                raise
+            if res.status != _pq().ExecStatus.TUPLES_OK:
+                self._raise(con, res)
+            return {(res.get_value(i, 0).decode(enc), res.get_value(i, 1).decode(enc)) for i in range(res.ntuples)}
+
+    def close(self) -> None:
+        with self._lock:
+            self._give_back()
+
+    def _take(self) -> Any:
+        self._pool = postgres_db.pool(self.url)
+        con = self._pool.getconn()
+        res = con.pgconn.prepare(STATEMENT, MANY_COMMIT.encode())
+        if res.status != _pq().ExecStatus.COMMAND_OK and res.error_field(_pq().DiagnosticField.SQLSTATE) != \
+                b"42P05":  # 42P05: prepared already (a connection this process held before)
+            self._con = con
+            self._raise(con, res)
+        self._con = con
+        return con
+
+    def _raise(self, con: Any, res: Any) -> None:
+        import psycopg
+
+        if con.pgconn.status != _pq().ConnStatus.OK:  # the connection is gone: a fresh one next time
+            self._give_back()
+            raise psycopg.OperationalError(res.error_message.decode(errors="replace") or "connection lost")
+        raise psycopg.errors.error_from_result(res, encoding=con.info.encoding)
+
+    def _give_back(self) -> None:
+        con, self._con = self._con, None
+        if con is not None:
+            try:
+                self._pool.putconn(con)
+            except Exception:  # noqa: BLE001 — its pool was closed meanwhile: the connection goes with it
+                con.close()
+
+
+def _pq() -> Any:
+    from psycopg import pq
+    return pq
+
+
+_senders: dict[str, Sender] = {}
+_senders_lock = threading.Lock()
+
+
+def sender(url: str) -> Sender:
+    """This process's sender to ``url``."""
+    with _senders_lock:
+        s = _senders.get(url)
+        if s is None:
+            s = _senders[url] = Sender(url)
+        return s
+
+
 def send(url: str, batch: list[Change]) -> set[tuple[str, str]]:
     """One round trip: the batch as one statement (its own transaction); the (soul, db) whose version it took."""
-    with postgres_db.pool(url).connection() as pg:
-        return {(str(s), str(d)) for s, d in pg.execute(MANY_COMMIT, params(batch)).fetchall()}
+    return sender(url)(batch)
 
 
 @dataclass
@@ -191,5 +277,5 @@ def group(url: str) -> GroupCommit:
     with _groups_lock:
         g = _groups.get(url)
         if g is None:
-            g = _groups[url] = GroupCommit(lambda batch: send(url, batch))
+            g = _groups[url] = GroupCommit(sender(url))
         return g

@@ -95,6 +95,12 @@ def pool(url: str) -> Any:
         return p
 
 
+def opened_pool(url: str) -> Any:
+    """This process's pool for ``url`` if it is open (None after :func:`close_pools`)."""
+    with _pools_lock:
+        return _pools.get(url)
+
+
 def close_pools() -> None:
     with _pools_lock:
         for p in _pools.values():
