@@ -114,7 +114,8 @@ class EpisodicStore(EpisodeWrites, EpisodeErasure, EpisodeSearch, LayerStore):
             if len(self.index) == count:
                 return
         self.index.rebuild(self.db.execute(f"SELECT rowid, vector FROM episodes WHERE {INDEXED} ORDER BY rowid"), last)
-        self.flush()
+        if last or len(self.index):  # a store that never indexed an episode has nothing to save (a new soul's)
+            self.flush()
 
     def fence(self, epoch: int) -> None:
         super().fence(epoch)
