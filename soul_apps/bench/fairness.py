@@ -15,6 +15,12 @@ both; both, A alone, B alone), so the machine's drift weighs on each phase alike
 
 Targets it reports against: B's p50 and p99 with A at most 1.3× B alone; A's turns/s with B at least 0.9× what is left to
 it, A alone's turns/s less B's turns/s with A. Every turn waits for its writes.
+
+Each phase also records the machine's busy cores (``/proc/stat``; run it on an otherwise idle machine), and from
+them the **fair-share bound** on B's latency beside A: with A flooding, a fair node gives B at most its weighted
+share of the cores (half of them, both tenants at weight 1). B keeps ``b_in_flight`` turns in flight, so by
+Little's law its mean latency is its turns in flight over its turns/s; if B alone kept more cores busy than its
+share, no scheduler can keep B's latency beside A below ``B alone's busy cores / B's share`` times B alone's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,32 @@ each would make B's souls, and so its turns, many times larger than A's by the e
 all stay active beside A's (the soul hosts' ``host_capacity_mb``)."""
 FLOOR_LATENCY = 1.3
 FLOOR_A = 0.9
+
+
+def busy_jiffies() -> tuple[int, int] | None:
+    """(busy, all) clock ticks of every core since boot (``/proc/stat``); None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            cells = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = cells[3] + (cells[4] if len(cells) > 4 else 0)  # idle and waiting for I/O
+    return sum(cells) - idle, sum(cells)
+
+
+def busy_cores(before: tuple[int, int] | None, after: tuple[int, int] | None, cpus: int) -> float | None:
+    """How many of ``cpus`` cores were busy on average between two :func:`busy_jiffies` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]) * cpus, 3)
+
+
+def fair_share_bound(b_alone_cores: float | None, cpus: int, share: float = 0.5) -> float | None:
+    """The least ratio of B's mean latency beside a flood to B's alone that a fair scheduler can give: B alone
+    kept ``b_alone_cores`` busy; beside the flood it gets at most ``share`` of ``cpus``. At least 1."""
+    if b_alone_cores is None or cpus <= 0:
+        return None
+    return round(max(1.0, b_alone_cores / (share * cpus)), 3)
 
 
 def load_average() -> float | None:
@@ -87,13 +119,13 @@ async def _model_run(rt: Any, a: list[list[str]], b: list[list[str]], seconds: f
     got: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
     for i, phase in enumerate(PHASES):
         souls = {"b_alone": {"B": b}, "a_alone": {"A": a}, "both": {"A": a, "B": b}}[phase]
-        load = load_average()
+        load, jiffies = load_average(), busy_jiffies()
         r = await _phase(rt, souls, seconds, counter)
-        r["load"] = load
+        r["load"], r["cores"] = load, busy_cores(jiffies, busy_jiffies(), os.cpu_count() or 1)
         got[phase].append(r)
         say(f"  phase {i + 1}/{len(PHASES)} {phase}: " + ", ".join(
             f"{t} {v['turns_per_s']:.1f} turns/s p50 {percentile(v['latencies'], 50) * 1000:.0f} ms"
-            for t, v in r.items() if t != "load") + f" (load {load})")
+            for t, v in r.items() if t not in ("load", "cores")) + f" (load {load}, {r['cores']} cores busy)")
     b_alone, b_with = _summary(got["b_alone"], "B"), _summary(got["both"], "B")
     a_alone, a_with = _summary(got["a_alone"], "A"), _summary(got["both"], "A")
     left = a_alone["turns_per_s"] - b_with["turns_per_s"]
@@ -101,7 +133,16 @@ async def _model_run(rt: Any, a: list[list[str]], b: list[list[str]], seconds: f
            "b_p50_ratio": round(b_with["p50_s"] / b_alone["p50_s"], 3),
            "b_p99_ratio": round(b_with["p99_s"] / b_alone["p99_s"], 3),
            "a_left_turns_per_s": round(left, 2), "a_share_of_left": round(a_with["turns_per_s"] / left, 3),
-           "load_by_phase": [[p, got[p][PHASES[:i].count(p)]["load"]] for i, p in enumerate(PHASES)]}
+           "load_by_phase": [[p, got[p][PHASES[:i].count(p)]["load"]] for i, p in enumerate(PHASES)],
+           "busy_cores_by_phase": [[p, got[p][PHASES[:i].count(p)]["cores"]] for i, p in enumerate(PHASES)]}
+    cpus = os.cpu_count() or 1
+    b_cores = [r["cores"] for r in got["b_alone"] if r["cores"] is not None]
+    out["b_alone_busy_cores"] = round(sum(b_cores) / len(b_cores), 3) if b_cores else None
+    out["b_fair_share_bound"] = fair_share_bound(out["b_alone_busy_cores"], cpus)
+    for tenant, phase in (("A", "a_alone"), ("B", "b_alone")):  # the node's CPU a turn, each tenant alone
+        turns = sum(r[tenant]["turns"] for r in got[phase])
+        busy = sum((r["cores"] or 0.0) * seconds for r in got[phase])
+        out[f"{tenant.lower()}_alone_cpu_ms_per_turn"] = round(busy / turns * 1000, 3) if turns else None
     out["floors_met"] = {"b_p50": out["b_p50_ratio"] <= FLOOR_LATENCY, "b_p99": out["b_p99_ratio"] <= FLOOR_LATENCY,
                          "a_turns_per_s": out["a_share_of_left"] >= FLOOR_A}
     return out
@@ -171,13 +212,14 @@ def table(res: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title=f"soul bench fairness: A {res['a_in_flight']} in flight, B {res['b_in_flight']} "
                     f"(load {res['load_before']} -> {res['load_after']} on {res['cpus']} cores)", title_justify="left")
-    for c in ("model", "B p50 alone", "B p50 with A", "x", "B p99 alone", "B p99 with A", "x", "A turns/s alone",
-              "A with B", "left to A", "A/left"):
+    for c in ("model", "B p50 alone", "B p50 with A", "x", "B p99 alone", "B p99 with A", "x", "fair bound",
+              "A turns/s alone", "A with B", "left to A", "A/left"):
         t.add_column(c, justify="left" if c == "model" else "right")
     for m, r in res["models"].items():
         t.add_row(m, f"{r['b_alone']['p50_s'] * 1000:.0f} ms", f"{r['b_with_a']['p50_s'] * 1000:.0f} ms",
                   f"{r['b_p50_ratio']:.2f}", f"{r['b_alone']['p99_s'] * 1000:.0f} ms",
                   f"{r['b_with_a']['p99_s'] * 1000:.0f} ms", f"{r['b_p99_ratio']:.2f}",
+                  "—" if r.get("b_fair_share_bound") is None else f"{r['b_fair_share_bound']:.2f}",
                   f"{r['a_alone']['turns_per_s']:.1f}", f"{r['a_with_b']['turns_per_s']:.1f}",
                   f"{r['a_left_turns_per_s']:.1f}", f"{r['a_share_of_left']:.2f}")
     return t
@@ -195,6 +237,11 @@ def plot(res: dict[str, Any], path: str | Path) -> None:
         ratios = [res["models"][m][key][q] / res["models"][m]["b_alone"][q] for m in models]
         ax.bar([i + (j - 1.5) * width for i in range(len(models))], ratios, width, label=label)
     ax.axhline(FLOOR_LATENCY, color="red", linestyle="--", linewidth=1, label=f"floor {FLOOR_LATENCY}x")
+    bounds = [(i, res["models"][m].get("b_fair_share_bound")) for i, m in enumerate(models)]
+    bounds = [(i, b) for i, b in bounds if b is not None]
+    if bounds:
+        ax.scatter([i for i, _ in bounds], [b for _, b in bounds], marker="_", s=900, color="black", zorder=3,
+                   label="fair-share bound (B alone's busy cores / its share)")
     ax.set_xticks(range(len(models)), models)
     ax.set_ylabel("B's latency / B alone")
     ax.set_title("tenant B's latency, alone and beside A's flood")
