@@ -181,22 +181,16 @@ def _pq() -> Any:
     return pq
 
 
-_senders: dict[str, Sender] = {}
-_senders_lock = threading.Lock()
-
-
-def sender(url: str) -> Sender:
-    """This process's sender to ``url``."""
-    with _senders_lock:
-        s = _senders.get(url)
-        if s is None:
-            s = _senders[url] = Sender(url)
-        return s
-
-
 def send(url: str, batch: list[Change]) -> set[tuple[str, str]]:
     """One round trip: the batch as one statement (its own transaction); the (soul, db) whose version it took."""
     return sender(url)(batch)
+
+
+def sender(url: str) -> Sender:
+    """This process's sender to ``url`` (its group commit's)."""
+    got = group(url).sender
+    assert isinstance(got, Sender)
+    return got
 
 
 @dataclass
@@ -277,5 +271,5 @@ def group(url: str) -> GroupCommit:
     with _groups_lock:
         g = _groups.get(url)
         if g is None:
-            g = _groups[url] = GroupCommit(sender(url))
+            g = _groups[url] = GroupCommit(Sender(url))
         return g
