@@ -164,3 +164,21 @@ def test_a_batch_the_server_refuses_raises_its_error_and_the_connection_goes_on(
     assert pg_commits.send(pg_url, [change("c", v0=0)]) == {("c", "episodic")}
     assert pg_commits.sender(pg_url)._con.info.backend_pid == pid
     assert rows(pg_url)[0] == {("c", "episodic"): 1}
+
+
+def test_a_pool_of_one_connection_gets_it_back_after_each_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from soul_runtime.memory import postgres_db
+    from tests.pg import fresh_database
+
+    url = fresh_database("commits_one")
+    monkeypatch.setattr(postgres_db, "POOL_SIZE", 1)  # SOUL_PG_POOL=1
+    pool = postgres_db.pool(url)
+    assert pool.max_size == 1
+    assert pg_commits.send(url, [change("a", v0=0)]) == {("a", "episodic")}
+    con = pool.getconn(timeout=2)  # the one connection is free for the process's other statements
+    try:
+        assert con.execute("SELECT count(*) FROM soul_dbs").fetchone()[0] == 1
+    finally:
+        pool.putconn(con)
+    assert pg_commits.send(url, [change("a", v0=1)]) == {("a", "episodic")}  # prepared again, or already
+    assert rows(url)[0] == {("a", "episodic"): 2}

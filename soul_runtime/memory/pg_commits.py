@@ -118,7 +118,8 @@ class Sender:
     on its way (:class:`GroupCommit`), so a checkout per batch is work for nothing. The statement is prepared on
     the connection once and each batch goes with libpq's own call (no cursor, no adaptation, the interpreter lock
     let go while it waits). A connection the server dropped goes back to the pool, which replaces it; the batch's
-    callers retry (:func:`soul_runtime.memory.postgres_db.retrying`)."""
+    callers retry (:func:`soul_runtime.memory.postgres_db.retrying`). A pool of one connection
+    (``SOUL_PG_POOL=1``) gets it back after each batch."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -140,9 +141,14 @@ class Sender:
             except BaseException:
                 self._give_back()
                 raise
-            if res.status != _pq().ExecStatus.TUPLES_OK:
-                self._raise(con, res)
-            return {(res.get_value(i, 0).decode(enc), res.get_value(i, 1).decode(enc)) for i in range(res.ntuples)}
+            try:
+                if res.status != _pq().ExecStatus.TUPLES_OK:
+                    self._raise(con, res)
+                return {(res.get_value(i, 0).decode(enc), res.get_value(i, 1).decode(enc))
+                        for i in range(res.ntuples)}
+            finally:
+                if self._pool is not None and self._pool.max_size < 2:
+                    self._give_back()  # a pool of one connection: keeping it would leave none for the rest
 
     def close(self) -> None:
         with self._lock:
