@@ -245,7 +245,10 @@ def plot(res: dict[str, Any], path: str | Path) -> None:
     ax.set_xticks(range(len(models)), models)
     ax.set_ylabel("B's latency / B alone")
     ax.set_title("tenant B's latency, alone and beside A's flood")
-    ax.legend(fontsize=7)
+    top = max([FLOOR_LATENCY] + [res["models"][m][k][q] / res["models"][m]["b_alone"][q] for m in models
+                                 for k in ("b_with_a",) for q in ("p50_s", "p99_s")])
+    ax.set_ylim(0, top * 1.45)  # room above the bars for the legend
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
     ax = axes[1]
     shares = [res["models"][m]["a_share_of_left"] for m in models]
     bars = ax.bar(range(len(models)), shares, 0.5, color="tab:orange", label="A with B / (A alone - B with A)")
