@@ -141,7 +141,8 @@ async def _model_run(rt: Any, a: list[list[str]], b: list[list[str]], seconds: f
     out["b_fair_share_bound"] = fair_share_bound(out["b_alone_busy_cores"], cpus)
     for tenant, phase in (("A", "a_alone"), ("B", "b_alone")):  # the node's CPU a turn, each tenant alone
         turns = sum(r[tenant]["turns"] for r in got[phase])
-        busy = sum((r["cores"] or 0.0) * seconds for r in got[phase])
+        busy = sum((r["cores"] or 0.0) * r[tenant]["turns"] / r[tenant]["turns_per_s"]  # cores × the phase's wall
+                   for r in got[phase] if r[tenant]["turns_per_s"])
         out[f"{tenant.lower()}_alone_cpu_ms_per_turn"] = round(busy / turns * 1000, 3) if turns else None
     out["floors_met"] = {"b_p50": out["b_p50_ratio"] <= FLOOR_LATENCY, "b_p99": out["b_p99_ratio"] <= FLOOR_LATENCY,
                          "a_turns_per_s": out["a_share_of_left"] >= FLOOR_A}

@@ -150,19 +150,13 @@ class Sender:
                 if self._pool is not None and self._pool.max_size < 2:
                     self._give_back()  # a pool of one connection: keeping it would leave none for the rest
 
-    def close(self) -> None:
-        with self._lock:
-            self._give_back()
-
     def _take(self) -> Any:
         self._pool = postgres_db.pool(self.url)
-        con = self._pool.getconn()
+        con = self._con = self._pool.getconn()
         res = con.pgconn.prepare(STATEMENT, MANY_COMMIT.encode())
         if res.status != _pq().ExecStatus.COMMAND_OK and res.error_field(_pq().DiagnosticField.SQLSTATE) != \
                 b"42P05":  # 42P05: prepared already (a connection this process held before)
-            self._con = con
             self._raise(con, res)
-        self._con = con
         return con
 
     def _raise(self, con: Any, res: Any) -> None:
