@@ -199,7 +199,9 @@ def test_inspector_in_a_browser(srv: Served, souls: dict[str, Any]) -> None:
         item.wait_for()
         text = item.inner_text()
         assert "latency spike" in text and "standup" in text and "2026-03-03 10:00 UTC" in text and "decaying" in text
-        assert item.get_by_role("link", name="observed in turn 4").count() == 1 and "standup-7" in text
+        observed = item.get_by_role("link", name="observed in turn 4")
+        observed.wait_for()  # the link comes with the soul's writes, which the page loads after its episodes
+        assert observed.count() == 1 and "standup-7" in text
         first = page.locator("li.episode", has_text="Postgres 15.").last
         assert first.get_by_role("link", name="turn 1 · user message").count() == 1
 
