@@ -56,6 +56,8 @@ MAX_CONNS = 1024
 MAX_OPEN = 64
 """Connections a client keeps to one server; a call beyond them goes through Ray."""
 PART = "part"
+PROBE_S = 1.0
+"""How long a server removing dead sockets waits on one that may still be listened on."""
 """The first element of a frame that carries one part of an answer (an async generator method's yield)."""
 
 
@@ -92,9 +94,14 @@ def socket_dir() -> str:
 
 
 def _answers(path: str) -> bool:
+    """Does a server listen on ``path``? A listener whose queue is full (it does not accept: stopped, or busy) counts
+    as one; the probe never waits for it."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(PROBE_S)  # a blocking connect would wait as long as that queue stays full
     try:
         probe.connect(path)
+        return True
+    except (BlockingIOError, TimeoutError):
         return True
     except OSError:
         return False
@@ -354,7 +361,9 @@ class ChannelClient:
         self.max_open = max_open
         self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Conn]] = weakref.WeakKeyDictionary()
         self._out = 0  # calls out
-        self._lock = threading.Lock()
+        # reentrant: a Pending dropped unread gives its slot back from the garbage collector, which may run in a
+        # thread that holds this lock (an allocation inside close())
+        self._lock = threading.RLock()
         self.broken = False
 
     def _reserve(self) -> _Slot:

@@ -85,6 +85,71 @@ def test_a_new_server_removes_the_sockets_dead_processes_left() -> None:
         server.close()
 
 
+def test_a_socket_listened_on_but_never_accepting_does_not_hold_up_a_new_server() -> None:
+    """A socket left under a dead process's name whose listener still lives (a child that kept the descriptor) and
+    whose queue is full: a new server's sweep keeps it and goes on; it neither waits on it nor removes it."""
+    import socket
+    import subprocess
+    import sys
+
+    from actors.channel import socket_dir, sweep_dead
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    path = os.path.join(socket_dir(), f"{dead}-feedbeef")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    queued = []
+    try:
+        while True:  # fill its queue: nothing accepts
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            queued.append(c)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                break
+        done = threading.Event()
+        swept: list[int] = []
+        t = threading.Thread(target=lambda: (swept.append(sweep_dead(socket_dir())), done.set()), daemon=True)
+        t.start()
+        assert done.wait(60), "the sweep waits on a socket nobody accepts on"
+        assert os.path.exists(path)  # listened on: not a dead process's
+        server = ChannelServer(Target(), ("recall_batch",))
+        try:
+            assert connect(server.address).call("recall_batch", [4]) == [8]  # type: ignore[union-attr]
+        finally:
+            server.close()
+    finally:
+        for c in queued:
+            c.close()
+        listener.close()
+        os.unlink(path)
+
+
+def test_a_pending_call_collected_while_its_client_holds_its_lock_gives_its_place_back() -> None:
+    """A call dropped unread gives its place back when it is collected, whichever thread the collector runs in,
+    also one inside the client's own lock (its close() allocates under it)."""
+    server = ChannelServer(Target(), ("recall_batch",))
+    try:
+        client = ChannelClient(server.path, max_open=2)
+        pending = client.start("recall_batch", [1])
+        assert client._out == 1
+        done = threading.Event()
+
+        def collect_under_the_lock() -> None:
+            nonlocal pending
+            with client._lock:
+                del pending  # the last reference: Pending.__del__ gives the slot back here
+            done.set()
+        t = threading.Thread(target=collect_under_the_lock, daemon=True)
+        t.start()
+        assert done.wait(60), "a dropped call's place is given back under a lock its thread holds"
+        assert client._out == 0 and client.call("recall_batch", [2]) == [4]
+    finally:
+        server.close()
+
+
 def test_a_full_client_refuses_a_call_without_breaking() -> None:
     server = ChannelServer(Target(), ("recall_batch",))
     try:
