@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,31 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 _RAY_TMP = tempfile.mkdtemp(prefix="rt", dir="/tmp")
 os.environ.setdefault("RAY_TMPDIR", _RAY_TMP)
 os.environ.pop("ANTHROPIC_API_KEY", None)  # tests run on the offline model unless they set one up
+
+
+HANG_S = 1200.0
+"""A hang guard, not a time limit (the slowest test takes about 6 minutes on 2 cores): a test still running after
+this long has every thread's stack written and the run ends. The dump comes from faulthandler's own thread, which
+needs no interpreter lock, so a run stuck in C code (a lock, a socket, Ray's core worker) ends too, saying where.
+It goes to the file ``SOUL_HANG_DUMP`` names (.ci/run prints it last), else to the terminal's stderr."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    import faulthandler
+
+    path = os.environ.get("SOUL_HANG_DUMP")
+    out = open(path, "w", encoding="utf-8") if path else None  # noqa: SIM115 — open for the test
+    if out is not None:
+        out.write(f"running {item.nodeid}\n")
+        out.flush()
+    faulthandler.dump_traceback_later(HANG_S, exit=True, file=out if out is not None else _STDERR[0])
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if out is not None:
+            out.close()
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +101,12 @@ _last_user: dict[str, str] = {}
 """The node id of the last test that needs each of :data:`_shared` (set once the tests are ordered)."""
 
 
+_STDERR: list[int] = [2]
+"""The terminal's stderr, as it was before pytest captured the tests' output (see :data:`HANG_S`)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _STDERR[0] = os.dup(2)
     config.addinivalue_line("markers", "stops_shared_service: stops a soul serve that the modules of its group share "
                                        "(runs last of their tests)")
 
