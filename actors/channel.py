@@ -202,8 +202,17 @@ class ChannelServer:
         return machine_id(), self.path
 
     async def _start(self) -> None:
+        """Serve the socket. The server is known before it is registered with the loop, so a :meth:`close` that
+        comes while it starts stops it through the loop (``Server.close``); closing only the socket then would
+        leave the loop's selector a registration for a closed descriptor, and a later socket given the same
+        number would be taken for registered and never polled (a server that never accepts)."""
+        if self._closed:
+            return
+        self.loop.remove_reader(self._sock.fileno())  # such a stale registration left by anyone else: not ours
+        server = await asyncio.start_unix_server(self._serve, sock=self._sock, limit=MAX_FRAME, start_serving=False)
+        self._server = server
         if not self._closed:
-            self._server = await asyncio.start_unix_server(self._serve, sock=self._sock, limit=MAX_FRAME)
+            await server.start_serving()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._closed or len(self._writers) >= self.max_conns:  # its client finds it broken and uses Ray

@@ -8,6 +8,7 @@ import stat
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -146,6 +147,40 @@ def test_a_pending_call_collected_while_its_client_holds_its_lock_gives_its_plac
         t.start()
         assert done.wait(60), "a dropped call's place is given back under a lock its thread holds"
         assert client._out == 0 and client.call("recall_batch", [2]) == [4]
+    finally:
+        server.close()
+
+
+def _step_loop_registrations_without_a_descriptor() -> list[int]:
+    """Descriptors the step loop's selector holds a registration for that its epoll set lacks (a descriptor
+    closed behind the loop's back: a later socket given that number would be taken for registered)."""
+    import re
+
+    from soul_runtime.steps import step_loop
+    loop: Any = step_loop()
+    with open(f"/proc/self/fdinfo/{loop._selector._selector.fileno()}") as f:
+        polled = {int(n) for n in re.findall(r"tfd:\s+(\d+)", f.read())}
+    return sorted({k.fd for k in loop._selector.get_map().values()} - polled)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fdinfo"), reason="reads the epoll set from /proc (Linux)")
+def test_a_server_closed_while_it_starts_leaves_the_loop_nothing_stale() -> None:
+    """A server closed from another thread while the step loop starts serving it (its test or its actor done
+    quickly) is stopped through the loop: the loop keeps no registration for its closed socket, and the next
+    server, whose socket may get the same number, accepts."""
+    import random
+    rnd = random.Random(7)
+    for i in range(300):
+        server = ChannelServer(Target(), ("recall_batch",))
+        end = time.perf_counter() + rnd.uniform(0, 0.008)  # the main thread busy while the loop thread starts it
+        while time.perf_counter() < end:
+            pass
+        server.close()
+        time.sleep(0.002)
+        assert _step_loop_registrations_without_a_descriptor() == [], f"after {i + 1} servers"
+    server = ChannelServer(Target(), ("recall_batch",))
+    try:
+        assert ChannelClient(server.path).start("recall_batch", [5]).result(timeout=30) == [10]
     finally:
         server.close()
 
