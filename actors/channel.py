@@ -56,9 +56,9 @@ MAX_CONNS = 1024
 MAX_OPEN = 64
 """Connections a client keeps to one server; a call beyond them goes through Ray."""
 PART = "part"
+"""The first element of a frame that carries one part of an answer (an async generator method's yield)."""
 PROBE_S = 1.0
 """How long a server removing dead sockets waits on one that may still be listened on."""
-"""The first element of a frame that carries one part of an answer (an async generator method's yield)."""
 
 
 class ChannelBroken(Exception):
