@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ def small_runtime(runtime):  # noqa: ARG001 - the session runtime starts Ray; th
     yield rt
     rt.shutdown_actors()
     rt.close()
+    shutil.rmtree(data, ignore_errors=True)  # its actors are gone: the 2,000 souls' files go too
 
 
 def _text(i: int) -> str:

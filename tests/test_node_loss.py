@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,8 +131,12 @@ def run(souls: int = 64, turns: int = 3) -> dict:
     url = fresh_database("nodeloss")
     root = tempfile.mkdtemp(prefix="nl-")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="nl", dir="/tmp")}
-    p = subprocess.run([sys.executable, "-c", SCRIPT, url, root, str(souls), str(turns)], capture_output=True,
-                       text=True, timeout=1200, env=env, cwd=ROOT)
+    try:
+        p = subprocess.run([sys.executable, "-c", SCRIPT, url, root, str(souls), str(turns)], capture_output=True,
+                           text=True, timeout=1200, env=env, cwd=ROOT)
+    finally:  # the script's cluster is down: its nodes' caches and Ray's session files go
+        for d in (root, env["RAY_TMPDIR"]):
+            shutil.rmtree(d, ignore_errors=True)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, p.stdout[-3000:] + p.stderr[-6000:]
     return dict(json.loads(line[len("RESULT "):]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,13 +58,15 @@ SCRIPT = textwrap.dedent("""
 def run() -> dict:
     from tests.pg import _stop, start_cluster
     url, d = start_cluster()
+    data = tempfile.mkdtemp(prefix="pgr-data-")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgr", dir="/tmp")}
     try:
-        data = tempfile.mkdtemp(prefix="pgr-data-")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgr", dir="/tmp")}
         p = subprocess.run([sys.executable, "-c", SCRIPT, url, str(d / "data"), data], capture_output=True, text=True,
                            timeout=900, env=env, cwd=ROOT)
     finally:
         _stop(d)
+        for left in (data, env["RAY_TMPDIR"]):  # the script's Ray is down: its caches and session files go
+            shutil.rmtree(left, ignore_errors=True)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, p.stdout[-3000:] + p.stderr[-6000:]
     return dict(json.loads(line[len("RESULT "):]))
